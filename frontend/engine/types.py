@@ -1,0 +1,128 @@
+"""Typed values that cross the engine layer's boundary.
+
+Everything above `frontend/engine` speaks these dataclasses; everything below speaks
+msgpack frames (see `wire.py`). Field meanings follow vLLM's `vllm/v1/engine/__init__.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# vLLM's FinishReason (IntEnum on the wire).
+FINISH_STOP = 0
+FINISH_LENGTH = 1
+FINISH_ABORT = 2
+FINISH_ERROR = 3
+FINISH_REPETITION = 4
+FINISH_REASON_NAMES = {0: "stop", 1: "length", 2: "abort", 3: "error", 4: "repetition"}
+
+
+class InvalidEngineRequest(ValueError):
+    """A request that must not reach the engine. `param` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class EngineDeadError(RuntimeError):
+    """The engine is gone (ENGINE_CORE_DEAD, or no engine connected)."""
+
+
+@dataclass(slots=True)
+class EngineRequest:
+    """One ADD request, already lowered to the engine's vocabulary.
+
+    `sampling_params` is the engine's map keyed by SamplingParams field name
+    (`temperature`, `max_tokens`, `_eos_token_id`, `_all_stop_token_ids`, ...).
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: dict[str, Any]
+    arrival_time: float
+    client_index: int = 0
+    external_req_id: str | None = None
+    priority: int = 0
+    cache_salt: str | None = None
+    data_parallel_rank: int | None = None
+    trace_headers: dict[str, str] | None = None
+
+
+@dataclass(slots=True)
+class Logprobs:
+    """Logprobs for the new tokens of one output: row i = position i.
+
+    `token_ids[i][0]` / `logprobs[i][0]` are the sampled token; the rest are the top-k.
+    """
+
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    sampled_ranks: list[int]
+
+
+@dataclass(slots=True)
+class EngineOutput:
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: int | None = None
+    stop_reason: int | str | None = None
+    new_logprobs: Logprobs | None = None
+    num_cached_tokens: int | None = None
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(slots=True)
+class EngineOutputs:
+    """One decoded `EngineCoreOutputs` batch (one engine step)."""
+
+    engine_index: int
+    outputs: list[EngineOutput]
+    scheduler_stats: dict[str, Any] | None = None
+    timestamp: float = 0.0
+    utility_output: tuple[int, str | None, Any] | None = None
+    finished_requests: list[str] | None = None
+
+
+@dataclass(slots=True)
+class EngineInfo:
+    """The engine's ready response (sent on each input socket after the handshake)."""
+
+    engine_index: int
+    max_model_len: int
+    vllm_version: str
+    max_num_seqs: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine_index": self.engine_index,
+            "max_model_len": self.max_model_len,
+            "vllm_version": self.vllm_version,
+            "max_num_seqs": self.max_num_seqs,
+            "raw": self.raw,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "EngineInfo":
+        return cls(
+            engine_index=d["engine_index"],
+            max_model_len=d["max_model_len"],
+            vllm_version=d["vllm_version"],
+            max_num_seqs=d.get("max_num_seqs"),
+            raw=d.get("raw") or {},
+        )
+
+
+class OutputSink(Protocol):
+    """Receives the outputs of one request, pushed synchronously from the output loop."""
+
+    def on_output(self, output: EngineOutput) -> None: ...
+
+    def on_engine_dead(self, message: str) -> None: ...

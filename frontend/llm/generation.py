@@ -1,0 +1,113 @@
+"""One engine request seen from above: token deltas in, finish state tracked.
+
+A `Generation` is the `OutputSink` the engine client pushes outputs into. It forwards each
+delta synchronously to its consumer (the text/chat/server pipeline of one choice) and keeps
+the counts usage needs. Finishing early (a stop string matched above) aborts the engine
+request; the engine sends nothing back for a client abort, so the finish is local.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from frontend.engine.types import (
+    FINISH_ABORT,
+    FINISH_ERROR,
+    FINISH_REASON_NAMES,
+    EngineOutput,
+    Logprobs,
+)
+
+
+class GenerationConsumer(Protocol):
+    def on_delta(
+        self,
+        gen: "Generation",
+        token_ids: list[int],
+        logprobs: Logprobs | None,
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+    ) -> None: ...
+
+    def on_error(self, gen: "Generation", message: str) -> None: ...
+
+
+class EngineSubmitter(Protocol):
+    def abort(self, request_ids) -> None: ...
+
+
+class Generation:
+    __slots__ = (
+        "request_id",
+        "index",
+        "consumer",
+        "client",
+        "num_prompt_tokens",
+        "num_output_tokens",
+        "num_cached_tokens",
+        "finished",
+        "finish_reason",
+        "stop_reason",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        index: int,
+        consumer: GenerationConsumer,
+        client: EngineSubmitter,
+        num_prompt_tokens: int,
+    ):
+        self.request_id = request_id
+        self.index = index
+        self.consumer = consumer
+        self.client = client
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_output_tokens = 0
+        self.num_cached_tokens: int | None = None
+        self.finished = False
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+
+    # -- OutputSink -------------------------------------------------------------------
+    def on_output(self, output: EngineOutput) -> None:
+        if self.finished:
+            return
+        if output.num_cached_tokens is not None:
+            self.num_cached_tokens = output.num_cached_tokens
+        self.num_output_tokens += len(output.new_token_ids)
+        code = output.finish_reason
+        if code == FINISH_ERROR:
+            self._finish("error", None)
+            self.consumer.on_error(self, output.error or "The engine failed this request.")
+            return
+        finish = None if code is None else FINISH_REASON_NAMES.get(code, "stop")
+        if finish is not None:
+            self._finish(finish, output.stop_reason)
+        self.consumer.on_delta(self, output.new_token_ids, output.new_logprobs, finish, output.stop_reason)
+
+    def on_engine_dead(self, message: str) -> None:
+        if self.finished:
+            return
+        self._finish("error", None)
+        self.consumer.on_error(self, message)
+
+    # -- control from above ------------------------------------------------------------
+    def stop_early(self, finish_reason: str, stop_reason: int | str | None) -> None:
+        """Finish now (stop string matched): abort the engine request."""
+        if self.finished:
+            return
+        self._finish(finish_reason, stop_reason)
+        self.client.abort((self.request_id,))
+
+    def cancel(self) -> None:
+        """The client went away: abort in the engine, deliver nothing more."""
+        if self.finished:
+            return
+        self._finish(FINISH_REASON_NAMES[FINISH_ABORT], None)
+        self.client.abort((self.request_id,))
+
+    def _finish(self, reason: str, stop_reason: int | str | None) -> None:
+        self.finished = True
+        self.finish_reason = reason
+        self.stop_reason = stop_reason

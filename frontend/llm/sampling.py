@@ -1,0 +1,152 @@
+"""User-level sampling options and their lowering to the engine's `sampling_params` map.
+
+The lowering mirrors what vLLM's `ChatCompletionRequest.to_sampling_params` +
+`SamplingParams.update_from_generation_config` produce, so the engine sees the same values
+whichever frontend sent the request. Ranges are checked again by `frontend.engine.validate`
+just before encoding; this module decides *values* (defaults, EOS handling, max_tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+# Request -> server default -> OpenAI default (vLLM's _DEFAULT_SAMPLING_PARAMS).
+NEUTRAL_DEFAULTS: dict[str, Any] = {
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+}
+_GENERATION_CONFIG_KEYS = (
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "max_new_tokens",
+)
+
+
+@dataclass(slots=True)
+class GenerationDefaults:
+    """Server-side defaults read from the model's generation_config.json (vLLM `--generation-config auto`)."""
+
+    sampling: dict[str, Any] = field(default_factory=dict)
+    eos_token_ids: list[int] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, model_dir: str, mode: str = "auto") -> "GenerationDefaults":
+        if mode == "vllm":
+            return cls()
+        path = os.path.join(model_dir if mode == "auto" else mode, "generation_config.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+        except (OSError, ValueError):
+            return cls()
+        sampling = {k: config[k] for k in _GENERATION_CONFIG_KEYS if config.get(k) is not None}
+        if "max_new_tokens" in sampling:
+            sampling["max_tokens"] = sampling.pop("max_new_tokens")
+        eos = config.get("eos_token_id")
+        eos_ids = [eos] if isinstance(eos, int) else [int(e) for e in (eos or [])]
+        return cls(sampling=sampling, eos_token_ids=eos_ids)
+
+
+@dataclass(slots=True)
+class SamplingOptions:
+    """What a client asked for, after type validation; None = not given."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    logprobs: int | None = None
+    logit_bias: dict[int, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    extra_args: dict[str, Any] | None = None
+
+
+class ContextLengthError(ValueError):
+    def __init__(self, message: str, param: str = "messages"):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def resolve_max_tokens(
+    requested: int | None, prompt_len: int, max_model_len: int, defaults: GenerationDefaults
+) -> int:
+    """vLLM's get_max_tokens: the smallest of the room left, the request, the server default."""
+    if prompt_len >= max_model_len:
+        raise ContextLengthError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {prompt_len} input tokens, which leaves no room for output "
+            f"tokens. Please reduce the length of the input prompt."
+        )
+    room = max_model_len - prompt_len
+    fallback = requested if requested is not None else defaults.sampling.get("max_tokens")
+    return room if fallback is None else min(room, fallback)
+
+
+def lower_sampling(
+    opts: SamplingOptions,
+    *,
+    max_tokens: int,
+    eos_token_id: int | None,
+    defaults: GenerationDefaults,
+) -> dict[str, Any]:
+    """Build the engine's `sampling_params` map (keys are SamplingParams field names)."""
+    params: dict[str, Any] = {}
+    for name, neutral in NEUTRAL_DEFAULTS.items():
+        value = getattr(opts, name)
+        if value is None:
+            value = defaults.sampling.get(name, neutral)
+        params[name] = value
+    # vLLM: top_k 0 means "disabled" at the API; the engine's canonical form is 0 as well.
+    params["max_tokens"] = max_tokens
+    params["min_tokens"] = opts.min_tokens
+    if opts.seed is not None:
+        params["seed"] = opts.seed
+    if opts.logprobs is not None:
+        params["logprobs"] = opts.logprobs
+    if opts.logit_bias:
+        params["logit_bias"] = dict(opts.logit_bias)
+    if opts.allowed_token_ids:
+        params["allowed_token_ids"] = list(opts.allowed_token_ids)
+    if opts.extra_args:
+        params["extra_args"] = dict(opts.extra_args)
+
+    stop_ids = list(dict.fromkeys(opts.stop_token_ids))
+    all_stop = set(stop_ids)
+    if not opts.ignore_eos:
+        params["_eos_token_id"] = eos_token_id
+    if eos_token_id is not None:
+        all_stop.add(eos_token_id)
+    extra_eos = [e for e in defaults.eos_token_ids if e != eos_token_id]
+    if extra_eos:
+        all_stop.update(extra_eos)
+        if not opts.ignore_eos:
+            stop_ids = list(dict.fromkeys([*extra_eos, *stop_ids]))
+    params["stop_token_ids"] = stop_ids
+    params["_all_stop_token_ids"] = sorted(all_stop)
+    return params

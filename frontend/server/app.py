@@ -1,0 +1,83 @@
+"""aiohttp application: routes and the error middleware."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import msgspec
+from aiohttp import web
+
+from frontend import __version__
+from frontend.server.chat_completion import handle_chat_completions
+from frontend.server.errors import APIError
+from frontend.server.state import ServerState
+
+log = logging.getLogger("frontend.server")
+_json = msgspec.json.encode
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except APIError as e:
+        return e.to_response()
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        message = e.text or e.reason
+        if e.status == 413:
+            message = f"Request body too large: {e.text}"
+        elif e.status == 404:
+            message = f"Not found: {request.path}"
+        elif e.status == 405:
+            message = f"Method {request.method} not allowed on {request.path}"
+        return APIError(e.status, message).to_response()
+    except Exception:  # noqa: BLE001 - every failure is an answer, never a dropped request
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return APIError(500, "Internal server error.").to_response()
+
+
+async def handle_models(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    created = int(time.time())
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": state.config.model,
+            "parent": None,
+            "max_model_len": state.max_model_len,
+            "permission": [],
+        }
+        for name in state.model_names
+    ]
+    return web.Response(body=_json({"object": "list", "data": data}), content_type="application/json")
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    if state.engine.healthy and not state.draining:
+        return web.Response(status=200)
+    return web.Response(status=503)
+
+
+async def handle_version(request: web.Request) -> web.Response:
+    state: ServerState = request.app["state"]
+    return web.Response(
+        body=_json({"version": state.engine.vllm_version, "frontend_version": __version__}),
+        content_type="application/json",
+    )
+
+
+def build_app(state: ServerState) -> web.Application:
+    app = web.Application(middlewares=[error_middleware], client_max_size=state.config.max_request_body_bytes)
+    app["state"] = state
+    app.router.add_post("/v1/chat/completions", handle_chat_completions)
+    app.router.add_get("/v1/models", handle_models)
+    app.router.add_get("/health", handle_health)
+    app.router.add_get("/version", handle_version)
+    return app

@@ -1,0 +1,149 @@
+"""Typed request bodies, validated by msgspec in one compiled pass.
+
+Types are strict (no "5" for 5, no true for 1), as vLLM's pydantic models are for the
+fields that matter to the engine. Unknown fields are ignored (vLLM accepts and ignores them).
+Range checks that need the model (context length, vocab) happen later.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from frontend.server.errors import APIError
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+NonNegInt = Annotated[int, Meta(ge=0)]
+
+
+class StreamOptions(msgspec.Struct, omit_defaults=True):
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
+
+
+class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = 0
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = 1
+    seed: Annotated[int, Meta(ge=_INT64_MIN, le=_INT64_MAX)] | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    min_tokens: int = 0
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    documents: list[dict[str, str]] | None = None
+    user: str | None = None
+    request_id: str | None = None
+    priority: int = 0
+    cache_salt: str | None = None
+    allowed_token_ids: list[int] | None = None
+    vllm_xargs: dict[str, Any] | None = None
+    echo: bool = False
+    return_token_ids: bool | None = None
+
+
+_PATH_RE = re.compile(r"`\$\.?([^`]*)`")
+
+
+def _param_from_error(text: str) -> str | None:
+    """msgspec says "... - at `$.stream_options.include_usage`": report the field path."""
+    m = _PATH_RE.search(text)
+    if not m:
+        return None
+    path = m.group(1)
+    return path or None
+
+
+_decoders: dict[type, msgspec.json.Decoder] = {}
+
+
+def decode_body(body: bytes, cls: type) -> Any:
+    dec = _decoders.get(cls)
+    if dec is None:
+        dec = _decoders[cls] = msgspec.json.Decoder(cls)
+    if not body:
+        raise APIError(400, "The request body is empty; expected a JSON object.")
+    try:
+        return dec.decode(body)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        param = _param_from_error(text)
+        if text.startswith("Object missing required field"):
+            m = re.search(r"`(\w+)`", text)
+            param = m.group(1) if m else param
+        return _raise(text, param)
+    except msgspec.DecodeError as e:
+        raise APIError(400, f"Invalid JSON in request body: {e}") from None
+
+
+def _raise(text: str, param: str | None):
+    raise APIError(400, text, param)
+
+
+VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Check roles and content shapes; flatten text content parts to strings for templates."""
+    if not messages:
+        raise APIError(400, "`messages` must contain at least one message.", "messages")
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        role = msg.get("role")
+        if not isinstance(role, str) or role not in VALID_ROLES:
+            raise APIError(
+                400,
+                f"messages[{i}].role must be one of {sorted(VALID_ROLES)}, got {role!r}.",
+                "messages",
+            )
+        m = dict(msg)
+        content = msg.get("content")
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
+                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    raise APIError(
+                        400,
+                        f"messages[{i}].content: content part type {kind!r} is not supported "
+                        "by this text-only model.",
+                        "messages",
+                    )
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise APIError(400, f"messages[{i}].content: text part without a string `text`.", "messages")
+                texts.append(text)
+            m["content"] = "\n".join(texts)
+        elif content is not None and not isinstance(content, str):
+            raise APIError(400, f"messages[{i}].content must be a string or a list of parts.", "messages")
+        elif content is None and role not in ("assistant",):
+            raise APIError(400, f"messages[{i}].content is required for role {role!r}.", "messages")
+        out.append(m)
+    return out

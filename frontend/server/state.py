@@ -1,0 +1,97 @@
+"""Per-worker serving state shared by the route handlers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from frontend.chat.assistant import AssistantStream
+from frontend.chat.template import ChatTemplate, ChatTemplateError
+from frontend.config import WorkerConfig
+from frontend.engine.client import EngineClient
+from frontend.llm.sampling import GenerationDefaults
+from frontend.server.errors import APIError
+from frontend.text.tokenizer import Tokenizer
+
+
+class ServerState:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        tokenizer: Tokenizer,
+        template: ChatTemplate | None,
+        engine: EngineClient,
+        generation_defaults: GenerationDefaults,
+    ):
+        self.config = config
+        self.worker_index = config.worker_index
+        self.tokenizer = tokenizer
+        self.template = template
+        self.engine = engine
+        self.generation_defaults = generation_defaults
+        self.model_names = list(config.served_model_names) or [config.model]
+        engine_len = engine.max_model_len
+        self.max_model_len = min(engine_len, config.max_model_len) if config.max_model_len else engine_len
+        self.system_fingerprint: str | None = None
+        self.template_vars = tokenizer.template_vars()
+        self.draining = False
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- request gates ---------------------------------------------------------------------
+    async def read_body(self, request: web.Request) -> bytes:
+        limit = self.config.max_request_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise APIError(413, f"Request body of {request.content_length} bytes exceeds the limit of {limit} bytes.")
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise APIError(413, f"Request body exceeds the limit of {limit} bytes.") from None
+
+    def check_model(self, name: str | None) -> str:
+        if name is None or name in self.model_names:
+            return name or self.model_names[0]
+        raise APIError(404, f"The model `{name}` does not exist.", "model")
+
+    def check_engine(self) -> None:
+        if self.draining:
+            raise APIError(503, "The server is shutting down.")
+        if not self.engine.healthy:
+            raise APIError(503, "The engine is not available.")
+
+    # -- prompt ---------------------------------------------------------------------------------
+    def render_and_tokenize(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+        if self.template is None:
+            raise APIError(
+                400,
+                "This model has no chat template; start the server with --chat-template.",
+                "messages",
+            )
+        try:
+            text = self.template.render(messages, template_vars=self.template_vars, **kwargs)
+        except ChatTemplateError as e:
+            raise APIError(400, f"Chat template error: {e}", "messages") from None
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def new_assistant_stream(self) -> AssistantStream:
+        return AssistantStream()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def request_started(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def request_finished(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False

@@ -1,0 +1,156 @@
+"""A worker process: one aiohttp server on a shared port + one engine client slot.
+
+Started by the supervisor as `python -m frontend.server.worker --config-json '<WorkerConfig>'`.
+Signals: SIGTERM/SIGINT drain (stop accepting, let in-flight requests finish up to
+`shutdown_timeout`, then cancel the rest, which aborts them in the engine); SIGUSR1 means the
+supervisor saw the engine die (fail in-flight requests, /health turns 503).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+
+from aiohttp import web
+
+from frontend.chat.template import load_chat_template
+from frontend.config import WorkerConfig
+from frontend.engine.client import EngineClient
+from frontend.engine.types import EngineInfo
+from frontend.llm.sampling import GenerationDefaults
+from frontend.server.app import build_app
+from frontend.server.state import ServerState
+from frontend.text.tokenizer import Tokenizer
+
+log = logging.getLogger("frontend.worker")
+
+ENGINE_INFO_FILE = "engine-info.json"
+
+
+def make_listen_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, type_, proto, _, addr = infos[0]
+    sock = socket.socket(family, type_, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(addr)
+    sock.listen(4096)
+    sock.setblocking(False)
+    return sock
+
+
+def _write_engine_infos(runtime_dir: str, infos: list[EngineInfo]) -> None:
+    path = os.path.join(runtime_dir, ENGINE_INFO_FILE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump([i.to_json() for i in infos], f)
+    os.replace(tmp, path)
+
+
+async def run_worker(config: WorkerConfig) -> int:
+    loop = asyncio.get_running_loop()
+    tokenizer = Tokenizer.load(config.tokenizer or config.model)
+    template = load_chat_template(config.model, config.chat_template)
+    defaults = GenerationDefaults.load(config.model, config.generation_config)
+    log.info("tokenizer backend: %s; chat template: %s", tokenizer.backend, "yes" if template else "none")
+
+    engine = EngineClient(
+        client_index=config.worker_index,
+        input_address=config.input_address,
+        output_address=config.output_address,
+        engine_indices=config.engine_indices,
+        vocab_size=tokenizer.vocab_size,
+    )
+    known = [EngineInfo.from_json(d) for d in config.engine_infos] if config.engine_infos else None
+    infos = await engine.start(engine_infos=known, timeout=config.engine_ready_timeout)
+    try:
+        _write_engine_infos(config.runtime_dir, infos)
+    except OSError as e:
+        log.warning("could not record engine info: %s", e)
+
+    state = ServerState(config, tokenizer, template, engine, defaults)
+    app = build_app(state)
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        # Our own drain window runs first (wait_idle below); this bound only covers the
+        # final close of connections, after which remaining handlers are cancelled.
+        shutdown_timeout=1.0,
+    )
+    await runner.setup()
+    if config.listen_fd is not None:
+        sock = socket.socket(fileno=config.listen_fd)
+        sock.setblocking(False)
+    else:
+        sock = make_listen_socket(config.host, config.port, config.reuse_port)
+    site = web.SockSite(runner, sock)
+    await site.start()
+
+    stop = asyncio.Event()
+
+    def on_term() -> None:
+        log.info("draining: stop accepting, waiting up to %.0fs for %d in-flight request(s)",
+                 config.shutdown_timeout, state.in_flight)
+        state.draining = True
+        stop.set()
+
+    def on_engine_dead() -> None:
+        log.error("supervisor reports the engine died: failing in-flight requests")
+        engine.mark_dead("The engine died.")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_term)
+    loop.add_signal_handler(signal.SIGUSR1, on_engine_dead)
+
+    if config.status_fd is not None:
+        try:
+            os.write(config.status_fd, b"ready\n")
+        except OSError:
+            pass
+    log.info("serving on %s:%s (engine vLLM %s, max_model_len %d)", config.host, config.port,
+             engine.vllm_version, state.max_model_len)
+
+    await stop.wait()
+    # Stop listening first, then give in-flight requests the drain window.
+    await site.stop()
+    drained = await state.wait_idle(config.shutdown_timeout)
+    if not drained:
+        log.warning("drain timeout: cancelling %d request(s)", state.in_flight)
+    await runner.cleanup()
+    await engine.close()
+    return 0
+
+
+def _setup_logging(config: WorkerConfig) -> None:
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format=f"%(asctime)s [worker {config.worker_index}] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="frontend.server.worker")
+    parser.add_argument("--config-json", required=True)
+    args = parser.parse_args(argv)
+    config = WorkerConfig.from_json(args.config_json)
+    _setup_logging(config)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a declared dependency
+        pass
+    return asyncio.run(run_worker(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
