@@ -1,0 +1,98 @@
+"""Start the whole stack (`frontend-supervisor`) as a subprocess for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    """A running `frontend-supervisor`; logs are kept (last lines) for failure messages."""
+
+    def __init__(self, args: list[str], *, port: int | None = None, ready_timeout: float = 120.0, env=None):
+        self.port = port or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-c", "import sys; from supervisor.cli import main; sys.exit(main())",
+               "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self.log: deque[str] = deque(maxlen=400)
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True, env={**os.environ, **(env or {})},
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        try:
+            self.wait_healthy(ready_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.append(line.rstrip("\n"))
+            if os.environ.get("STACK_ECHO"):
+                print(line, end="", file=sys.stderr)
+
+    def logs(self) -> str:
+        return "\n".join(self.log)
+
+    def health(self) -> int | None:
+        try:
+            with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return None
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"supervisor exited with {self.proc.returncode}:\n{self.logs()}")
+            if self.health() == 200:
+                return
+            time.sleep(0.25)
+        raise TimeoutError(f"stack not healthy after {timeout}s:\n{self.logs()}")
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM the supervisor (graceful drain) and return its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.stop()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+        return self.proc.returncode
+
+    def __enter__(self) -> "Stack":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.terminate()
