@@ -1,0 +1,275 @@
+"""`frontend-supervisor`: command line parsing, then `supervisor.main.run`.
+
+    frontend-supervisor [--workers N] [--host H] [--port P] [--engine vllm|sim] ...
+                        <model> [vLLM engine flags]
+
+The command line is `vllm serve`'s: flags the supervisor does not know are vLLM's and go to the
+engine unchanged. Some flags are read by the supervisor *and* given to the engine
+(`--max-model-len`, `--max-num-seqs`, `--tokenizer`, `--served-model-name`,
+`--generation-config`, the data-parallel layout). argparse's `parse_known_args` cannot do this
+split: an unknown flag's value (`--dtype half`) would be taken for the positional model. So a small
+scanner walks argv first, using the supervisor's own parser to know its flags' arity and
+`vllm_flags` to know the forwarded ones', and only the supervisor's tokens reach argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from supervisor.options import DEFAULT_DP_RPC_PORT, SupervisorOptions
+from supervisor.vllm_flags import MULTI_VALUE_FLAGS, OPTIONAL_VALUE_FLAGS, normalize_flag, takes_value
+
+DEMO_MODELS = ("demo:deepseek-v4",)
+
+# Supervisor flags that are also vLLM engine flags: forwarded as written (normalized name).
+_FORWARDED_AS_WRITTEN = frozenset(
+    {"--max-model-len", "--max-num-seqs", "--tokenizer", "--served-model-name", "--generation-config"}
+)
+
+
+def default_workers() -> int:
+    """CPU cores this process may run on (respects taskset/cgroup cpusets)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def human_readable_int(text: str) -> int:
+    """vLLM's integer syntax for lengths: `32k` = 32000, `32K` = 32768, `-1`/`auto` = -1."""
+    value = text.strip()
+    if value == "-1" or value.lower() == "auto":
+        return -1
+    if value and value[-1] in "kmgtKMGT":
+        number, suffix = value[:-1], value[-1]
+        if suffix.islower():
+            return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+        return int(number) * 1024 ** ("KMGT".index(suffix) + 1)
+    return int(value)
+
+
+def _human_int_arg(text: str) -> int:
+    try:
+        return human_readable_int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="frontend-supervisor",
+        usage="frontend-supervisor [options] <model> [vLLM engine flags]",
+        description=(
+            "Launch (or join) vLLM's EngineCore and serve an OpenAI-compatible API from N worker "
+            "processes. Flags not listed here are vLLM's and are passed to the engine."
+        ),
+        allow_abbrev=False,  # a prefix of ours must not swallow one of vLLM's flags
+    )
+    p.add_argument("model", help="local model directory, or demo:deepseek-v4 (with --engine sim)")
+    p.add_argument(
+        "--workers", "--api-server-count", "-asc", type=int, default=None,
+        help="HTTP worker processes (default: number of CPU cores)",
+    )
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
+    p.add_argument("--sim-step-time", type=float, default=None, help="simulated engine step time (s)")
+    p.add_argument(
+        "--shutdown-timeout", type=float, default=30.0,
+        help="seconds workers may drain in-flight requests on SIGTERM",
+    )
+    p.add_argument("--served-model-name", nargs="+", default=None)
+    p.add_argument("--tokenizer", default=None)
+    p.add_argument("--chat-template", default=None, help="template file or inline template text")
+    p.add_argument("--generation-config", default="auto")
+    p.add_argument("--engine-ready-timeout", type=float, default=600.0)
+    p.add_argument("--worker-ready-timeout", type=float, default=120.0)
+    p.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error", "critical"),
+    )
+    # Read by the supervisor and given to the engine.
+    p.add_argument("--max-model-len", type=_human_int_arg, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    p.add_argument(
+        "--data-parallel-size-local", "-dpl", type=int, default=None,
+        help="DP ranks launched here (0: launch none, wait for headless engines to join)",
+    )
+    p.add_argument("--data-parallel-start-rank", "-dpr", type=int, default=0)
+    p.add_argument("--data-parallel-address", "-dpa", default=None)
+    p.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=DEFAULT_DP_RPC_PORT)
+    return p
+
+
+def split_argv(
+    argv: Sequence[str], parser: argparse.ArgumentParser
+) -> tuple[list[str], str | None, list[str]]:
+    """Split argv into (supervisor tokens, model, forwarded engine tokens).
+
+    Supervisor flags in `_FORWARDED_AS_WRITTEN` land in both lists. Flag names are normalized
+    (`--max_model_len` -> `--max-model-len`), as vLLM's own parser does.
+    """
+    own_actions = parser._option_string_actions  # the parser's own flag table
+    own: list[str] = []
+    forwarded: list[str] = []
+    model: str | None = None
+    tokens = list(argv)
+    i = 0
+
+    def take_values(flag: str, nargs: object) -> list[str]:
+        """The value tokens after `flag` (at tokens[i+1:]), by argparse arity."""
+        rest = tokens[i + 1 :]
+        if nargs == 0:
+            return []
+        if nargs in ("+", "*"):
+            n = 0
+            while n < len(rest) and not rest[n].startswith("-"):
+                n += 1
+            return rest[:n]
+        if nargs == "?":
+            return rest[:1] if rest and not rest[0].startswith("-") else []
+        return rest[:1]  # one value, even if it looks like a flag (`--max-model-len -1`)
+
+    while i < len(tokens):
+        token = tokens[i]
+        if token == "--":  # everything after is the engine's
+            forwarded.extend(tokens[i + 1 :])
+            break
+        if not token.startswith("-") or token == "-":
+            if model is None:
+                model = token
+            else:
+                parser.error(f"unexpected argument {token!r} (the model is already {model!r})")
+            i += 1
+            continue
+        name, eq, value = token.partition("=")
+        name = normalize_flag(name)
+        written = [name + eq + value] if eq else [name]
+        action = own_actions.get(name)
+        if action is not None:
+            values = [] if eq else take_values(name, action.nargs)
+            own.extend(written + values)
+            canonical = action.option_strings[0]
+            if canonical in _FORWARDED_AS_WRITTEN:
+                forwarded.extend([canonical + eq + value] if eq else [canonical] + values)
+        elif eq:
+            forwarded.extend(written)
+            values = []
+        elif name in MULTI_VALUE_FLAGS:
+            values = take_values(name, "+")
+            forwarded.extend(written + values)
+        elif name in OPTIONAL_VALUE_FLAGS:
+            values = take_values(name, "?")
+            forwarded.extend(written + values)
+        elif name.startswith("-O") and not name.startswith("--") and len(name) > 2:
+            values = []  # `-O3`: value attached
+            forwarded.extend(written)
+        elif takes_value(name):
+            values = tokens[i + 1 : i + 2]
+            forwarded.extend(written + values)
+        else:
+            values = []
+            forwarded.extend(written)
+        i += 1 + len(values)
+    return own, model, forwarded
+
+
+def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
+    """Parse the command line. The model is kept as written (see `resolve_model`)."""
+    parser = build_parser()
+    own, model, forwarded = split_argv(sys.argv[1:] if argv is None else argv, parser)
+    ns = parser.parse_args(own + (["--", model] if model is not None else []))
+
+    workers = ns.workers if ns.workers is not None else default_workers()
+    if workers < 1:
+        parser.error("--workers must be at least 1")
+    dp, start = ns.data_parallel_size, ns.data_parallel_start_rank
+    local = ns.data_parallel_size_local
+    if dp < 1:
+        parser.error("--data-parallel-size must be at least 1")
+    if local is not None and not 0 <= local <= dp:
+        parser.error("--data-parallel-size-local must be between 0 and --data-parallel-size")
+    if start < 0 or start + (dp if local is None else local) > dp:
+        parser.error("--data-parallel-start-rank + local ranks exceed --data-parallel-size")
+    if ns.shutdown_timeout < 0:
+        parser.error("--shutdown-timeout must be >= 0")
+
+    # The engine's DP layout, explicit, so `vllm serve --headless` and we agree on it.
+    engine_args = list(forwarded)
+    if dp > 1:
+        engine_args += [
+            "--data-parallel-size", str(dp),
+            "--data-parallel-size-local", str(dp if local is None else local),
+        ]
+        if start:
+            engine_args += ["--data-parallel-start-rank", str(start)]
+
+    return SupervisorOptions(
+        model=ns.model,
+        model_arg=ns.model,
+        workers=workers,
+        host=ns.host,
+        port=ns.port,
+        engine=ns.engine,
+        sim_step_time=ns.sim_step_time,
+        shutdown_timeout=ns.shutdown_timeout,
+        served_model_names=list(ns.served_model_name or []),
+        tokenizer=ns.tokenizer,
+        chat_template=ns.chat_template,
+        engine_ready_timeout=ns.engine_ready_timeout,
+        worker_ready_timeout=ns.worker_ready_timeout,
+        log_level=ns.log_level,
+        generation_config=ns.generation_config,
+        max_model_len=None if ns.max_model_len in (None, -1) else ns.max_model_len,
+        max_num_seqs=ns.max_num_seqs,
+        data_parallel_size=dp,
+        data_parallel_size_local=local,
+        data_parallel_start_rank=start,
+        data_parallel_address=ns.data_parallel_address,
+        data_parallel_rpc_port=ns.data_parallel_rpc_port,
+        engine_args=engine_args,
+    )
+
+
+def cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "vllm-pyfrontend")
+
+
+def resolve_model(model_arg: str, engine: str) -> str:
+    """The local model directory for `model_arg`; `demo:*` models are written to the cache."""
+    if model_arg.startswith("demo:"):
+        if model_arg not in DEMO_MODELS:
+            raise ValueError(f"unknown demo model {model_arg!r} (known: {', '.join(DEMO_MODELS)})")
+        if engine != "sim":
+            raise ValueError(f"{model_arg} has no weights: use it with --engine sim")
+        from frontend.text.bundled import materialize_deepseek_v4
+
+        return materialize_deepseek_v4(os.path.join(cache_dir(), "deepseek-v4"))
+    if not os.path.isdir(model_arg):
+        raise ValueError(f"model {model_arg!r} is not a local directory")
+    return os.path.abspath(model_arg)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        options = parse_args(argv)
+    except SystemExit as e:  # --help, or a usage error already printed by argparse
+        return e.code if isinstance(e.code, int) else 2
+    from supervisor.main import configure_logging, run
+
+    configure_logging(options.log_level)
+    try:
+        options.model = resolve_model(options.model, options.engine)
+    except (ValueError, OSError) as e:
+        logging.getLogger("supervisor").error("%s", e)
+        return 2
+    return run(options)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,482 @@
+"""The supervisor's lifecycle: engine, handshake, workers, restarts, shutdown.
+
+    start engines ──► handshake (thread) ──┐
+    spawn N workers ───────────────────────┴─► all workers ready ─► "serving on ..."
+    serving:   worker exits  -> restart it (backoff; give up after repeated fast crashes -> exit 1)
+               engine exits  -> SIGUSR1 to workers, stop them, exit 1
+               SIGTERM/INT   -> SIGTERM workers (they drain), SIGKILL stragglers, stop engine, exit 0
+
+Everything that happens (child exit, worker ready, handshake result, signal, restart timer) is
+an event on one asyncio queue, and one loop handles them in order: the state is in one place and
+there are no callbacks racing each other. The handshake is vLLM's blocking zmq exchange, so it
+runs in a daemon thread and posts its result to the queue; the loop tells it to give up (engine
+died, or we were told to stop) through `is_alive`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from frontend.config import WorkerConfig
+from supervisor.engines import EngineLaunch, engine_launches
+from supervisor.options import SupervisorOptions
+from supervisor.process import Child, describe_exit, wait_all
+from supervisor.runtime import ClientAddresses, RuntimeDir, free_tcp_port, tcp_uri
+
+log = logging.getLogger("supervisor")
+
+# Restart policy: a worker that dies within FAST_CRASH_S of its start is a "fast crash"; after
+# MAX_FAST_CRASHES in a row the slot is hopeless (a bug, not bad luck) and the supervisor stops.
+FAST_CRASH_S = 10.0
+MAX_FAST_CRASHES = 5
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 10.0
+# Extra time past --shutdown-timeout before draining workers are killed (they bound their own
+# drain by shutdown_timeout; this covers their exit).
+WORKER_KILL_GRACE_S = 5.0
+ENGINE_STOP_TIMEOUT_S = 20.0
+HANDSHAKE_JOIN_S = 5.0
+
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class HandshakeServerLike(Protocol):
+    address: str
+
+    def run(
+        self,
+        *,
+        engine_indices: list[int],
+        inputs: list[str],
+        outputs: list[str],
+        timeout: float,
+        is_alive: Callable[[], bool] | None = None,
+    ) -> dict[int, dict]: ...
+
+    def close(self) -> None: ...
+
+
+def _default_handshake_factory(address: str) -> HandshakeServerLike:
+    from frontend.engine.handshake import HandshakeServer
+
+    return HandshakeServer(address)
+
+
+def default_worker_command(config: WorkerConfig) -> list[str]:
+    return [sys.executable, "-m", "frontend.server.worker", "--config-json", config.to_json()]
+
+
+def child_env() -> dict[str, str]:
+    """Children run this same code (PYTHONPATH) and log unbuffered (lines arrive as written)."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = _PROJECT_ROOT + (os.pathsep + path if path else "")
+    return env
+
+
+def configure_logging(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter("[supervisor] %(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+    )
+    log.handlers[:] = [handler]
+    log.setLevel(level.upper())
+    log.propagate = False
+
+
+@dataclass
+class WorkerSlot:
+    """Worker i's place: its engine client addresses survive its restarts."""
+
+    index: int
+    addresses: ClientAddresses
+    child: Child | None = None
+    ready: bool = False
+    starts: int = 0
+    fast_crashes: int = 0
+    restart_timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class Event:
+    kind: str  # signal | handshake | engine_exit | worker_exit | worker_ready | restart
+    slot: WorkerSlot | None = None
+    child: Child | None = None
+    value: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _Handshake:
+    server: HandshakeServerLike
+    thread: threading.Thread | None = None
+    abort: threading.Event = field(default_factory=threading.Event)
+    done: bool = False
+    closed: bool = False
+
+
+class Supervisor:
+    """Runs one frontend deployment until a signal or a fatal error; `run()` returns the exit code.
+
+    The collaborators are parameters so tests can swap in fakes: `launcher(host, port)` gives the
+    engine processes to start, `worker_command(config)` the argv of a worker, and
+    `handshake_factory(address)` a bound HandshakeServer.
+    """
+
+    def __init__(
+        self,
+        options: SupervisorOptions,
+        *,
+        launcher: Callable[[str, int], list[EngineLaunch]] | None = None,
+        worker_command: Callable[[WorkerConfig], list[str]] = default_worker_command,
+        handshake_factory: Callable[[str], HandshakeServerLike] = _default_handshake_factory,
+    ):
+        self.options = options
+        self._launcher = launcher or (lambda host, port: engine_launches(options, host, port))
+        self._worker_command = worker_command
+        self._handshake_factory = handshake_factory
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._engines: list[Child] = []
+        self._slots: list[WorkerSlot] = []
+        self._hurry = asyncio.Event()  # a second signal: stop waiting, kill
+        self._stopping = False
+        self._serving = False
+        self._engine_died = False
+        self._env = child_env()
+        self.runtime: RuntimeDir | None = None
+
+    # ---------------------------------------------------------------- entry points
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self.runtime = RuntimeDir()
+        handshake: _Handshake | None = None
+        try:
+            try:
+                self._prepare_port()
+                handshake = await self._start_engines()
+                await self._spawn_workers()
+                code = await self._event_loop(handshake)
+            except _Fatal as e:
+                log.error("%s", e)
+                code = 1
+            await self._shutdown(engine_dead=self._engine_died)
+            return code
+        finally:
+            if handshake is not None:
+                self._close_handshake(handshake)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            self.runtime.cleanup()
+
+    # ---------------------------------------------------------------- startup
+
+    def _prepare_port(self) -> None:
+        """Fail before a long engine load if the HTTP port is taken; pick one for --port 0."""
+        opts = self.options
+        if opts.port == 0:
+            opts.port = free_tcp_port(opts.host if opts.host not in ("", "0.0.0.0") else "127.0.0.1")
+        family = socket.AF_INET6 if ":" in opts.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # No SO_REUSEPORT: the bind fails if anything (even a reuse-port server) holds it.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((opts.host, opts.port))
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    raise _Fatal(f"port {opts.port} on {opts.host} is already in use") from None
+                raise _Fatal(f"cannot bind {opts.host}:{opts.port}: {e}") from None
+
+    async def _start_engines(self) -> _Handshake:
+        opts = self.options
+        if opts.has_remote_engines:
+            # Engines on other hosts dial the DP address, like `vllm serve --headless` expects.
+            host = opts.data_parallel_address or "127.0.0.1"
+            bind = tcp_uri(host, opts.data_parallel_rpc_port)
+            client_host: str | None = host
+        else:
+            host, bind, client_host = "127.0.0.1", "tcp://127.0.0.1:*", None
+        assert self.runtime is not None
+        self._slots = [
+            WorkerSlot(index=i, addresses=a)
+            for i, a in enumerate(self.runtime.client_addresses(opts.workers, client_host))
+        ]
+        try:
+            server = self._handshake_factory(bind)
+        except Exception as e:
+            raise _Fatal(f"cannot bind the handshake socket {bind}: {e}") from None
+        handshake = _Handshake(server=server)
+        port = int(server.address.rsplit(":", 1)[1])
+        log.info("handshake on %s; expecting engines %s", server.address, opts.engine_indices)
+
+        launches = self._launcher(host, port)
+        if opts.engine == "sim" and opts.engine_args and launches:
+            log.warning("the sim engine ignores these vLLM flags: %s", " ".join(opts.engine_args))
+        for launch in launches:
+            log.info("starting %s: %s", launch.name, " ".join(launch.argv))
+            child = await Child.spawn(launch.name, launch.argv, env=self._env)
+            self._engines.append(child)
+            self._watch(child, Event("engine_exit", child=child))
+        if opts.local_engine_count < opts.data_parallel_size:
+            log.info(
+                "waiting for %d headless engine(s) to join at %s",
+                opts.data_parallel_size - opts.local_engine_count, server.address,
+            )
+
+        def handshake_thread() -> None:
+            try:
+                result = server.run(
+                    engine_indices=opts.engine_indices,
+                    inputs=[s.addresses.input for s in self._slots],
+                    outputs=[s.addresses.output for s in self._slots],
+                    timeout=opts.engine_ready_timeout,
+                    is_alive=lambda: not handshake.abort.is_set(),
+                )
+                event = Event("handshake", value=result)
+            except BaseException as e:  # report every failure to the loop
+                event = Event("handshake", error=e)
+            loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+        loop = asyncio.get_running_loop()
+        handshake.thread = threading.Thread(target=handshake_thread, name="handshake", daemon=True)
+        handshake.thread.start()
+        return handshake
+
+    def _close_handshake(self, handshake: _Handshake) -> None:
+        handshake.abort.set()
+        if handshake.closed:
+            return
+        if handshake.thread is not None:
+            handshake.thread.join(HANDSHAKE_JOIN_S)
+            if handshake.thread.is_alive():  # its zmq socket is in use: leave it to the exit
+                return
+        handshake.closed = True
+        try:
+            handshake.server.close()
+        except Exception:  # closing is best effort
+            pass
+
+    async def _spawn_workers(self) -> None:
+        for slot in self._slots:
+            await self._spawn_worker(slot)
+
+    def _worker_config(self, slot: WorkerSlot) -> WorkerConfig:
+        opts = self.options
+        assert self.runtime is not None
+        # A restarted worker gets no ready response from the engines: hand it the recorded ones.
+        infos = self.runtime.read_engine_infos() if slot.starts > 0 else None
+        return WorkerConfig(
+            worker_index=slot.index,
+            num_workers=opts.workers,
+            host=opts.host,
+            port=opts.port,
+            model=opts.model,
+            served_model_names=opts.served_names,
+            input_address=slot.addresses.input,
+            output_address=slot.addresses.output,
+            engine_indices=opts.engine_indices,
+            engine_infos=infos,
+            runtime_dir=self.runtime.path,
+            tokenizer=opts.tokenizer,
+            chat_template=opts.chat_template,
+            max_model_len=opts.max_model_len,
+            shutdown_timeout=opts.shutdown_timeout,
+            engine_ready_timeout=opts.engine_ready_timeout,
+            reuse_port=True,
+            log_level=opts.log_level,
+            generation_config=opts.generation_config,
+        )
+
+    async def _spawn_worker(self, slot: WorkerSlot) -> None:
+        config = self._worker_config(slot)
+        read_fd, write_fd = os.pipe()
+        config.status_fd = write_fd
+        try:
+            child = await Child.spawn(
+                f"worker {slot.index}", self._worker_command(config), pass_fds=(write_fd,), env=self._env
+            )
+        except OSError as e:
+            os.close(read_fd)
+            raise _Fatal(f"cannot start worker {slot.index}: {e}") from None
+        finally:
+            os.close(write_fd)
+        slot.child, slot.ready, slot.restart_timer = child, False, None
+        slot.starts += 1
+        self._watch(child, Event("worker_exit", slot=slot, child=child))
+        asyncio.ensure_future(self._read_status(read_fd, slot, child))
+
+    async def _read_status(self, fd: int, slot: WorkerSlot, child: Child) -> None:
+        """Post `worker_ready` when the worker writes b"ready\\n" on its status pipe."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+        )
+        try:
+            while line := await reader.readline():
+                if line.strip() == b"ready":
+                    self._events.put_nowait(Event("worker_ready", slot=slot, child=child))
+        finally:
+            transport.close()
+
+    def _watch(self, child: Child, event: Event) -> None:
+        async def watch() -> None:
+            await child.wait()
+            self._events.put_nowait(event)
+
+        asyncio.ensure_future(watch())
+
+    # ---------------------------------------------------------------- the event loop
+
+    async def _event_loop(self, handshake: _Handshake) -> int:
+        """Handle events until the deployment must stop; return the exit code."""
+        opts = self.options
+        ready_deadline: float | None = None
+        while True:
+            timeout = None if ready_deadline is None else max(0.0, ready_deadline - time.monotonic())
+            try:
+                ev = await asyncio.wait_for(self._events.get(), timeout)
+            except asyncio.TimeoutError:
+                waiting = [s.index for s in self._slots if not s.ready]
+                raise _Fatal(
+                    f"workers {waiting} not ready {opts.worker_ready_timeout:.0f}s after the engines"
+                ) from None
+
+            if ev.kind == "signal":
+                log.info("%s: shutting down", signal.Signals(ev.value).name)
+                handshake.abort.set()
+                return 0
+
+            if ev.kind == "handshake":
+                handshake.done = True
+                if ev.error is not None:
+                    if self._engine_died:
+                        continue  # already reported as the engine's exit
+                    raise _Fatal(f"engine handshake failed: {type(ev.error).__name__}: {ev.error}")
+                log.info("engines %s ready", sorted(ev.value) if ev.value else opts.engine_indices)
+                self._close_handshake(handshake)
+                ready_deadline = time.monotonic() + opts.worker_ready_timeout
+
+            elif ev.kind == "engine_exit":
+                assert ev.child is not None
+                self._engine_died = True
+                handshake.abort.set()
+                await ev.child.flush_output()
+                log.error("%s exited (%s)", ev.child.name, describe_exit(ev.child.returncode))
+                return 1
+
+            elif ev.kind == "worker_exit":
+                slot = ev.slot
+                assert slot is not None and ev.child is not None
+                if ev.child is not slot.child:
+                    continue
+                await ev.child.flush_output(0.2)
+                self._schedule_restart(slot, ev.child)
+
+            elif ev.kind == "restart":
+                assert ev.slot is not None
+                log.info("restarting worker %d", ev.slot.index)
+                await self._spawn_worker(ev.slot)
+
+            elif ev.kind == "worker_ready":
+                slot = ev.slot
+                assert slot is not None
+                if ev.child is not slot.child or slot.ready:
+                    continue
+                slot.ready = True
+                if self._serving:
+                    log.info("worker %d ready again", slot.index)
+
+            if not self._serving and handshake.done and all(s.ready for s in self._slots):
+                self._serving = True
+                ready_deadline = None
+                log.info(
+                    "serving on http://%s:%d (%d workers)",
+                    f"[{opts.host}]" if ":" in opts.host else opts.host, opts.port, opts.workers,
+                )
+
+    def _schedule_restart(self, slot: WorkerSlot, child: Child) -> None:
+        lived = time.monotonic() - child.started_at
+        slot.ready = False
+        slot.fast_crashes = slot.fast_crashes + 1 if lived < FAST_CRASH_S else 1
+        log.warning(
+            "worker %d (pid %d) exited (%s) after %.1fs",
+            slot.index, child.pid, describe_exit(child.returncode), lived,
+        )
+        if slot.fast_crashes > MAX_FAST_CRASHES:
+            raise _Fatal(f"worker {slot.index} crashed {slot.fast_crashes} times in a row; giving up")
+        delay = min(BACKOFF_BASE_S * 2 ** (slot.fast_crashes - 1), BACKOFF_MAX_S)
+        log.info("restarting worker %d in %.1fs", slot.index, delay)
+        slot.restart_timer = asyncio.get_running_loop().call_later(
+            delay, self._events.put_nowait, Event("restart", slot=slot)
+        )
+
+    def _on_signal(self, sig: int) -> None:
+        if not self._stopping:
+            self._events.put_nowait(Event("signal", value=sig))
+        elif not self._hurry.is_set():
+            log.warning("%s again: killing everything now", signal.Signals(sig).name)
+            self._hurry.set()
+
+    # ---------------------------------------------------------------- shutdown
+
+    async def _shutdown(self, *, engine_dead: bool) -> None:
+        """Workers first (they drain against a live engine), then the engine."""
+        self._stopping = True
+        for slot in self._slots:
+            if slot.restart_timer is not None:
+                slot.restart_timer.cancel()
+        workers = [s.child for s in self._slots if s.child is not None and s.child.alive]
+        if engine_dead:
+            # In-flight requests cannot finish: tell the workers to fail them now.
+            for w in workers:
+                w.send_signal(signal.SIGUSR1)
+        if workers:
+            log.info("stopping %d worker(s) (drain up to %.0fs)", len(workers), self.options.shutdown_timeout)
+            for w in workers:
+                w.send_signal(signal.SIGTERM)
+            if not await wait_all(workers, self.options.shutdown_timeout + WORKER_KILL_GRACE_S, self._hurry):
+                for w in workers:
+                    if w.alive:
+                        log.warning("%s did not exit: SIGKILL", w.name)
+                        w.kill_group(signal.SIGKILL)
+                await wait_all(workers, 5.0)
+            for w in workers:
+                await w.flush_output(0.5)
+        engines = [e for e in self._engines if e.alive]
+        if engines:
+            log.info("stopping the engine")
+            for e in engines:
+                e.send_signal(signal.SIGTERM)
+            if not await wait_all(engines, ENGINE_STOP_TIMEOUT_S, self._hurry):
+                log.warning("engine did not stop within %.0fs: SIGKILL", ENGINE_STOP_TIMEOUT_S)
+            await asyncio.sleep(0)  # let the pipes deliver the engine's last lines
+        for e in self._engines:
+            e.kill_group(signal.SIGKILL)  # the engine's own subprocesses, if any outlived it
+        await wait_all(self._engines, 5.0)
+        for e in self._engines:
+            await e.flush_output(0.5)
+        log.info("stopped")
+
+
+class _Fatal(Exception):
+    """A reason to stop with exit code 1 (logged once, by `Supervisor.run`)."""
+
+
+def run(options: SupervisorOptions) -> int:
+    """Run the supervisor to completion and return the process exit code."""
+    return asyncio.run(Supervisor(options).run())
