@@ -23,6 +23,8 @@ NEUTRAL_DEFAULTS: dict[str, Any] = {
     "top_k": 0,
     "min_p": 0.0,
 }
+_SAMPLING_EPS = 1e-5
+_MAX_TEMP = 1e-2
 _GENERATION_CONFIG_KEYS = (
     "repetition_penalty",
     "presence_penalty",
@@ -122,7 +124,11 @@ def lower_sampling(
         if value is None:
             value = defaults.sampling.get(name, neutral)
         params[name] = value
-    # vLLM: top_k 0 means "disabled" at the API; the engine's canonical form is 0 as well.
+    if params["temperature"] < _SAMPLING_EPS:
+        # Greedy: vLLM's SamplingParams normalizes the other knobs away.
+        params["top_p"], params["top_k"], params["min_p"] = 1.0, 0, 0.0
+    elif params["temperature"] < _MAX_TEMP:
+        params["temperature"] = _MAX_TEMP
     params["max_tokens"] = max_tokens
     params["min_tokens"] = opts.min_tokens
     if opts.seed is not None:
