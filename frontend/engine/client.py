@@ -1,0 +1,574 @@
+"""One worker's engine client slot: ADD/ABORT/UTILITY out, outputs pushed to sinks.
+
+Each worker process owns one vLLM client slot (`client_index`): a ROUTER it binds
+for requests (the engines' DEALERs connect to it) and a PULL it binds for outputs
+(the engines' PUSHes connect to it). The engine sends every output of a request to
+the slot named by the request's `client_index`, so outputs never need a hop.
+
+The output path is the hot path. It does not use asyncio sockets: the PULL
+socket's file descriptor is registered with `loop.add_reader`, and the callback
+drains every queued message with non-blocking `recv_multipart`, decodes each
+batch and calls `sink.on_output(output)` synchronously for every output. No task,
+future or queue per token.
+
+ZMQ's FD is edge-triggered: it signals "something changed", not "a message is
+waiting", and it is only re-armed once a receive has returned EAGAIN. So the
+reader must drain until EAGAIN every time, and when it stops early (to let the
+loop breathe) it must reschedule itself rather than wait for the FD. Only this
+callback touches the PULL socket, so no other call can swallow a wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import Any, Iterable
+
+import zmq
+
+from .types import (
+    FINISH_ERROR,
+    EngineDeadError,
+    EngineInfo,
+    EngineOutput,
+    EngineRequest,
+    InvalidEngineRequest,
+    OutputSink,
+)
+from .validate import validate_engine_request
+from .wire import (
+    LATEST_LAYOUT,
+    REQUEST_ABORT,
+    REQUEST_ADD,
+    REQUEST_UTILITY,
+    ProtocolError,
+    decode_outputs,
+    decode_ready,
+    encode_abort,
+    encode_add,
+    encode_utility,
+    engine_identity,
+    is_engine_dead,
+    layout_for_version,
+)
+
+log = logging.getLogger(__name__)
+
+# Messages handled per reader callback before yielding to the event loop.
+_DRAIN_BUDGET = 512
+# Ids aborted locally are remembered this long (in entries) so late outputs for
+# them are dropped quietly instead of triggering another abort.
+_RECENT_ABORTS = 8192
+
+
+class UtilityError(RuntimeError):
+    """A utility call that the engine ran and reported as failed."""
+
+
+class EngineClient:
+    """ZMQ client of one or more EngineCores (data parallel) for one worker."""
+
+    def __init__(
+        self,
+        *,
+        client_index: int,
+        input_address: str,
+        output_address: str,
+        engine_indices: list[int],
+        vocab_size: int | None = None,
+        max_logprobs: int = 20,
+    ):
+        if not engine_indices:
+            raise ValueError("engine_indices must name at least one engine")
+        self.client_index = client_index
+        self.input_address = input_address
+        self.output_address = output_address
+        self.engine_indices = list(engine_indices)
+        self.vocab_size = vocab_size
+        self.max_logprobs = max_logprobs
+
+        self._identities = {i: engine_identity(i) for i in self.engine_indices}
+        self._infos: dict[int, EngineInfo] = {}
+        self._layout = LATEST_LAYOUT
+        self._max_model_len = 0
+
+        self._ctx: zmq.Context | None = None
+        self._input: zmq.Socket | None = None
+        self._output: zmq.Socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reader_fd: int | None = None
+        self._drain_scheduled = False
+
+        self._started = False
+        self._closed = False
+        self._healthy = False
+        self._dead_message = "The engine client is not started."
+
+        self._sinks: dict[str, OutputSink] = {}
+        self._owner: dict[str, int] = {}
+        self._in_flight = {i: 0 for i in self.engine_indices}
+        self._stats: dict[int, dict] = {}
+        self._rr = 0
+
+        self._pending_aborts: dict[int, list[str]] = {}
+        self._abort_scheduled = False
+        self._recent_aborts: set[str] = set()
+        self._old_aborts: set[str] = set()
+
+        self._utility: dict[int, asyncio.Future] = {}
+        self._next_call_id = secrets.randbits(62)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(
+        self, *, engine_infos: list[EngineInfo] | None = None, timeout: float = 600.0
+    ) -> list[EngineInfo]:
+        """Bind the sockets, wait for every engine's ready response, start reading.
+
+        A restarted worker gets no ready response (the engines sent theirs once,
+        to its predecessor): it passes the infos it was given and this waits only,
+        briefly, for the engines' DEALERs to reconnect.
+        """
+        if self._started:
+            raise RuntimeError("EngineClient.start() called twice")
+        self._loop = asyncio.get_running_loop()
+        self._ctx = zmq.Context()
+        inp = self._ctx.socket(zmq.ROUTER)
+        inp.setsockopt(zmq.SNDHWM, 0)
+        inp.setsockopt(zmq.RCVHWM, 0)
+        # A ROUTER silently drops frames for an unknown peer; make that an error.
+        inp.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        out = self._ctx.socket(zmq.PULL)
+        out.setsockopt(zmq.RCVHWM, 0)
+        self._input, self._output = inp, out
+        try:
+            if engine_infos is None:
+                # Monitor is only needed for restarts; bind first, then wait.
+                inp.bind(self.input_address)
+                out.bind(self.output_address)
+                infos = await self._wait_ready(timeout)
+            else:
+                infos = self._trust_infos(engine_infos)
+                monitor = inp.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+                inp.bind(self.input_address)
+                out.bind(self.output_address)
+                await self._wait_connected(monitor, min(timeout, 30.0))
+        except BaseException:
+            self._close_sockets(linger=0)
+            raise
+        for info in infos:
+            self._infos[info.engine_index] = info
+        self._max_model_len = min(i.max_model_len for i in infos)
+        self._layout = layout_for_version(infos[0].vllm_version)
+        self._started = True
+        self._healthy = True
+        self._dead_message = ""
+        self._reader_fd = out.getsockopt(zmq.FD)
+        self._loop.add_reader(self._reader_fd, self._on_readable)
+        # Outputs may already be queued (a restarted worker inherits orphans):
+        # the edge-triggered FD would not announce them.
+        self._schedule_drain()
+        return [self._infos[i] for i in self.engine_indices]
+
+    def _trust_infos(self, engine_infos: list[EngineInfo]) -> list[EngineInfo]:
+        by_index = {i.engine_index: i for i in engine_infos}
+        missing = [i for i in self.engine_indices if i not in by_index]
+        if missing:
+            raise ValueError(f"no engine info for engine(s) {missing}")
+        return [by_index[i] for i in self.engine_indices]
+
+    async def _wait_ready(self, timeout: float) -> list[EngineInfo]:
+        assert self._input is not None
+        deadline = time.monotonic() + timeout
+        pending = set(self.engine_indices)
+        infos: dict[int, EngineInfo] = {}
+        by_identity = {v: k for k, v in self._identities.items()}
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"no ready response from engine(s) {sorted(pending)} on "
+                    f"{self.input_address} within {timeout:.0f}s"
+                )
+            # Startup only: short blocking polls, then let the loop run.
+            if not self._input.poll(timeout=min(20, max(1, int(remaining * 1000)))):
+                await asyncio.sleep(0.005)
+                continue
+            frames = self._input.recv_multipart()
+            if len(frames) != 2:
+                log.warning("ignoring %d-frame message on the input socket", len(frames))
+                continue
+            identity, payload = frames
+            index = by_identity.get(identity)
+            if index is None:
+                log.warning("ready response from unexpected engine identity %r", identity)
+                continue
+            infos[index] = decode_ready(payload, engine_index=index)
+            pending.discard(index)
+            log.info("engine %d ready: vLLM %s, max_model_len %d", index,
+                     infos[index].vllm_version, infos[index].max_model_len)
+        return [infos[i] for i in self.engine_indices]
+
+    async def _wait_connected(self, monitor: zmq.Socket, timeout: float) -> None:
+        """Wait until every engine's DEALER has (re)connected to the input ROUTER.
+
+        Until then a send to its identity fails (ROUTER_MANDATORY). Not fatal on
+        timeout: the engine may be slow to notice the new socket; sends report it.
+        """
+        from zmq.utils.monitor import recv_monitor_message
+
+        assert self._input is not None
+        deadline = time.monotonic() + timeout
+        connected = 0
+        try:
+            while connected < len(self.engine_indices):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    log.warning("only %d of %d engine(s) reconnected to %s within %.0fs",
+                                connected, len(self.engine_indices), self.input_address, timeout)
+                    return
+                if monitor.poll(timeout=min(20, max(1, int(remaining * 1000)))):
+                    event = recv_monitor_message(monitor)
+                    if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                        connected += 1
+                else:
+                    await asyncio.sleep(0.005)
+        finally:
+            self._input.disable_monitor()
+            monitor.close(linger=0)
+
+    async def close(self) -> None:
+        """Abort what is still in flight, fail its sinks, close the sockets."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started and self._sinks:
+            ids = list(self._sinks)
+            sinks = list(self._sinks.values())
+            self.abort(ids)
+            for sink in sinks:
+                self._notify_dead(sink, "The server is shutting down.")
+        self._flush_aborts()
+        self._healthy = False
+        self._dead_message = "The engine client is closed."
+        self._fail_utilities(EngineDeadError(self._dead_message))
+        if self._loop is not None and self._reader_fd is not None:
+            self._loop.remove_reader(self._reader_fd)
+            self._reader_fd = None
+        self._close_sockets(linger=1000)
+
+    def _close_sockets(self, linger: int) -> None:
+        for sock in (self._input, self._output):
+            if sock is not None:
+                sock.close(linger=linger)
+        self._input = self._output = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    @property
+    def dead_message(self) -> str:
+        return self._dead_message
+
+    @property
+    def engine_infos(self) -> list[EngineInfo]:
+        return [self._infos[i] for i in self.engine_indices if i in self._infos]
+
+    @property
+    def max_model_len(self) -> int:
+        """The smallest `max_model_len` over the engines (0 before start)."""
+        return self._max_model_len
+
+    @property
+    def vllm_version(self) -> str:
+        infos = self.engine_infos
+        return infos[0].vllm_version if infos else ""
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._sinks)
+
+    @property
+    def scheduler_stats(self) -> dict[int, dict]:
+        """Latest `scheduler_stats` per engine index, as seen by this client.
+
+        The engine sends its stats to one client per step, so each worker sees a
+        sample; aggregate across workers for a full picture.
+        """
+        return dict(self._stats)
+
+    def in_flight_by_engine(self) -> dict[int, int]:
+        return dict(self._in_flight)
+
+    # ------------------------------------------------------------------ requests
+
+    def add_request(self, req: EngineRequest, sink: OutputSink) -> None:
+        """Validate, route, send. Outputs then go to `sink` until it finishes.
+
+        Raises InvalidEngineRequest (nothing sent) or EngineDeadError.
+        """
+        if not self._healthy:
+            raise EngineDeadError(self._dead_message or "The engine is not available.")
+        req.client_index = self.client_index
+        validate_engine_request(
+            req,
+            max_model_len=self._max_model_len,
+            vocab_size=self.vocab_size,
+            num_clients=self.client_index + 1,
+            max_logprobs=self.max_logprobs,
+        )
+        rid = req.request_id
+        if rid in self._sinks:
+            # A duplicate in-flight id kills the engine.
+            raise InvalidEngineRequest(f"request id {rid!r} is already in flight", "request_id")
+        engine = self._route(req)
+        try:
+            payload = encode_add(req, self._layout)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
+        self._send(engine, REQUEST_ADD, payload)
+        self._sinks[rid] = sink
+        self._owner[rid] = engine
+        self._in_flight[engine] += 1
+
+    def _route(self, req: EngineRequest) -> int:
+        indices = self.engine_indices
+        if req.data_parallel_rank is not None:
+            if req.data_parallel_rank not in self._in_flight:
+                raise InvalidEngineRequest(
+                    f"data_parallel_rank {req.data_parallel_rank} is not one of the engines "
+                    f"{indices}", "data_parallel_rank")
+            return req.data_parallel_rank
+        n = len(indices)
+        if n == 1:
+            return indices[0]
+        best, best_score = indices[0], None
+        start = self._rr
+        for k in range(n):
+            e = indices[(start + k) % n]
+            score = self._in_flight[e]
+            stats = self._stats.get(e)
+            if stats:
+                score += (stats.get("num_running_reqs") or 0) + (stats.get("num_waiting_reqs") or 0)
+            if best_score is None or score < best_score:
+                best, best_score = e, score
+        # Rotate the tie-break so equal engines share the load.
+        self._rr = (start + 1) % n
+        return best
+
+    def _send(self, engine: int, kind: bytes, payload: bytes) -> None:
+        sock = self._input
+        if sock is None:
+            raise EngineDeadError(self._dead_message or "The engine client is closed.")
+        try:
+            sock.send_multipart((self._identities[engine], kind, payload), flags=zmq.NOBLOCK)
+        except zmq.ZMQError as e:
+            if e.errno == zmq.EHOSTUNREACH:
+                raise EngineDeadError(f"engine {engine} is not connected") from None
+            raise EngineDeadError(f"cannot send to engine {engine}: {e}") from None
+
+    def abort(self, request_ids: Iterable[str]) -> None:
+        """Forget these requests now (no more callbacks); tell the engines soon.
+
+        Aborts are batched: one ABORT message per engine per event-loop iteration.
+        The engine sends nothing back for them.
+        """
+        queued = False
+        for rid in request_ids:
+            self._sinks.pop(rid, None)
+            engine = self._owner.pop(rid, None)
+            if engine is None:
+                continue
+            self._in_flight[engine] -= 1
+            self._queue_abort(engine, rid)
+            queued = True
+        if queued:
+            self._schedule_abort_flush()
+
+    def _queue_abort(self, engine: int, rid: str) -> None:
+        self._pending_aborts.setdefault(engine, []).append(rid)
+        recent = self._recent_aborts
+        recent.add(rid)
+        if len(recent) >= _RECENT_ABORTS:
+            self._old_aborts = recent
+            self._recent_aborts = set()
+
+    def _schedule_abort_flush(self) -> None:
+        if not self._abort_scheduled and self._loop is not None and not self._loop.is_closed():
+            self._abort_scheduled = True
+            self._loop.call_soon(self._flush_aborts)
+
+    def _flush_aborts(self) -> None:
+        self._abort_scheduled = False
+        pending, self._pending_aborts = self._pending_aborts, {}
+        if not self._healthy and not self._closed:
+            return  # a dead engine has nothing to abort
+        for engine, ids in pending.items():
+            try:
+                self._send(engine, REQUEST_ABORT, encode_abort(ids))
+            except EngineDeadError as e:
+                log.warning("could not abort %d request(s) on engine %d: %s", len(ids), engine, e)
+
+    # ------------------------------------------------------------------ utility calls
+
+    async def call_utility(
+        self, method: str, *args: Any, engine_index: int | None = None, timeout: float = 30
+    ) -> Any:
+        """Run `EngineCore.<method>(*args)` in one engine (the first by default)."""
+        if not self._healthy:
+            raise EngineDeadError(self._dead_message or "The engine is not available.")
+        engine = self.engine_indices[0] if engine_index is None else engine_index
+        if engine not in self._identities:
+            raise ValueError(f"unknown engine index {engine}")
+        assert self._loop is not None
+        call_id = self._next_call_id
+        self._next_call_id = (call_id + 1) & (2**64 - 1)
+        fut = self._loop.create_future()
+        self._utility[call_id] = fut
+        try:
+            self._send(engine, REQUEST_UTILITY,
+                       encode_utility(self.client_index, call_id, method, args))
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._utility.pop(call_id, None)
+
+    def _resolve_utility(self, utility: tuple[int, str | None, Any]) -> None:
+        call_id, failure, result = utility
+        fut = self._utility.pop(call_id, None)
+        if fut is None or fut.done():
+            if failure is not None:
+                log.warning("utility call %s failed after its caller left: %s", call_id, failure)
+            return
+        if failure is not None:
+            fut.set_exception(UtilityError(failure))
+        else:
+            fut.set_result(result)
+
+    def _fail_utilities(self, exc: Exception) -> None:
+        futures, self._utility = self._utility, {}
+        for fut in futures.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    # ------------------------------------------------------------------ death
+
+    def mark_dead(self, message: str) -> None:
+        """The engine is gone: fail every in-flight request and report unhealthy."""
+        if not self._healthy and not self._sinks and not self._utility:
+            self._dead_message = self._dead_message or message
+            return
+        log.error("engine marked dead: %s", message)
+        self._healthy = False
+        self._dead_message = message
+        sinks, self._sinks = self._sinks, {}
+        self._owner.clear()
+        self._pending_aborts.clear()
+        for e in self._in_flight:
+            self._in_flight[e] = 0
+        for sink in sinks.values():
+            self._notify_dead(sink, message)
+        self._fail_utilities(EngineDeadError(message))
+
+    @staticmethod
+    def _notify_dead(sink: OutputSink, message: str) -> None:
+        try:
+            sink.on_engine_dead(message)
+        except Exception:
+            log.exception("output sink failed in on_engine_dead")
+
+    # ------------------------------------------------------------------ output loop
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_scheduled and self._loop is not None:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._scheduled_drain)
+
+    def _scheduled_drain(self) -> None:
+        self._drain_scheduled = False
+        self._on_readable()
+
+    def _on_readable(self) -> None:
+        sock = self._output
+        if sock is None:
+            return
+        recv = sock.recv_multipart
+        for _ in range(_DRAIN_BUDGET):
+            try:
+                frames = recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return  # drained: the FD is re-armed
+            except zmq.ZMQError as e:
+                log.error("output socket error: %s", e)
+                return
+            try:
+                self._handle_message(frames)
+            except Exception:  # never let one batch stop the reader
+                log.exception("failed to process an engine output batch")
+            if self._output is None:
+                return
+        # Budget spent with messages possibly left: the FD will not fire for
+        # them, so come back on the next loop iteration.
+        self._schedule_drain()
+
+    def _handle_message(self, frames: list) -> None:
+        if len(frames) == 1 and is_engine_dead(frames):
+            self.mark_dead("The engine died (ENGINE_CORE_DEAD).")
+            return
+        try:
+            batch = decode_outputs(frames, self._layout)
+        except ProtocolError as e:
+            # Outputs of unknown requests are lost: they would hang forever.
+            self.mark_dead(f"Undecodable message from the engine: {e}")
+            return
+        engine = batch.engine_index
+        if batch.scheduler_stats is not None:
+            self._stats[engine] = batch.scheduler_stats
+        if batch.utility_output is not None:
+            self._resolve_utility(batch.utility_output)
+        sinks = self._sinks
+        for out in batch.outputs:
+            rid = out.request_id
+            sink = sinks.get(rid)
+            if sink is None:
+                self._orphan(engine, out)
+                continue
+            if out.finish_reason is not None:
+                del sinks[rid]
+                owner = self._owner.pop(rid, None)
+                if owner is not None:
+                    self._in_flight[owner] -= 1
+            try:
+                sink.on_output(out)
+            except Exception as e:
+                self._sink_failed(rid, sink, out, e)
+
+    def _orphan(self, engine: int, out: EngineOutput) -> None:
+        """An output nobody here waits for: aborted just now, or left by a predecessor."""
+        rid = out.request_id
+        if out.finish_reason is not None or rid in self._recent_aborts or rid in self._old_aborts:
+            return
+        if engine not in self._identities:
+            log.warning("output from unknown engine %d for request %s", engine, rid)
+            return
+        log.info("aborting orphaned request %s on engine %d", rid, engine)
+        self._queue_abort(engine, rid)
+        self._schedule_abort_flush()
+
+    def _sink_failed(self, rid: str, sink: OutputSink, out: EngineOutput, exc: Exception) -> None:
+        log.error("output sink of request %s failed; aborting it", rid, exc_info=exc)
+        if out.finish_reason is None:
+            self.abort((rid,))
+        # Give the layer above one chance to end its request instead of hanging.
+        try:
+            sink.on_output(EngineOutput(rid, [], finish_reason=FINISH_ERROR,
+                                        error=f"internal error: {exc}"))
+        except Exception:
+            pass
