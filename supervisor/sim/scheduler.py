@@ -1,0 +1,329 @@
+"""Request state and one engine step of the simulated engine.
+
+Like vLLM's scheduler: at most `max_num_seqs` requests run, the rest wait in FIFO order;
+every step each running request gets one new token; a request stops on its EOS token
+(finish 0, stop_reason None), on a token in `stop_token_ids` (finish 0, stop_reason = the
+id), or at `max_tokens` / `max_model_len` (finish 1), checked in vLLM's order, and the
+stopping token is included in `new_token_ids`. EOS and stop ids are never produced before
+`min_tokens` (a real sampler masks them). The first output of a request carries its
+`events` (QUEUED, SCHEDULED) and `prefill_stats`, as vLLM's do with stats logging on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from supervisor.sim import wire
+from supervisor.sim.tokens import TokenSource
+
+
+class FatalEngineError(RuntimeError):
+    """A request that kills a real EngineCore (e.g. a duplicate in-flight request id)."""
+
+
+class SimRequest:
+    """One in-flight request; `__slots__` because thousands are stepped every few ms."""
+
+    __slots__ = (
+        "request_id",
+        "client_index",
+        "prompt_len",
+        "cap",
+        "min_tokens",
+        "eos",
+        "stops",
+        "script",
+        "eos_after",
+        "offset",
+        "n_out",
+        "queued_ts",
+        "first",
+        "aborted",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        client_index: int,
+        prompt_len: int,
+        cap: int,
+        min_tokens: int,
+        eos: int | None,
+        stops: frozenset[int] | None,
+        script: list[int] | None,
+        eos_after: int | None,
+        offset: int,
+        queued_ts: float,
+    ):
+        self.request_id = request_id
+        self.client_index = client_index
+        self.prompt_len = prompt_len
+        self.cap = cap
+        self.min_tokens = min_tokens
+        self.eos = eos
+        self.stops = stops
+        self.script = script
+        self.eos_after = eos_after
+        self.offset = offset
+        self.n_out = 0
+        self.queued_ts = queued_ts
+        self.first = True
+        self.aborted = False
+
+    @property
+    def scripted(self) -> bool:
+        return self.script is not None or self.eos_after is not None
+
+
+@dataclass
+class StepResult:
+    """What one step sends: outputs per client, and the stats (for one client only)."""
+
+    outputs: dict[int, list[list[Any]]]
+    finished: dict[int, list[str]]
+    stats: dict[str, Any] | None
+    stats_client: int
+
+
+class Scheduler:
+    def __init__(
+        self,
+        tokens: TokenSource,
+        layout: wire.Layout,
+        *,
+        max_num_seqs: int,
+        max_model_len: int,
+        block_size: int,
+        num_gpu_blocks: int,
+        log_stats: bool = True,
+        include_finished_set: bool = False,
+    ):
+        self.tokens = tokens
+        self.layout = layout
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.block_size = block_size
+        self.kv_capacity = max(1, num_gpu_blocks * block_size)
+        self.log_stats = log_stats
+        self.include_finished_set = include_finished_set
+
+        self.requests: dict[str, SimRequest] = {}  # every in-flight request, by id
+        self.running: dict[str, SimRequest] = {}
+        self.waiting: deque[SimRequest] = deque()
+        self.num_waiting = 0  # waiting minus aborted-while-waiting
+        self.kv_tokens = 0  # tokens held by running requests
+        self.step_counter = 0
+        self._finished_sets: dict[int, set[str]] = {}
+        self._step_due = False  # a step owed after aborts (vLLM steps for finished ids)
+        self._stats_rr = 0
+        self._prefix_reset = False
+
+    # ------------------------------------------------------------------ inputs
+
+    def has_work(self) -> bool:
+        return bool(self.running) or self.num_waiting > 0 or self._step_due
+
+    def add(self, req: wire.SimEngineRequest, now: float) -> list[Any] | None:
+        """Queue a decoded ADD. Returns an error output for the request when vLLM would
+        answer it with one (finish_reason 3) instead of running it."""
+        rid = req.request_id
+        if rid in self.requests:
+            raise FatalEngineError(f"duplicate request id {rid!r}")
+        params = req.sampling_params
+        prompt = req.prompt_token_ids
+        if req.pooling_params is not None:
+            raise FatalEngineError(f"Unsupported task: pooling (request {rid!r})")
+        if params is None or not prompt or params.max_tokens is None:
+            return wire.output_item(self.layout, rid, [], wire.FINISH_ERROR)
+        prompt_len = len(prompt)
+        if prompt_len >= self.max_model_len:
+            return wire.output_item(self.layout, rid, [], wire.FINISH_ERROR)
+        if req.abort_immediately:
+            return None
+
+        extra = params.extra_args or {}
+        script: list[int] | None = None
+        if "sim_token_ids" in extra:
+            script = [int(t) for t in extra["sim_token_ids"]]
+        elif "sim_text" in extra:
+            script = self.tokens.encode(str(extra["sim_text"]))
+        eos_after = extra.get("sim_eos_after")
+        stops = frozenset(params.stop_token_ids) if params.stop_token_ids else None
+        r = SimRequest(
+            request_id=rid,
+            client_index=req.client_index,
+            prompt_len=prompt_len,
+            cap=min(params.max_tokens, self.max_model_len - prompt_len),
+            min_tokens=params.min_tokens,
+            eos=params._eos_token_id,
+            stops=stops,
+            script=script,
+            eos_after=int(eos_after) if eos_after is not None else None,
+            offset=self.tokens.offset_for(params.seed, rid),
+            queued_ts=now,
+        )
+        self.requests[rid] = r
+        self.waiting.append(r)
+        self.num_waiting += 1
+        return None
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Client abort: drop the requests; like vLLM, nothing is sent back for them."""
+        for rid in request_ids:
+            r = self.requests.pop(rid, None)
+            if r is None:
+                continue
+            if self.running.pop(rid, None) is not None:
+                self.kv_tokens -= r.prompt_len + r.n_out
+            else:
+                r.aborted = True
+                self.num_waiting -= 1
+            self._note_finished(r)
+            self._step_due = True
+
+    def abort_all(self) -> dict[int, list[list[Any]]]:
+        """Shutdown: abort everything in flight and return the abort outputs per client
+        (vLLM's shutdown with shutdown_timeout=0 sends these)."""
+        outputs: dict[int, list[list[Any]]] = {}
+        for r in self.requests.values():
+            outputs.setdefault(r.client_index, []).append(
+                wire.output_item(self.layout, r.request_id, [], wire.FINISH_ABORT)
+            )
+        self.requests.clear()
+        self.running.clear()
+        self.waiting.clear()
+        self.num_waiting = 0
+        self.kv_tokens = 0
+        return outputs
+
+    def reset_prefix_cache(self) -> bool:
+        self._prefix_reset = True
+        return True
+
+    def _note_finished(self, r: SimRequest) -> None:
+        if self.include_finished_set:
+            self._finished_sets.setdefault(r.client_index, set()).add(r.request_id)
+
+    # ------------------------------------------------------------------ step
+
+    def step(self, now: float) -> StepResult:
+        """Admit waiting requests, give every running request one token."""
+        self.step_counter += 1
+        self._step_due = False
+        layout_extra = self.layout.output_extra
+        log_stats = self.log_stats
+
+        new_requests = 0
+        new_queries = 0
+        running = self.running
+        waiting = self.waiting
+        while waiting and len(running) < self.max_num_seqs:
+            r = waiting.popleft()
+            if r.aborted:
+                continue
+            self.num_waiting -= 1
+            running[r.request_id] = r
+            new_requests += 1
+            new_queries += r.prompt_len
+            self.kv_tokens += r.prompt_len
+
+        stream = self.tokens.stream
+        mask = self.tokens.mask
+        outputs: dict[int, list[list[Any]]] = {}
+        done: list[SimRequest] = []
+        for r in running.values():
+            n = r.n_out
+            if r.script is None and r.eos_after is None:
+                tok = stream[(r.offset + n) & mask]
+            else:
+                tok = _scripted_token(r, n, stream, mask)
+            if r.min_tokens > n and (tok == r.eos or (r.stops is not None and tok in r.stops)):
+                tok = stream[(r.offset + n) & mask]
+            n += 1
+            r.n_out = n
+
+            finish = None
+            stop_reason = None
+            if tok == r.eos:
+                finish = wire.FINISH_STOP
+            elif r.stops is not None and tok in r.stops:
+                finish = wire.FINISH_STOP
+                stop_reason = tok
+            elif n >= r.cap:
+                finish = wire.FINISH_LENGTH
+
+            if r.first:
+                r.first = False
+                item = wire.output_item(
+                    self.layout,
+                    r.request_id,
+                    [tok],
+                    finish,
+                    stop_reason,
+                    [wire.event(wire.EVENT_QUEUED, r.queued_ts), wire.event(wire.EVENT_SCHEDULED, now)]
+                    if log_stats
+                    else None,
+                    wire.prefill_stats(r.prompt_len, self.block_size),
+                )
+            else:
+                # The common case, spelled out: one list literal per token.
+                item = [
+                    r.request_id, [tok], None, None, None, finish, stop_reason, None,
+                    None, None, None, None, None, 0, None, None, None, None,
+                ]  # fmt: skip
+                if layout_extra:
+                    item += layout_extra
+            client_outputs = outputs.get(r.client_index)
+            if client_outputs is None:
+                outputs[r.client_index] = [item]
+            else:
+                client_outputs.append(item)
+            if finish is not None:
+                done.append(r)
+
+        self.kv_tokens += len(running)
+        for r in done:
+            del running[r.request_id]
+            del self.requests[r.request_id]
+            self.kv_tokens -= r.prompt_len + r.n_out
+            self._note_finished(r)
+
+        finished: dict[int, list[str]] = {}
+        if self._finished_sets:
+            finished = {c: list(ids) for c, ids in self._finished_sets.items()}
+            self._finished_sets.clear()
+
+        stats = None
+        stats_client = 0
+        if log_stats:
+            stats = wire.scheduler_stats(
+                num_running=len(running),
+                num_waiting=self.num_waiting,
+                kv_cache_usage=min(1.0, self.kv_tokens / self.kv_capacity),
+                step_counter=self.step_counter,
+                prefix_requests=new_requests,
+                prefix_queries=new_queries,
+                reset=self._prefix_reset,
+            )
+            self._prefix_reset = False
+            clients = sorted(outputs) or sorted(finished)
+            if clients:
+                stats_client = clients[self._stats_rr % len(clients)]
+                self._stats_rr += 1
+        return StepResult(outputs, finished, stats, stats_client)
+
+
+def _scripted_token(r: SimRequest, n: int, stream: list[int], mask: int) -> int:
+    """Token `n` of a request with `sim_eos_after` or a `sim_text` / `sim_token_ids` script."""
+    eos = r.eos
+    if r.eos_after is not None and eos is not None and n >= r.eos_after:
+        return eos
+    script = r.script
+    if script is not None:
+        if n < len(script):
+            return script[n]
+        if eos is not None:
+            return eos
+    return stream[(r.offset + n) & mask]

@@ -1,0 +1,87 @@
+"""`python -m supervisor.sim_engine`: a simulated headless vLLM EngineCore.
+
+It joins a frontend's handshake socket exactly as `vllm serve --headless` engines do and
+then answers with generated tokens on a fixed step clock, so the frontend (ours, or vLLM's
+own) can be tested and benchmarked without a GPU. See `supervisor/sim/` for the parts.
+
+    python -m supervisor.sim_engine --handshake-address tcp://127.0.0.1:29550 \
+        --engine-index 0 --model MODEL_DIR [--step-time 0.01] [--max-num-seqs 256] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from supervisor.sim.engine import SimEngine, SimEngineConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m supervisor.sim_engine", description=__doc__)
+    p.add_argument("--handshake-address", required=True, help="frontend handshake ROUTER")
+    p.add_argument("--engine-index", type=int, default=0, help="data parallel rank")
+    p.add_argument("--model", default=None, help="model dir (its tokenizer.json gives text)")
+    p.add_argument("--step-time", type=float, default=0.01, help="seconds per engine step")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=16384)
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--num-gpu-blocks", type=int, default=None)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--vllm-version", default="0.32.0", help="wire layout to speak")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--disable-log-stats", action="store_true", help="no stats or events")
+    p.add_argument(
+        "--include-finished-set",
+        action="store_true",
+        help="fill finished_requests (vLLM does so only under a DP coordinator)",
+    )
+    p.add_argument(
+        "--on-bad-request",
+        choices=("dead", "deaf"),
+        default="dead",
+        help="undecodable input: send ENGINE_CORE_DEAD and exit (dead), or stop reading "
+        "inputs as vLLM's crashed input thread does (deaf)",
+    )
+    p.add_argument("--die-after-steps", type=int, default=None, help="fault injection")
+    p.add_argument("--hang-after-steps", type=int, default=None, help="fault injection")
+    p.add_argument("--handshake-timeout", type=float, default=300.0)
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> SimEngineConfig:
+    return SimEngineConfig(
+        handshake_address=args.handshake_address,
+        engine_index=args.engine_index,
+        model=args.model,
+        step_time=args.step_time,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        vllm_version=args.vllm_version,
+        num_gpu_blocks=args.num_gpu_blocks,
+        block_size=args.block_size,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        dtype=args.dtype,
+        seed=args.seed,
+        log_stats=not args.disable_log_stats,
+        include_finished_set=args.include_finished_set,
+        on_bad_request=args.on_bad_request,
+        die_after_steps=args.die_after_steps,
+        hang_after_steps=args.hang_after_steps,
+        handshake_timeout_s=args.handshake_timeout,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s sim-engine[{args.engine_index}] %(levelname)s %(message)s",
+    )
+    return SimEngine(config_from_args(args)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
