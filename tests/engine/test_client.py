@@ -1,0 +1,384 @@
+"""EngineClient against fake engines built from plain zmq DEALER/PUSH sockets.
+
+The fake engines speak with vLLM's own MsgpackEncoder/Decoder and msgspec classes,
+so what the client sends is decoded exactly as the engine would decode it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+
+import msgspec
+import numpy as np
+import pytest
+import uvloop
+import zmq
+from vllm.v1.engine import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreReadyResponse,
+    EngineCoreRequest,
+    FinishReason,
+    UtilityOutput,
+)
+from vllm.v1.metrics.stats import SchedulerStats
+from vllm.v1.outputs import LogprobsLists
+from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
+
+from frontend.engine.client import EngineClient, UtilityError
+from frontend.engine.types import (
+    FINISH_ERROR,
+    EngineDeadError,
+    EngineInfo,
+    EngineRequest,
+    InvalidEngineRequest,
+)
+
+
+def on_uvloop(fn):
+    """Run the async test body on uvloop, the workers' event loop."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return uvloop.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+async def until(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.002)
+
+
+class FakeEngine:
+    def __init__(self, ctx: zmq.Context, index: int, input_address: str, output_address: str):
+        self.index = index
+        self.dealer = ctx.socket(zmq.DEALER)
+        self.dealer.setsockopt(zmq.IDENTITY, index.to_bytes(2, "little"))
+        self.dealer.setsockopt(zmq.LINGER, 0)
+        self.dealer.connect(input_address)
+        self.push = ctx.socket(zmq.PUSH)
+        self.push.setsockopt(zmq.LINGER, 0)
+        self.push.connect(output_address)
+        self.encoder = MsgpackEncoder()
+        self.add_decoder = MsgpackDecoder(EngineCoreRequest)
+        self.decoder = MsgpackDecoder()
+
+    def send_ready(self, max_model_len: int = 128, version: str = "0.32.0") -> None:
+        self.dealer.send(msgspec.msgpack.encode(EngineCoreReadyResponse(
+            max_model_len=max_model_len, num_gpu_blocks=10, block_size=16, dp_stats_address=None,
+            dtype="float32", vllm_version=version, world_size=1, data_parallel_size=1,
+            tensor_parallel_size=1, pipeline_parallel_size=1, decode_context_parallel_size=1,
+            data_parallel_rank=self.index, max_num_seqs=64, max_num_batched_tokens=2048,
+            instance_id="test", supports_lora=False, max_loras=0)))
+
+    async def recv(self, timeout: float = 5.0):
+        """(type_byte, decoded request) like EngineCoreProc.process_input_sockets."""
+        deadline = time.monotonic() + timeout
+        while not self.dealer.poll(0):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"engine {self.index}: nothing received")
+            await asyncio.sleep(0.002)
+        kind, *data = self.dealer.recv_multipart()
+        if kind == b"\x00":
+            return kind, self.add_decoder.decode(data)
+        return kind, self.decoder.decode(data)
+
+    async def nothing_received(self, wait: float = 0.1) -> bool:
+        await asyncio.sleep(wait)
+        return not self.dealer.poll(0)
+
+    def send(self, eco: EngineCoreOutputs) -> None:
+        eco.engine_index = self.index
+        self.push.send_multipart(self.encoder.encode(eco))
+
+    def close(self) -> None:
+        self.dealer.close()
+        self.push.close()
+
+
+class Sink:
+    def __init__(self, fail: bool = False):
+        self.outputs = []
+        self.dead: str | None = None
+        self.fail = fail
+
+    def on_output(self, o) -> None:
+        self.outputs.append(o)
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("sink bug")
+
+    def on_engine_dead(self, message: str) -> None:
+        self.dead = message
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t for o in self.outputs for t in o.new_token_ids]
+
+
+def _req(rid: str, max_tokens: int = 8, **sp) -> EngineRequest:
+    return EngineRequest(request_id=rid, prompt_token_ids=[1, 2, 3],
+                         sampling_params={"max_tokens": max_tokens, **sp}, arrival_time=time.time())
+
+
+@pytest.fixture
+def addresses(tmp_path):
+    return f"ipc://{tmp_path}/in", f"ipc://{tmp_path}/out"
+
+
+@pytest.fixture
+def zctx():
+    ctx = zmq.Context()
+    yield ctx
+    ctx.term()
+
+
+async def _started(addresses, zctx, engine_indices=(0,), client_index=1, **ready):
+    client = EngineClient(client_index=client_index, input_address=addresses[0],
+                          output_address=addresses[1], engine_indices=list(engine_indices),
+                          vocab_size=1000)
+    start = asyncio.create_task(client.start(timeout=5))
+    await asyncio.sleep(0.02)
+    engines = [FakeEngine(zctx, i, *addresses) for i in engine_indices]
+    for e in engines:
+        e.send_ready(**ready)
+    infos = await start
+    return client, engines, infos
+
+
+@on_uvloop
+async def test_full_session(addresses, zctx):
+    client, (eng,), infos = await _started(addresses, zctx, max_model_len=100, version="0.32.0+cpu")
+    try:
+        assert [i.engine_index for i in infos] == [0]
+        assert client.healthy and client.max_model_len == 100
+        assert client.vllm_version == "0.32.0+cpu"
+
+        # ADD: validated, stamped with our client index, decoded by vLLM's decoder.
+        s1, s2 = Sink(), Sink()
+        client.add_request(_req("r1", logprobs=1), s1)
+        client.add_request(_req("r2"), s2)
+        assert client.num_in_flight == 2
+        for rid in ("r1", "r2"):
+            kind, req = await eng.recv()
+            assert kind == b"\x00" and req.request_id == rid and req.client_index == 1
+            assert req.sampling_params.max_tokens == 8
+
+        # Outputs go to their sinks; finished ones are dropped.
+        lp = LogprobsLists(np.array([[5, 9]], dtype=np.int32), np.array([[-0.1, -2.5]], np.float32),
+                           np.array([1], dtype=np.int32), None)
+        eng.send(EngineCoreOutputs(outputs=[
+            EngineCoreOutput("r1", [5], new_logprobs=lp),
+            EngineCoreOutput("r2", [6, 7], finish_reason=FinishReason.STOP, stop_reason=7),
+        ], scheduler_stats=SchedulerStats(num_running_reqs=2, num_waiting_reqs=1)))
+        await until(lambda: s2.outputs and s1.outputs)
+        assert s1.tokens == [5] and s1.outputs[0].new_logprobs.token_ids == [[5, 9]]
+        assert s1.outputs[0].new_logprobs.logprobs == [[pytest.approx(-0.1), -2.5]]
+        assert s2.tokens == [6, 7] and s2.outputs[0].finished and s2.outputs[0].stop_reason == 7
+        assert client.num_in_flight == 1
+        assert client.scheduler_stats[0]["num_running_reqs"] == 2
+
+        # Aborts in one loop iteration go out as one ABORT message; no more callbacks.
+        s3, s4 = Sink(), Sink()
+        client.add_request(_req("r3"), s3)
+        client.add_request(_req("r4"), s4)
+        await eng.recv(), await eng.recv()
+        client.abort(("r1",))
+        client.abort(["r3", "r4", "unknown"])
+        assert client.num_in_flight == 0
+        kind, ids = await eng.recv()
+        assert kind == b"\x01" and ids == ["r1", "r3", "r4"]
+        assert await eng.nothing_received(0.05)
+        # Late outputs of aborted requests: dropped quietly, not aborted again.
+        eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r1", [8])]))
+        assert await eng.nothing_received()
+        assert s1.tokens == [5]
+
+        # Orphans (unknown and unfinished) are aborted; finished ones ignored.
+        eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("ghost", [1]),
+                                            EngineCoreOutput("ghost2", [], finish_reason=2)]))
+        assert await eng.recv() == (b"\x01", ["ghost"])
+        assert await eng.nothing_received(0.05)
+
+        # Utility calls.
+        call = asyncio.create_task(client.call_utility("echo", 1, "a"))
+        kind, (client_index, call_id, method, args) = await eng.recv()
+        assert (kind, client_index, method, args) == (b"\x03", 1, "echo", [1, "a"])
+        eng.send(EngineCoreOutputs(utility_output=UtilityOutput(call_id, None, UtilityResult([1, "a"]))))
+        assert await call == [1, "a"]
+        call = asyncio.create_task(client.call_utility("broken"))
+        _, (_, call_id, _, _) = await eng.recv()
+        eng.send(EngineCoreOutputs(utility_output=UtilityOutput(call_id, "no such method")))
+        with pytest.raises(UtilityError, match="no such method"):
+            await call
+        with pytest.raises(asyncio.TimeoutError):
+            await client.call_utility("slow", timeout=0.05)
+        await eng.recv()
+
+        # A failing sink: logged, request aborted, sink told it failed.
+        bad = Sink(fail=True)
+        client.add_request(_req("r5"), bad)
+        await eng.recv()
+        eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r5", [1])]))
+        assert await eng.recv() == (b"\x01", ["r5"])
+        assert bad.outputs[-1].finish_reason == FINISH_ERROR and "sink bug" in bad.outputs[-1].error
+        assert client.num_in_flight == 0
+
+        # Validation happens before anything is sent.
+        with pytest.raises(InvalidEngineRequest) as e:
+            client.add_request(_req("r6", temperature=5.0), Sink())
+        assert e.value.param == "temperature"
+        with pytest.raises(InvalidEngineRequest) as e:
+            client.add_request(_req("r7", max_tokens=98), Sink())  # 3 + 98 > 100
+        assert e.value.param == "max_tokens"
+        assert await eng.nothing_received(0.05)
+
+        # ENGINE_CORE_DEAD fails everything in flight.
+        s8 = Sink()
+        client.add_request(_req("r8"), s8)
+        await eng.recv()
+        pending = asyncio.create_task(client.call_utility("never"))
+        await eng.recv()
+        eng.push.send(b"ENGINE_CORE_DEAD")
+        await until(lambda: s8.dead is not None)
+        assert not client.healthy and client.num_in_flight == 0
+        with pytest.raises(EngineDeadError):
+            await pending
+        with pytest.raises(EngineDeadError):
+            client.add_request(_req("r9"), Sink())
+        with pytest.raises(EngineDeadError):
+            await client.call_utility("x")
+    finally:
+        await client.close()
+        eng.close()
+
+
+@on_uvloop
+async def test_mark_dead_and_close(addresses, zctx):
+    client, (eng,), _ = await _started(addresses, zctx)
+    try:
+        a = Sink()
+        client.add_request(_req("a"), a)
+        client.mark_dead("supervisor says so")
+        assert a.dead == "supervisor says so" and not client.healthy
+        assert client.num_in_flight == 0
+        with pytest.raises(EngineDeadError, match="supervisor says so"):
+            client.add_request(_req("b"), Sink())
+        # Nothing is aborted in a dead engine.
+        assert (await eng.recv())[1].request_id == "a"
+        assert await eng.nothing_received(0.05)
+    finally:
+        await client.close()
+        eng.close()
+
+
+@on_uvloop
+async def test_close_aborts_in_flight(addresses, zctx):
+    client, (eng,), _ = await _started(addresses, zctx)
+    s = Sink()
+    client.add_request(_req("a"), s)
+    await eng.recv()
+    await client.close()
+    assert s.dead is not None
+    assert await eng.recv() == (b"\x01", ["a"])
+    eng.close()
+
+
+@on_uvloop
+async def test_restarted_worker_trusts_infos_and_aborts_orphans(addresses, zctx):
+    # The engine is already running: its sockets reconnect to the new worker's
+    # sockets, and it never sends another ready response.
+    eng = FakeEngine(zctx, 0, *addresses)
+    eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("old-worker-req", [1])]))
+    info = EngineInfo(engine_index=0, max_model_len=64, vllm_version="0.33.0")
+    client = EngineClient(client_index=0, input_address=addresses[0],
+                          output_address=addresses[1], engine_indices=[0])
+    try:
+        infos = await asyncio.wait_for(client.start(engine_infos=[info], timeout=5), 5)
+        assert infos == [info] and client.max_model_len == 64
+        # The orphan queued before start is aborted.
+        assert await eng.recv() == (b"\x01", ["old-worker-req"])
+        s = Sink()
+        client.add_request(_req("new"), s)
+        kind, req = await eng.recv()
+        assert kind == b"\x00" and req.request_id == "new" and req.client_index == 0
+    finally:
+        await client.close()
+        eng.close()
+
+
+@on_uvloop
+async def test_data_parallel_least_loaded(addresses, zctx):
+    client, engines, infos = await _started(addresses, zctx, engine_indices=(0, 1))
+    e0, e1 = engines
+    try:
+        assert [i.engine_index for i in infos] == [0, 1]
+        for i in range(4):
+            client.add_request(_req(f"r{i}"), Sink())
+        assert client.in_flight_by_engine() == {0: 2, 1: 2}
+        # Engine 0 reports a long queue: new work goes to engine 1.
+        e0.send(EngineCoreOutputs(scheduler_stats=SchedulerStats(num_running_reqs=8,
+                                                                 num_waiting_reqs=4)))
+        await until(lambda: 0 in client.scheduler_stats)
+        for i in range(4, 7):
+            client.add_request(_req(f"r{i}"), Sink())
+        assert client.in_flight_by_engine() == {0: 2, 1: 5}
+        # A pinned rank wins over load; aborts go to the owning engine.
+        r = _req("pin0")
+        r.data_parallel_rank = 0
+        client.add_request(r, Sink())
+        assert client.in_flight_by_engine() == {0: 3, 1: 5}
+        added = {0: [], 1: []}
+        for e in engines:
+            for _ in range(3 if e.index == 0 else 5):
+                kind, req = await e.recv()
+                assert kind == b"\x00"
+                added[e.index].append(req.request_id)
+        assert "pin0" in added[0]
+        victims = ["r0", "r1", "r4", "pin0"]
+        client.abort(victims)
+        for e in engines:
+            expected = [v for v in victims if v in added[e.index]]
+            if expected:
+                assert await e.recv() == (b"\x01", expected)
+            assert await e.nothing_received(0.02)
+    finally:
+        await client.close()
+        for e in engines:
+            e.close()
+
+
+@on_uvloop
+async def test_many_batches_are_all_delivered(addresses, zctx):
+    """Edge-triggered FD + drain budget: nothing may be left behind in the socket."""
+    client, (eng,), _ = await _started(addresses, zctx)
+    try:
+        sinks = {f"r{i}": Sink() for i in range(20)}
+        for rid, s in sinks.items():
+            client.add_request(_req(rid, max_tokens=100), s)
+        for _ in range(150):
+            eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput(rid, [1]) for rid in sinks]))
+        eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput(rid, [2], finish_reason=1)
+                                            for rid in sinks]))
+        await until(lambda: all(s.outputs and s.outputs[-1].finished for s in sinks.values()))
+        assert all(s.tokens == [1] * 150 + [2] for s in sinks.values())
+        assert client.num_in_flight == 0
+    finally:
+        await client.close()
+        eng.close()
+
+
+@on_uvloop
+async def test_start_times_out_without_engine(addresses):
+    client = EngineClient(client_index=0, input_address=addresses[0],
+                          output_address=addresses[1], engine_indices=[0, 1])
+    with pytest.raises(TimeoutError, match=r"engine\(s\) \[0, 1\]"):
+        await client.start(timeout=0.2)
+    with pytest.raises(EngineDeadError):
+        client.add_request(_req("x"), Sink())
