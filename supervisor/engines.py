@@ -12,12 +12,34 @@ from dataclasses import dataclass
 
 from supervisor.options import SupervisorOptions
 from supervisor.runtime import tcp_uri
+from supervisor.vllm_flags import takes_value
+
+# vLLM engine flags the simulated engine also understands (same names, same meaning).
+SIM_ENGINE_FLAGS = frozenset(
+    {"--max-num-batched-tokens", "--block-size", "--dtype", "--disable-log-stats", "--seed"}
+)
 
 
 @dataclass(frozen=True)
 class EngineLaunch:
     name: str  # log prefix: "engine", or "engine R" for one of several sim ranks
     argv: list[str]
+
+
+def split_sim_flags(engine_args: list[str]) -> tuple[list[str], list[str]]:
+    """(flags the sim engine takes, the rest) from vLLM engine flags as the CLI forwarded them."""
+    picked: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(engine_args):
+        token = engine_args[i]
+        name = token.split("=", 1)[0]
+        n = 1
+        if "=" not in token and takes_value(name) and i + 1 < len(engine_args):
+            n = 2
+        (picked if name in SIM_ENGINE_FLAGS else rest).extend(engine_args[i : i + n])
+        i += n
+    return picked, rest
 
 
 def sim_engine_command(options: SupervisorOptions, handshake_address: str, rank: int) -> list[str]:
@@ -33,7 +55,7 @@ def sim_engine_command(options: SupervisorOptions, handshake_address: str, rank:
         argv += ["--max-num-seqs", str(options.max_num_seqs)]
     if options.max_model_len is not None:
         argv += ["--max-model-len", str(options.max_model_len)]
-    return argv
+    return argv + split_sim_flags(options.engine_args)[0]
 
 
 def engine_launches(options: SupervisorOptions, host: str, port: int) -> list[EngineLaunch]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from frontend.config import WorkerConfig
-from supervisor.engines import EngineLaunch, engine_launches
+from supervisor.engines import EngineLaunch, engine_launches, split_sim_flags
 from supervisor.options import SupervisorOptions
 from supervisor.process import Child, describe_exit, wait_all
 from supervisor.runtime import ClientAddresses, RuntimeDir, free_tcp_port, tcp_uri
@@ -86,14 +86,28 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def _not_read_by_sim(args: list[str]) -> list[str]:
+    read = ("--max-model-len", "--max-num-seqs", "--served-model-name", "--tokenizer",
+            "--generation-config", "--data-parallel-")
+    out: list[str] = []
+    skip_values = False
+    for token in args:
+        if token.startswith("-"):
+            skip_values = token.split("=", 1)[0].startswith(read)
+        if not skip_values:
+            out.append(token)
+    return out
+
+
 def configure_logging(level: str = "info") -> None:
+    """Every line this process logs (ours and the handshake's) says `[supervisor]`."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         logging.Formatter("[supervisor] %(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
     )
-    log.handlers[:] = [handler]
-    log.setLevel(level.upper())
-    log.propagate = False
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
 
 
 @dataclass
@@ -224,8 +238,11 @@ class Supervisor:
         log.info("handshake on %s; expecting engines %s", server.address, opts.engine_indices)
 
         launches = self._launcher(host, port)
-        if opts.engine == "sim" and opts.engine_args and launches:
-            log.warning("the sim engine ignores these vLLM flags: %s", " ".join(opts.engine_args))
+        if opts.engine == "sim" and launches:
+            # Flags the supervisor itself read are not "ignored"; report only the others.
+            ignored = _not_read_by_sim(split_sim_flags(opts.engine_args)[1])
+            if ignored:
+                log.warning("the sim engine ignores these vLLM flags: %s", " ".join(ignored))
         for launch in launches:
             log.info("starting %s: %s", launch.name, " ".join(launch.argv))
             child = await Child.spawn(launch.name, launch.argv, env=self._env)
