@@ -367,7 +367,15 @@ def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT) ->
     n = len(msg)
     error_index = layout.output_index("error")
     raw_outputs = msg[1] if n > 1 and msg[1] is not None else ()
-    outputs = [_decode_output(o, frames, error_index) for o in raw_outputs]
+    # Hot path: a running request's output is just `[request_id, new_token_ids]`
+    # (msgspec omits trailing defaults), so build those without the general decoder.
+    outputs: list[EngineOutput] = []
+    append = outputs.append
+    for o in raw_outputs:
+        if type(o) is list and len(o) == 2:
+            append(EngineOutput(o[0], o[1]))
+        else:
+            append(_decode_output(o, frames, error_index))
     result = EngineOutputs(engine_index=msg[0] if n > 0 else 0, outputs=outputs)
     if n > 2:
         result.scheduler_stats = msg[2]

@@ -66,9 +66,9 @@ def test_two_engines_interleaved():
         assert e.addresses.frontend_stats_publish_address is None
 
 
-def test_parallel_config_reaches_engine():
+def test_parallel_config_reaches_engine(tmp_path):
     pc = ParallelConfig()
-    with HandshakeServer("ipc:///tmp/fe-test-hs") as server:
+    with HandshakeServer(f"ipc://{tmp_path}/hs") as server:
         e = FakeEngine(server.address, 3, parallel_config=pc)
         e.start()
         server.run(engine_indices=[3], inputs=INPUTS[:1], outputs=OUTPUTS[:1], timeout=10,
