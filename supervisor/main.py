@@ -443,11 +443,19 @@ class Supervisor:
         )
 
     def _on_signal(self, sig: int) -> None:
+        """First SIGTERM/SIGINT: orderly shutdown. A second Ctrl-C: stop waiting, kill.
+
+        A repeated SIGTERM is not an escalation: wrappers such as `timeout` or a process
+        manager signalling the whole group deliver it twice.
+        """
         if not self._stopping:
+            self._stopping = True
             self._events.put_nowait(Event("signal", value=sig))
-        elif not self._hurry.is_set():
-            log.warning("%s again: killing everything now", signal.Signals(sig).name)
+        elif sig == signal.SIGINT and not self._hurry.is_set():
+            log.warning("SIGINT again: killing everything now")
             self._hurry.set()
+        else:
+            log.info("%s: already shutting down", signal.Signals(sig).name)
 
     # ---------------------------------------------------------------- shutdown
 
@@ -480,7 +488,7 @@ class Supervisor:
             for e in engines:
                 e.send_signal(signal.SIGTERM)
             if not await wait_all(engines, ENGINE_STOP_TIMEOUT_S, self._hurry):
-                log.warning("engine did not stop within %.0fs: SIGKILL", ENGINE_STOP_TIMEOUT_S)
+                log.warning("engine still running: SIGKILL")
             await asyncio.sleep(0)  # let the pipes deliver the engine's last lines
         for e in self._engines:
             e.kill_group(signal.SIGKILL)  # the engine's own subprocesses, if any outlived it

@@ -145,4 +145,5 @@ async def wait_all(children: Sequence[Child], timeout: float, hurry: asyncio.Eve
     finally:
         for w in waiters:
             w.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)  # retrieve the cancellations
     return all(not c.alive for c in children)

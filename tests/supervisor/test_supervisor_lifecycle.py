@@ -100,7 +100,7 @@ FAKE_WORKER = textwrap.dedent(
 
 DRIVER = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, os, sys
     sys.path.insert(0, sys.argv[1])
     import supervisor.main as sm
     from supervisor.engines import EngineLaunch
@@ -111,7 +111,7 @@ DRIVER = textwrap.dedent(
     sm.WORKER_KILL_GRACE_S = 0.5
     sm.configure_logging("info")
     options = SupervisorOptions(model="/nonexistent-model", workers=workers, host="127.0.0.1",
-                                port=0, shutdown_timeout=1.0, engine_ready_timeout=20,
+                                port=0, shutdown_timeout=float(os.environ.get("FAKE_SHUTDOWN_TIMEOUT", "1")), engine_ready_timeout=20,
                                 worker_ready_timeout=20)
     sup = sm.Supervisor(
         options,
@@ -291,6 +291,32 @@ def test_stubborn_worker_is_killed_after_the_drain_window(run):
     assert "worker 0 did not exit: SIGKILL" in r.log()
     assert not _alive(pid)
     assert r.events()[-1] == "engine-stopped"
+
+
+def test_repeated_sigterm_does_not_cut_the_drain(run):
+    """`timeout` and group-wide kills deliver SIGTERM twice: still an orderly drain."""
+    r = run(workers=1, FAKE_WORKER_MODE="stubborn")
+    r.wait_log("serving on")
+    t0 = time.monotonic()
+    r.proc.send_signal(signal.SIGTERM)
+    r.wait_log("SIGTERM: shutting down")
+    r.proc.send_signal(signal.SIGTERM)
+    assert r.wait_exit() == 0, r.log()
+    assert time.monotonic() - t0 >= 1.4  # waited the drain window
+    assert "already shutting down" in r.log()
+
+
+def test_second_sigint_kills_now(run):
+    r = run(workers=1, FAKE_WORKER_MODE="stubborn", FAKE_SHUTDOWN_TIMEOUT="60")
+    r.wait_log("serving on")
+    r.proc.send_signal(signal.SIGINT)
+    r.wait_for(lambda: "drain 0" in r.events(), what="drain")
+    t0 = time.monotonic()
+    r.proc.send_signal(signal.SIGINT)
+    assert r.wait_exit() == 0, r.log()
+    assert time.monotonic() - t0 < 10
+    assert "SIGINT again: killing everything now" in r.log()
+    assert "exception was never retrieved" not in r.log()
 
 
 def test_port_in_use_fails_fast(tmp_path):
