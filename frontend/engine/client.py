@@ -110,6 +110,7 @@ class EngineClient:
         self._owner: dict[str, int] = {}
         self._in_flight = {i: 0 for i in self.engine_indices}
         self._stats: dict[int, dict] = {}
+        self._stats_at: dict[int, float] = {}  # wall time each engine's stats arrived here
         self._rr = 0
 
         self._pending_aborts: dict[int, list[str]] = {}
@@ -304,6 +305,11 @@ class EngineClient:
         sample; aggregate across workers for a full picture.
         """
         return dict(self._stats)
+
+    @property
+    def scheduler_stats_time(self) -> dict[int, float]:
+        """Wall-clock time (time.time()) at which each engine's latest stats arrived."""
+        return dict(self._stats_at)
 
     def in_flight_by_engine(self) -> dict[int, int]:
         return dict(self._in_flight)
@@ -531,6 +537,7 @@ class EngineClient:
         engine = batch.engine_index
         if batch.scheduler_stats is not None:
             self._stats[engine] = batch.scheduler_stats
+            self._stats_at[engine] = time.time()
         if batch.utility_output is not None:
             self._resolve_utility(batch.utility_output)
         sinks = self._sinks

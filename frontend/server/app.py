@@ -73,6 +73,26 @@ async def handle_version(request: web.Request) -> web.Response:
     )
 
 
+async def handle_load(request: web.Request) -> web.Response:
+    """vLLM's /load (`server_load` = this worker's in-flight requests), plus the engine's
+    latest scheduler stats as this worker last received them (stats go to one worker per
+    engine step, so callers compare `timestamp` across workers)."""
+    state: ServerState = request.app["state"]
+    engine = state.engine
+    times = engine.scheduler_stats_time
+    engines = {
+        str(idx): {
+            "num_running_reqs": stats.get("num_running_reqs", 0),
+            "num_waiting_reqs": stats.get("num_waiting_reqs", 0),
+            "kv_cache_usage": stats.get("kv_cache_usage", 0.0),
+            "timestamp": times.get(idx, 0.0),
+        }
+        for idx, stats in engine.scheduler_stats.items()
+    }
+    body = {"server_load": state.in_flight, "worker": state.worker_index, "engines": engines}
+    return web.Response(body=_json(body), content_type="application/json")
+
+
 def build_app(state: ServerState) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=state.config.max_request_body_bytes)
     app["state"] = state
@@ -80,4 +100,5 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_get("/v1/models", handle_models)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/version", handle_version)
+    app.router.add_get("/load", handle_load)
     return app

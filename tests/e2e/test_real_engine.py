@@ -88,12 +88,13 @@ def test_closed_stream_leaves_no_request_in_engine(stack):
         json={"model": "tiny", "messages": MESSAGES, "max_tokens": 1500, "ignore_eos": True, "stream": True},
         timeout=120,
     ) as r:
+        # Read a few events without leaving the iterator (closing it closes the response).
+        lines = r.iter_lines()
         seen = 0
-        for line in r.iter_lines():
-            seen += line.startswith("data: ")
-            if seen >= 4:
-                break
+        while seen < 4:
+            seen += next(lines).startswith("data: ")
         assert _engine_busy(stack) >= 1
+        r.close()  # the client goes away mid-stream
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and _engine_busy(stack) != 0:
         time.sleep(0.2)

@@ -163,13 +163,13 @@ def test_client_disconnect_aborts_engine_request(stack, client):
               "messages": [{"role": "user", "content": "go on forever"}]},
         timeout=30,
     ) as r:
-        lines = 0
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                lines += 1
-            if lines >= 5:
-                break
+        # Read a few events without leaving the iterator (closing it closes the response).
+        lines = r.iter_lines()
+        seen = 0
+        while seen < 5:
+            seen += next(lines).startswith("data: ")
         assert _engine_running(stack) >= 1
+        r.close()  # the client goes away mid-stream
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _engine_running(stack) != 0:
         time.sleep(0.1)
