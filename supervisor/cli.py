@@ -117,6 +117,8 @@ def split_argv(
     own: list[str] = []
     forwarded: list[str] = []
     model: str | None = None
+    # Where the last multi-value flag's values ended, in `own` and `forwarded` (see below).
+    last_multi: tuple[int, int, int] | None = None
     tokens = list(argv)
     i = 0
 
@@ -156,6 +158,8 @@ def split_argv(
             canonical = action.option_strings[0]
             if canonical in _FORWARDED_AS_WRITTEN:
                 forwarded.extend([canonical + eq + value] if eq else [canonical] + values)
+            if action.nargs in ("+", "*") and len(values) >= 2:
+                last_multi = (len(own), len(forwarded), canonical in _FORWARDED_AS_WRITTEN)
         elif eq:
             forwarded.extend(written)
             values = []
@@ -175,6 +179,13 @@ def split_argv(
             values = []
             forwarded.extend(written)
         i += 1 + len(values)
+    if model is None and last_multi is not None:
+        # `--served-model-name a /models/x`: argparse (and vLLM) would swallow the model into
+        # the names; with no other positional, the last of the values must be the model.
+        own_end, fwd_end, in_forwarded = last_multi
+        model = own.pop(own_end - 1)
+        if in_forwarded:
+            forwarded.pop(fwd_end - 1)
     return own, model, forwarded
 
 

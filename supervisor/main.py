@@ -46,6 +46,7 @@ BACKOFF_MAX_S = 10.0
 # drain by shutdown_timeout; this covers their exit).
 WORKER_KILL_GRACE_S = 5.0
 ENGINE_STOP_TIMEOUT_S = 20.0
+ENGINE_GROUP_GRACE_S = 5.0
 HANDSHAKE_JOIN_S = 5.0
 
 _PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -169,6 +170,8 @@ class Supervisor:
         self._serving = False
         self._engine_died = False
         self._env = child_env()
+        # The loop holds tasks weakly: keep our background tasks alive until they finish.
+        self._tasks: set[asyncio.Future] = set()
         self.runtime: RuntimeDir | None = None
 
     # ---------------------------------------------------------------- entry points
@@ -334,7 +337,7 @@ class Supervisor:
         slot.child, slot.ready, slot.restart_timer = child, False, None
         slot.starts += 1
         self._watch(child, Event("worker_exit", slot=slot, child=child))
-        asyncio.ensure_future(self._read_status(read_fd, slot, child))
+        self._background(self._read_status(read_fd, slot, child))
 
     async def _read_status(self, fd: int, slot: WorkerSlot, child: Child) -> None:
         """Post `worker_ready` when the worker writes b"ready\\n" on its status pipe."""
@@ -355,7 +358,12 @@ class Supervisor:
             await child.wait()
             self._events.put_nowait(event)
 
-        asyncio.ensure_future(watch())
+        self._background(watch())
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # ---------------------------------------------------------------- the event loop
 
@@ -489,9 +497,13 @@ class Supervisor:
                 e.send_signal(signal.SIGTERM)
             if not await wait_all(engines, ENGINE_STOP_TIMEOUT_S, self._hurry):
                 log.warning("engine still running: SIGKILL")
-            await asyncio.sleep(0)  # let the pipes deliver the engine's last lines
         for e in self._engines:
-            e.kill_group(signal.SIGKILL)  # the engine's own subprocesses, if any outlived it
+            # The engine's own subprocesses (vLLM's EngineCore, workers, multiprocessing's
+            # resource tracker, which unlinks shared memory) get a moment to finish on their
+            # own; whatever is left is killed.
+            if not self._hurry.is_set() and not e.alive:
+                await e.wait_group(ENGINE_GROUP_GRACE_S)
+            e.kill_group(signal.SIGKILL)
         await wait_all(self._engines, 5.0)
         for e in self._engines:
             await e.flush_output(0.5)

@@ -41,6 +41,9 @@ def write_line(prefix: bytes, line: bytes) -> None:
     sys.stderr.flush()
 
 
+_pumps: set[asyncio.Future] = set()
+
+
 class Child:
     """One child process whose stdout+stderr are pumped into our log with a prefix."""
 
@@ -51,6 +54,9 @@ class Child:
         self.started_at = time.monotonic()
         self._prefix = f"[{name}] ".encode()
         self._pump = asyncio.ensure_future(self._pump_output())
+        # The loop holds tasks weakly; a dead child's last lines must still be pumped.
+        _pumps.add(self._pump)
+        self._pump.add_done_callback(_pumps.discard)
 
     @classmethod
     async def spawn(
@@ -109,6 +115,25 @@ class Child:
             os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def group_alive(self) -> bool:
+        """Whether any process of the child's group still exists (zombies included)."""
+        try:
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    async def wait_group(self, timeout: float) -> bool:
+        """Wait (polling) until the child's whole process group is gone; True if it is."""
+        deadline = time.monotonic() + timeout
+        while self.group_alive():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
 
     async def wait(self) -> int:
         return await self.proc.wait()

@@ -56,6 +56,17 @@ CASES = [
         [],
     ),
     (["--api-server-count", "4", "/m"], {"workers": 4}, []),
+    # A multi-value flag right before the model does not swallow it.
+    (
+        ["--port", "1", "--served-model-name", "a", "b", "/m"],
+        {"served_model_names": ["a", "b"], "model": "/m"},
+        ["--served-model-name", "a", "b"],
+    ),
+    (
+        ["--served-model-name", "a", "/m", "--dtype", "half"],
+        {"served_model_names": ["a"], "model": "/m"},
+        ["--served-model-name", "a", "--dtype", "half"],
+    ),
     # Multi-value vLLM flags keep all their values.
     (
         ["/m", "--cudagraph-capture-sizes", "1", "2", "4", "--seed", "1"],

@@ -226,8 +226,11 @@ def test_serve_restart_and_drain(run, stop_signal):
     runtime_dir = r.starts(0)[0][3]
     assert inputs == [f"ipc://{runtime_dir}/w0-in.sock", f"ipc://{runtime_dir}/w1-in.sock"]
     assert r.starts(0)[0][4] == "null"  # first start: engines send their ready responses
-    assert any(l.startswith("[worker 0] fake worker 0 serving") for l in r.lines)
-    assert any(l.startswith("[engine] fake engine ready") for l in r.lines)
+    # Children's output is prefixed (it travels on another pipe than the status: wait for it).
+    r.wait_for(lambda: any(l.startswith("[worker 0] fake worker 0 serving") for l in list(r.lines)),
+               what="worker output")
+    r.wait_for(lambda: any(l.startswith("[engine] fake engine ready") for l in list(r.lines)),
+               what="engine output")
 
     # A worker that dies is restarted, with the recorded engine info.
     pid0 = int(r.starts(0)[0][2])
