@@ -173,6 +173,7 @@ class Supervisor:
         # The loop holds tasks weakly: keep our background tasks alive until they finish.
         self._tasks: set[asyncio.Future] = set()
         self.runtime: RuntimeDir | None = None
+        self._handshake: _Handshake | None = None
 
     # ---------------------------------------------------------------- entry points
 
@@ -181,21 +182,24 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.runtime = RuntimeDir()
-        handshake: _Handshake | None = None
         try:
             try:
                 self._prepare_port()
-                handshake = await self._start_engines()
+                await self._start_engines()
                 await self._spawn_workers()
-                code = await self._event_loop(handshake)
+                assert self._handshake is not None
+                code = await self._event_loop(self._handshake)
             except _Fatal as e:
                 log.error("%s", e)
+                code = 1
+            except Exception:  # a bug here must still stop the children in order
+                log.exception("supervisor failure")
                 code = 1
             await self._shutdown(engine_dead=self._engine_died)
             return code
         finally:
-            if handshake is not None:
-                self._close_handshake(handshake)
+            if self._handshake is not None:
+                self._close_handshake(self._handshake)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             self.runtime.cleanup()
@@ -218,7 +222,7 @@ class Supervisor:
                     raise _Fatal(f"port {opts.port} on {opts.host} is already in use") from None
                 raise _Fatal(f"cannot bind {opts.host}:{opts.port}: {e}") from None
 
-    async def _start_engines(self) -> _Handshake:
+    async def _start_engines(self) -> None:
         opts = self.options
         if opts.has_remote_engines:
             # Engines on other hosts dial the DP address, like `vllm serve --headless` expects.
@@ -236,7 +240,7 @@ class Supervisor:
             server = self._handshake_factory(bind)
         except Exception as e:
             raise _Fatal(f"cannot bind the handshake socket {bind}: {e}") from None
-        handshake = _Handshake(server=server)
+        handshake = self._handshake = _Handshake(server=server)
         port = int(server.address.rsplit(":", 1)[1])
         log.info("handshake on %s; expecting engines %s", server.address, opts.engine_indices)
 
@@ -248,7 +252,10 @@ class Supervisor:
                 log.warning("the sim engine ignores these vLLM flags: %s", " ".join(ignored))
         for launch in launches:
             log.info("starting %s: %s", launch.name, " ".join(launch.argv))
-            child = await Child.spawn(launch.name, launch.argv, env=self._env)
+            try:
+                child = await Child.spawn(launch.name, launch.argv, env=self._env)
+            except OSError as e:
+                raise _Fatal(f"cannot start {launch.name}: {e}") from None
             self._engines.append(child)
             self._watch(child, Event("engine_exit", child=child))
         if opts.local_engine_count < opts.data_parallel_size:
@@ -269,12 +276,14 @@ class Supervisor:
                 event = Event("handshake", value=result)
             except BaseException as e:  # report every failure to the loop
                 event = Event("handshake", error=e)
-            loop.call_soon_threadsafe(self._events.put_nowait, event)
+            try:
+                loop.call_soon_threadsafe(self._events.put_nowait, event)
+            except RuntimeError:  # the loop is gone: we are exiting anyway
+                pass
 
         loop = asyncio.get_running_loop()
         handshake.thread = threading.Thread(target=handshake_thread, name="handshake", daemon=True)
         handshake.thread.start()
-        return handshake
 
     def _close_handshake(self, handshake: _Handshake) -> None:
         handshake.abort.set()

@@ -113,9 +113,14 @@ DRIVER = textwrap.dedent(
     options = SupervisorOptions(model="/nonexistent-model", workers=workers, host="127.0.0.1",
                                 port=0, shutdown_timeout=float(os.environ.get("FAKE_SHUTDOWN_TIMEOUT", "1")), engine_ready_timeout=20,
                                 worker_ready_timeout=20)
+    if os.environ.get("FAKE_EXTERNAL_PORT"):  # no local engine: one joins over TCP
+        options.data_parallel_size_local = 0
+        options.data_parallel_address = "127.0.0.1"
+        options.data_parallel_rpc_port = int(os.environ["FAKE_EXTERNAL_PORT"])
     sup = sm.Supervisor(
         options,
-        launcher=lambda host, port: [EngineLaunch("engine", [sys.executable, engine, f"tcp://{host}:{port}"])],
+        launcher=lambda host, port: [EngineLaunch("engine", [sys.executable, engine, f"tcp://{host}:{port}"])
+                                     for _ in options.local_engine_ranks],
         worker_command=lambda cfg: [sys.executable, worker, "--config-json", cfg.to_json()],
     )
     sys.exit(asyncio.run(sup.run()))
@@ -320,6 +325,29 @@ def test_second_sigint_kills_now(run):
     assert time.monotonic() - t0 < 10
     assert "SIGINT again: killing everything now" in r.log()
     assert "exception was never retrieved" not in r.log()
+
+
+def test_external_engine_joins_over_tcp(run, tmp_path):
+    """--data-parallel-size-local 0: no engine launched; a headless engine dials tcp://A:P."""
+    from supervisor.runtime import free_tcp_port
+
+    port = free_tcp_port()
+    r = run(workers=2, FAKE_EXTERNAL_PORT=str(port))
+    r.wait_log(f"waiting for 1 headless engine(s) to join at tcp://127.0.0.1:{port}")
+    engine = subprocess.Popen([sys.executable, str(tmp_path / "engine.py"), f"tcp://127.0.0.1:{port}"],
+                              env={**os.environ, "FAKE_EVENTS": str(r.events_path)})
+    try:
+        r.wait_log("serving on")
+        init = next(e for e in r.events() if e.startswith("engine-init"))
+        # Client slots are TCP on the DP address, reachable from another host.
+        inputs = init.split()[1:]
+        assert len(inputs) == 2 and all(a.startswith("tcp://127.0.0.1:") for a in inputs)
+        r.proc.send_signal(signal.SIGTERM)
+        assert r.wait_exit() == 0, r.log()
+        assert engine.poll() is None  # not ours to stop
+    finally:
+        engine.kill()
+        engine.wait(10)
 
 
 def test_port_in_use_fails_fast(tmp_path):
