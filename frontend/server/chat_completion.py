@@ -305,13 +305,19 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
             "chat_template",
         )
     messages = normalize_messages(req.messages)
+    template_kwargs = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        # As vLLM's build_chat_params: the effort reaches the template, and turns thinking on
+        # (or off for "none") unless the user set enable_thinking explicitly.
+        template_kwargs["reasoning_effort"] = req.reasoning_effort
+        template_kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
     prompt_ids = state.render_and_tokenize(
         messages,
         tools=req.tools,
         documents=req.documents,
         add_generation_prompt=req.add_generation_prompt,
         continue_final_message=req.continue_final_message,
-        chat_template_kwargs=req.chat_template_kwargs,
+        chat_template_kwargs=template_kwargs,
     )
     opts = _options_from(req)
     max_model_len = state.max_model_len

@@ -132,7 +132,7 @@ async def run_worker(config: WorkerConfig) -> int:
 def _setup_logging(config: WorkerConfig) -> None:
     logging.basicConfig(
         level=config.log_level.upper(),
-        format=f"%(asctime)s [worker {config.worker_index}] %(levelname)s %(name)s: %(message)s",
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",  # the supervisor prefixes [worker i]
         stream=sys.stderr,
     )
 
