@@ -87,7 +87,7 @@ class SimEngine:
         self.inputs: list[zmq.Socket] = []
         self.outputs: list[zmq.Socket] = []
         self.deaf = False
-        self.weight_version: str | None = None
+        self.weight_version = "default"  # EngineCore._weight_version
         self._stop = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -241,6 +241,7 @@ class SimEngine:
                 now,
                 scheduler_stats=stats if client == result.stats_client else None,
                 finished_requests=finished.get(client),
+                weight_version=self.weight_version,
             )
             self._send(client, payload)
 

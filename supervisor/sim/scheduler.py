@@ -289,6 +289,10 @@ class Scheduler:
             del self.requests[r.request_id]
             self.kv_tokens -= r.prompt_len + r.n_out
             self._note_finished(r)
+        if done:
+            # vLLM steps once more after requests finish (has_finished_requests), which
+            # sends a stats-only batch when stats are on.
+            self._step_due = True
 
         finished: dict[int, list[str]] = {}
         if self._finished_sets:
@@ -302,7 +306,6 @@ class Scheduler:
                 num_running=len(running),
                 num_waiting=self.num_waiting,
                 kv_cache_usage=min(1.0, self.kv_tokens / self.kv_capacity),
-                step_counter=self.step_counter,
                 prefix_requests=new_requests,
                 prefix_queries=new_queries,
                 reset=self._prefix_reset,

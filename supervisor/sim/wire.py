@@ -251,8 +251,10 @@ def pack_outputs(
     scheduler_stats: dict[str, Any] | None = None,
     utility_output: list[Any] | None = None,
     finished_requests: list[str] | None = None,
+    weight_version: str | None = None,
 ) -> bytes:
-    """One EngineCoreOutputs message (a 9-element array), packed."""
+    """One EngineCoreOutputs message (a 9-element array), packed. Step outputs carry the
+    engine's weight version ("default" unless set); utility replies carry None."""
     return ormsgpack.packb(
         [
             engine_index,  # 0 engine_index
@@ -263,7 +265,7 @@ def pack_outputs(
             finished_requests,  # 5 finished_requests (a set in vLLM: an array on the wire)
             None,  # 6 wave_complete
             None,  # 7 start_wave
-            None,  # 8 weight_version
+            weight_version,  # 8 weight_version
         ]
     )
 
@@ -295,23 +297,26 @@ def prefill_stats(num_prompt_tokens: int, block_size: int) -> dict[str, int]:
     }
 
 
+_KV_FETCH_STAGES = {"waiting_to_start": 0, "in_progress": 0, "completed_waiting": 0}
+
+
 def scheduler_stats(
     num_running: int,
     num_waiting: int,
     kv_cache_usage: float,
-    step_counter: int,
     prefix_requests: int,
     prefix_queries: int,
     prefix_hits: int = 0,
     reset: bool = False,
 ) -> dict[str, Any]:
-    """SchedulerStats as msgspec encodes the dataclass: a map with every field (0.32)."""
+    """SchedulerStats as msgspec encodes the dataclass: a map with every field (0.32).
+    `step_counter` and `current_wave` stay 0 outside DP waves, as in a real engine."""
     return {
         "num_running_reqs": num_running,
         "num_waiting_reqs": num_waiting,
         "num_skipped_waiting_reqs": 0,
-        "num_kv_fetch_reqs_by_stage": {},
-        "step_counter": step_counter,
+        "num_kv_fetch_reqs_by_stage": dict(_KV_FETCH_STAGES),
+        "step_counter": 0,
         "current_wave": 0,
         "kv_cache_usage": kv_cache_usage,
         "iteration_details": None,

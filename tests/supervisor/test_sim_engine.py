@@ -155,9 +155,8 @@ def test_abort_sends_nothing_back(make_engine):
     got = fe.collect(["b"])
     assert "a" not in got or got["a"].finish_reason is None  # no final output for a
     assert "a" not in eng.engine.scheduler.requests
-    assert fe.try_recv(timeout=0.1) in (None,) or all(
-        item[0] != "a" for item in fe.recv()[1]
-    )
+    while (msg := fe.try_recv(timeout=0.2)) is not None:
+        assert msg[1] == []  # only the stats batch vLLM sends after requests finish
 
 
 def test_utilities(make_engine):
