@@ -288,10 +288,9 @@ class SimEngine:
                 error_item = self.scheduler.add(req, time.monotonic())
             except FatalEngineError as exc:
                 raise EngineDied(str(exc)) from exc
-            except Exception as exc:  # e.g. bad extra_args script
+            except Exception:  # e.g. a malformed sim_* script: a request-scoped error
                 logger.exception("Unexpected error pre-processing request %s", req.request_id)
                 error_item = wire.output_item(self.layout, req.request_id, [], wire.FINISH_ERROR)
-                del exc
             if error_item is not None:
                 self._send(
                     req.client_index,
