@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import os
 import signal
@@ -438,10 +439,9 @@ class Supervisor:
             if not self._serving and handshake.done and all(s.ready for s in self._slots):
                 self._serving = True
                 ready_deadline = None
-                log.info(
-                    "serving on http://%s:%d (%d workers)",
-                    f"[{opts.host}]" if ":" in opts.host else opts.host, opts.port, opts.workers,
-                )
+                host = f"[{opts.host}]" if ":" in opts.host else opts.host
+                log.info("serving on http://%s:%d (%d workers)", host, opts.port, opts.workers)
+                log.info("try: %s", example_curl(host, opts.port, opts.served_names[0]))
 
     def _schedule_restart(self, slot: WorkerSlot, child: Child) -> None:
         lived = time.monotonic() - child.started_at
@@ -526,3 +526,16 @@ class _Fatal(Exception):
 def run(options: SupervisorOptions) -> int:
     """Run the supervisor to completion and return the process exit code."""
     return asyncio.run(Supervisor(options).run())
+
+
+def example_curl(host: str, port: int, model: str) -> str:
+    """A chat completion request that works against this server, for the startup log."""
+    if host in ("0.0.0.0", "[::]", ""):
+        host = "127.0.0.1"
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32}
+    )
+    return (
+        f"curl -s http://{host}:{port}/v1/chat/completions "
+        f"-H 'Content-Type: application/json' -d '{body}'"
+    )

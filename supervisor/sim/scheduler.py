@@ -11,6 +11,8 @@ stopping token is included in `new_token_ids`. EOS and stop ids are never produc
 
 from __future__ import annotations
 
+import zlib
+
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -161,7 +163,7 @@ class Scheduler:
             stops=stops,
             script=script,
             eos_after=int(eos_after) if eos_after is not None else None,
-            offset=self.tokens.offset_for(params.seed, rid),
+            offset=self.tokens.offset_for(_text_seed(params, prompt), rid),
             queued_ts=now,
         )
         self.requests[rid] = r
@@ -330,3 +332,13 @@ def _scripted_token(r: SimRequest, n: int, stream: list[int], mask: int) -> int:
         if eos is not None:
             return eos
     return stream[(r.offset + n) & mask]
+
+
+def _text_seed(params, prompt: list[int]) -> int | None:
+    """The seed that picks a request's text: its sampling seed; for greedy sampling (no seed)
+    the prompt itself, so that, as with a real model, greedy output depends on the prompt only."""
+    if params.seed is not None:
+        return params.seed
+    if params.temperature < 1e-5:
+        return zlib.crc32(repr(prompt).encode())
+    return None
