@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -71,6 +72,20 @@ class Stack:
                 return
             time.sleep(0.25)
         raise TimeoutError(f"stack not healthy after {timeout}s:\n{self.logs()}")
+
+    def freshest_engine_stats(self, polls: int = 24) -> dict | None:
+        """The engine's most recent scheduler stats as any worker saw them (`/load`).
+
+        The engine sends stats to one worker per step, and SO_REUSEPORT spreads the polls
+        over the workers, so the freshest sample (by receipt time) wins."""
+        best = None
+        for _ in range(polls):
+            with urllib.request.urlopen(self.base_url + "/load", timeout=5) as r:
+                load = json.load(r)
+            for stats in load.get("engines", {}).values():
+                if best is None or stats["timestamp"] > best["timestamp"]:
+                    best = stats
+        return best
 
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM the supervisor (graceful drain) and return its exit code."""

@@ -72,18 +72,6 @@ def test_bad_input_leaves_engine_serving(stack, client):
     assert r.usage.completion_tokens >= 1
 
 
-def _freshest_stats(stack, polls: int = 24) -> dict | None:
-    """The engine's most recent scheduler stats as any worker saw them (stats go to one
-    worker per engine step; SO_REUSEPORT spreads the polls over the workers)."""
-    best = None
-    for _ in range(polls):
-        load = httpx.get(stack.base_url + "/load", timeout=5).json()
-        for stats in load.get("engines", {}).values():
-            if best is None or stats["timestamp"] > best["timestamp"]:
-                best = stats
-    return best
-
-
 def test_closed_stream_leaves_no_request_in_engine(stack):
     # No max_tokens: the request may run to the context limit (~4000 tokens, several seconds
     # on this model), so an engine still running it after the close would keep stepping.
@@ -99,12 +87,12 @@ def test_closed_stream_leaves_no_request_in_engine(stack):
         r.close()  # the client goes away mid-stream
     closed_at = time.monotonic()
     while True:
-        stats = _freshest_stats(stack)
+        stats = stack.freshest_engine_stats()
         if stats is not None and stats["num_running_reqs"] + stats["num_waiting_reqs"] == 0:
             break
         assert time.monotonic() - closed_at < 30, f"engine still busy: {stats}"
     # Idle means idle: an engine that still ran the request would keep sending stats.
     time.sleep(1.0)
-    later = _freshest_stats(stack)
+    later = stack.freshest_engine_stats()
     assert later is not None and later["timestamp"] <= stats["timestamp"], (stats, later)
     assert time.monotonic() - closed_at < 5, "too slow to tell an abort from a natural finish"

@@ -146,12 +146,7 @@ def test_unknown_route_is_json_404(stack):
 
 def _engine_running(stack) -> int:
     """Running + waiting requests in the engine, from the freshest worker report."""
-    best = None
-    for _ in range(16):  # SO_REUSEPORT spreads these over the workers
-        load = httpx.get(stack.base_url + "/load", timeout=5).json()
-        for stats in load.get("engines", {}).values():
-            if best is None or stats["timestamp"] > best["timestamp"]:
-                best = stats
+    best = stack.freshest_engine_stats()
     assert best is not None
     return best["num_running_reqs"] + best["num_waiting_reqs"]
 
