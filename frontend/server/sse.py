@@ -21,8 +21,8 @@ DONE = b"data: [DONE]\n\n"
 class SSEWriter:
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix")
 
-    def __init__(self, response_id: str, model: str, created: int):
-        head = b'{"id":' + _enc(response_id) + b',"object":"chat.completion.chunk","created":' + str(created).encode()
+    def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
+        head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
         head += b',"model":' + _enc(model)
         self.prefix = b"data: " + head + b',"choices":['
         self.usage_prefix = b"data: " + head + b',"choices":[],"usage":'
