@@ -11,6 +11,7 @@ from aiohttp import web
 from frontend import __version__
 from frontend.server.chat_completion import handle_chat_completions
 from frontend.server.errors import APIError
+from frontend.server.openapi import openapi_bytes
 from frontend.server.state import ServerState
 
 log = logging.getLogger("frontend.server")
@@ -34,6 +35,10 @@ async def error_middleware(request: web.Request, handler):
         elif e.status == 405:
             message = f"Method {request.method} not allowed on {request.path}"
         return APIError(e.status, message).to_response()
+    except RecursionError:
+        # msgspec decodes free-form fields (`dict[str, Any]`) recursively: a body nested
+        # thousands of levels deep is the client's fault, not ours.
+        return APIError(400, "The request body is nested too deeply.").to_response()
     except Exception:  # noqa: BLE001 - every failure is an answer, never a dropped request
         log.exception("unhandled error on %s %s", request.method, request.path)
         return APIError(500, "Internal server error.").to_response()
@@ -93,6 +98,10 @@ async def handle_load(request: web.Request) -> web.Response:
     return web.Response(body=_json(body), content_type="application/json")
 
 
+async def handle_openapi(request: web.Request) -> web.Response:
+    return web.Response(body=openapi_bytes(), content_type="application/json")
+
+
 def build_app(state: ServerState) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=state.config.max_request_body_bytes)
     app["state"] = state
@@ -101,4 +110,5 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_get("/health", handle_health)
     app.router.add_get("/version", handle_version)
     app.router.add_get("/load", handle_load)
+    app.router.add_get("/openapi.json", handle_openapi)
     return app

@@ -1,0 +1,121 @@
+"""The OpenAPI 3.1 description of this server, served at `GET /openapi.json`.
+
+The request body schemas are generated from the msgspec structs that validate requests
+(`schemas.py`), so the description cannot drift from what the server accepts: schemathesis
+fuzzes the server from it (`tests/reliability/test_schemathesis.py`). Responses are described
+loosely (an object, or an event stream); every error has the OpenAI error shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from frontend import __version__
+from frontend.server.schemas import ChatCompletionRequest
+
+_REF = "#/components/schemas/{name}"
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": "integer"},
+            },
+        }
+    },
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": _REF.format(name="ErrorResponse")}}},
+    }
+
+
+def _json_ok(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"type": "object"}}}}
+
+
+def build_openapi() -> dict[str, Any]:
+    """The whole document (built once per worker; it depends only on the structs)."""
+    (chat_ref,), components = msgspec.json.schema_components((ChatCompletionRequest,), ref_template=_REF)
+    components["ErrorResponse"] = ERROR_SCHEMA
+    chat_responses = {
+        "200": {
+            "description": "A chat completion (JSON), or a stream of chunks (server-sent events) "
+            "when `stream` is true.",
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "text/event-stream": {"schema": {"type": "string"}},
+            },
+        },
+        "400": _error("Invalid request (the offending field is in `param`)."),
+        "404": _error("Unknown model."),
+        "413": _error("Request body too large."),
+        "503": _error("The engine is not available, or the server is shutting down."),
+        "504": _error("The engine did not answer within the request deadline."),
+    }
+    simple = {
+        "/v1/models": ("listModels", "Served models.", _json_ok("The model list.")),
+        "/version": ("getVersion", "Engine and frontend versions.", _json_ok("Versions.")),
+        "/load": ("getLoad", "In-flight requests and engine scheduler stats.", _json_ok("Load.")),
+    }
+    paths: dict[str, Any] = {
+        "/v1/chat/completions": {
+            "post": {
+                "operationId": "createChatCompletion",
+                "summary": "Create a chat completion.",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": chat_ref}}},
+                "responses": chat_responses,
+            }
+        },
+        "/health": {
+            "get": {
+                "operationId": "health",
+                "summary": "Liveness of the engine behind this worker.",
+                "responses": {
+                    "200": {"description": "Serving."},
+                    "503": {"description": "The engine is down or the server is draining."},
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document.",
+                "responses": {"200": _json_ok("The OpenAPI description.")},
+            }
+        },
+    }
+    for path, (op_id, summary, ok) in simple.items():
+        paths[path] = {"get": {"operationId": op_id, "summary": summary, "responses": {"200": ok}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "vllm-pyfrontend",
+            "version": __version__,
+            "description": "OpenAI-compatible API in front of vLLM's EngineCore.",
+        },
+        "paths": paths,
+        "components": {"schemas": components},
+    }
+
+
+_cached: bytes | None = None
+
+
+def openapi_bytes() -> bytes:
+    global _cached
+    if _cached is None:
+        _cached = msgspec.json.encode(build_openapi())
+    return _cached
