@@ -62,7 +62,8 @@ async def run_worker(config: WorkerConfig) -> int:
     log.info("tokenizer backend: %s; chat template: %s", tokenizer.backend, "yes" if template else "none")
 
     engine = EngineClient(
-        client_index=config.worker_index,
+        client_index=(config.worker_index if config.engine_client_index is None
+                      else config.engine_client_index),
         input_address=config.input_address,
         output_address=config.output_address,
         engine_indices=config.engine_indices,
