@@ -37,6 +37,9 @@ class WorkerConfig:
     log_level: str = "info"
     generation_config: str = "auto"  # "auto" (model's generation_config.json) or "vllm"
     max_request_body_bytes: int = 32 * 1024 * 1024
+    # Request deadline for an engine that stops answering (seconds; 0 disables): see
+    # EngineClient._watchdog.
+    engine_timeout: float = 60.0
     # vLLM client_index stamped on requests (None: worker_index). 0 behind the drop-in router,
     # which owns the single client slot vLLM gave it; request ids still carry worker_index.
     engine_client_index: int | None = None

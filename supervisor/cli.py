@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default=None, help="template file or inline template text")
     p.add_argument("--generation-config", default="auto")
     p.add_argument("--engine-ready-timeout", type=float, default=600.0)
+    p.add_argument(
+        "--engine-timeout", type=float, default=60.0,
+        help="seconds an engine with requests in flight may stay silent (no output, no answer "
+        "to a liveness probe) before its requests fail with 503 and /health turns 503; 0: never",
+    )
     p.add_argument("--worker-ready-timeout", type=float, default=120.0)
     p.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error", "critical"),
@@ -232,6 +237,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         tokenizer=ns.tokenizer,
         chat_template=ns.chat_template,
         engine_ready_timeout=ns.engine_ready_timeout,
+        engine_timeout=ns.engine_timeout,
         worker_ready_timeout=ns.worker_ready_timeout,
         log_level=ns.log_level,
         generation_config=ns.generation_config,

@@ -16,7 +16,9 @@ from supervisor.vllm_flags import takes_value
 
 # vLLM engine flags the simulated engine also understands (same names, same meaning).
 SIM_ENGINE_FLAGS = frozenset(
-    {"--max-num-batched-tokens", "--block-size", "--dtype", "--disable-log-stats", "--seed"}
+    {"--max-num-batched-tokens", "--block-size", "--dtype", "--disable-log-stats", "--seed",
+     # the sim engine's own fault injection (not vLLM flags), for reliability tests
+     "--hang-after-steps", "--die-after-steps"}
 )
 
 

@@ -326,6 +326,7 @@ class Supervisor:
             max_model_len=opts.max_model_len,
             shutdown_timeout=opts.shutdown_timeout,
             engine_ready_timeout=opts.engine_ready_timeout,
+            engine_timeout=opts.engine_timeout,
             reuse_port=True,
             log_level=opts.log_level,
             generation_config=opts.generation_config,

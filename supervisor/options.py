@@ -22,6 +22,7 @@ class SupervisorOptions:
     tokenizer: str | None = None
     chat_template: str | None = None
     engine_ready_timeout: float = 600.0
+    engine_timeout: float = 60.0  # request deadline for an engine that stops answering
     worker_ready_timeout: float = 120.0
     log_level: str = "info"
     generation_config: str = "auto"

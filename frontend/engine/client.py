@@ -61,6 +61,8 @@ _DRAIN_BUDGET = 512
 # Ids aborted locally are remembered this long (in entries) so late outputs for
 # them are dropped quietly instead of triggering another abort.
 _RECENT_ABORTS = 8192
+# A cheap EngineCore method, answered between engine steps: the liveness probe.
+_PROBE_METHOD = "is_sleeping"
 
 
 class UtilityError(RuntimeError):
@@ -79,6 +81,7 @@ class EngineClient:
         engine_indices: list[int],
         vocab_size: int | None = None,
         max_logprobs: int = 20,
+        engine_timeout: float | None = None,
     ):
         if not engine_indices:
             raise ValueError("engine_indices must name at least one engine")
@@ -88,6 +91,8 @@ class EngineClient:
         self.engine_indices = list(engine_indices)
         self.vocab_size = vocab_size
         self.max_logprobs = max_logprobs
+        # Engine-hang detection (see `_watchdog`): None or 0 disables it.
+        self.engine_timeout = engine_timeout or None
 
         self._identities = {i: engine_identity(i) for i in self.engine_indices}
         self._infos: dict[int, EngineInfo] = {}
@@ -120,6 +125,12 @@ class EngineClient:
 
         self._utility: dict[int, asyncio.Future] = {}
         self._next_call_id = secrets.randbits(62)
+
+        # Watchdog: when each engine last sent anything; probes sent and not yet answered.
+        self._last_heard = {i: time.monotonic() for i in self.engine_indices}
+        self._probe_sent: dict[int, float] = {}
+        self._stalled: set[int] = set()
+        self._watchdog_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -171,6 +182,11 @@ class EngineClient:
         # Outputs may already be queued (a restarted worker inherits orphans):
         # the edge-triggered FD would not announce them.
         self._schedule_drain()
+        now = time.monotonic()
+        for i in self.engine_indices:
+            self._last_heard[i] = now
+        if self.engine_timeout:
+            self._arm_watchdog()
         return [self._infos[i] for i in self.engine_indices]
 
     def _trust_infos(self, engine_infos: list[EngineInfo]) -> list[EngineInfo]:
@@ -245,6 +261,9 @@ class EngineClient:
         if self._closed:
             return
         self._closed = True
+        if self._watchdog_timer is not None:
+            self._watchdog_timer.cancel()
+            self._watchdog_timer = None
         if self._started and self._sinks:
             ids = list(self._sinks)
             sinks = list(self._sinks.values())
@@ -483,6 +502,76 @@ class EngineClient:
             self._notify_dead(sink, message)
         self._fail_utilities(EngineDeadError(message))
 
+    # ------------------------------------------------------------------ hang detection
+
+    def _arm_watchdog(self) -> None:
+        assert self.engine_timeout and self._loop is not None
+        interval = min(1.0, self.engine_timeout / 4)
+        self._watchdog_timer = self._loop.call_later(interval, self._watchdog)
+
+    def _watchdog(self) -> None:
+        """The request deadline for an engine that stops answering.
+
+        While an engine owns requests of this worker, it must be heard from: outputs, stats
+        or a utility reply. Silence alone is not proof (a worker whose requests all wait in
+        the engine's queue gets no outputs while other workers' requests run), so after half
+        the timeout a liveness probe goes out (`is_sleeping`, which EngineCore answers between
+        steps). If nothing at all arrives within `engine_timeout`, the engine is stuck: its
+        requests fail with a clear error (503 to the client, an error event mid-stream) and
+        /health turns 503 until the engine is heard from again.
+        """
+        self._watchdog_timer = None
+        if self._closed or not self._started:
+            return
+        timeout = self.engine_timeout
+        assert timeout
+        now = time.monotonic()
+        for engine in self.engine_indices:
+            silent = now - self._last_heard[engine]
+            if self._in_flight.get(engine, 0) == 0 or engine in self._stalled:
+                self._probe_sent.pop(engine, None)
+                continue
+            if silent >= timeout:
+                self._engine_stalled(engine, silent)
+            elif silent >= timeout / 2 and engine not in self._probe_sent and self._healthy:
+                self._probe_sent[engine] = now
+                try:
+                    self._send(engine, REQUEST_UTILITY,
+                               encode_utility(self.client_index, self._next_call_id, _PROBE_METHOD, ()))
+                    self._next_call_id = (self._next_call_id + 1) & (2**64 - 1)
+                except EngineDeadError as e:
+                    log.warning("liveness probe to engine %d failed: %s", engine, e)
+        self._arm_watchdog()
+
+    def _engine_stalled(self, engine: int, silent: float) -> None:
+        message = (
+            f"The engine did not answer within the request deadline ({silent:.0f}s without "
+            f"any output or reply, limit {self.engine_timeout:g}s); it is treated as dead."
+        )
+        log.error("engine %d stalled: %s", engine, message)
+        self._stalled.add(engine)
+        self._healthy = False
+        self._dead_message = message
+        ids = [rid for rid, owner in self._owner.items() if owner == engine]
+        sinks = [self._sinks.pop(rid) for rid in ids if rid in self._sinks]
+        for rid in ids:
+            self._owner.pop(rid, None)
+            # Remembered as aborted: should the engine wake up, their outputs are dropped
+            # quietly and the requests are aborted there (see `_orphan`).
+        self._in_flight[engine] = 0
+        for sink in sinks:
+            self._notify_dead(sink, message)
+
+    def _heard_from(self, engine: int) -> None:
+        self._last_heard[engine] = time.monotonic()
+        self._probe_sent.pop(engine, None)
+        if engine in self._stalled:
+            self._stalled.discard(engine)
+            if not self._stalled and self._dead_message.startswith("The engine did not answer"):
+                log.warning("engine %d answers again: serving", engine)
+                self._healthy = True
+                self._dead_message = ""
+
     @staticmethod
     def _notify_dead(sink: OutputSink, message: str) -> None:
         try:
@@ -535,6 +624,8 @@ class EngineClient:
             self.mark_dead(f"Undecodable message from the engine: {e}")
             return
         engine = batch.engine_index
+        if engine in self._last_heard:
+            self._heard_from(engine)
         if batch.scheduler_stats is not None:
             self._stats[engine] = batch.scheduler_stats
             self._stats_at[engine] = time.time()

@@ -10,6 +10,8 @@ vLLM's `model_dump_json(exclude_unset=True)` output.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
 import msgspec
@@ -18,8 +20,25 @@ _enc = msgspec.json.encode
 DONE = b"data: [DONE]\n\n"
 
 
+def _env_bytes(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# Backpressure (a client that reads slower than the engine writes). Above SOFT_LIMIT bytes in
+# the transport's write buffer, events are held here and written as one chunk once the buffer
+# drains (coalesced: one frame instead of hundreds). Past HARD_LIMIT bytes (held + buffered)
+# the stream is aborted: the connection is dropped and `alive` turns false, which cancels the
+# request in the engine. So a stream costs at most about HARD_LIMIT bytes of worker memory.
+SOFT_LIMIT = _env_bytes("FRONTEND_SSE_SOFT_LIMIT", 256 * 1024)
+HARD_LIMIT = _env_bytes("FRONTEND_SSE_HARD_LIMIT", 8 * 1024 * 1024)
+_RETRY_S = 0.05  # how often held events retry while the writer waits for the client
+
+
 class SSEWriter:
-    __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix")
+    __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "held", "_retry")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -29,6 +48,8 @@ class SSEWriter:
         self.transport = None
         self.pending: list[bytes] | None = []
         self.alive = True
+        self.held: bytearray | None = None  # coalesced events waiting for a slow client
+        self._retry: asyncio.TimerHandle | None = None
 
     def attach(self, transport, first_chunk: bytes) -> None:
         """The response headers are out: write the role chunk, then anything held."""
@@ -44,9 +65,58 @@ class SSEWriter:
             return
         t = self.transport
         if t is None or t.is_closing():
-            self.alive = False
+            self._dead()
             return
-        t.write(b"%x\r\n%b\r\n" % (len(data), data))
+        buffered = t.get_write_buffer_size()
+        held = self.held
+        if held is None and buffered <= SOFT_LIMIT:
+            t.write(b"%x\r\n%b\r\n" % (len(data), data))  # the hot path
+            return
+        if held is None:
+            held = self.held = bytearray()
+        held += data
+        if buffered + len(held) > HARD_LIMIT:
+            self.abort()
+        elif buffered <= SOFT_LIMIT or data is DONE:
+            self._flush()  # the client caught up, or this is the end: out it goes, as one frame
+        elif self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(_RETRY_S, self._retry_flush)
+
+    def _flush(self) -> None:
+        held, self.held = self.held, None
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        t = self.transport
+        if held and t is not None and not t.is_closing():
+            t.write(b"%x\r\n%b\r\n" % (len(held), held))
+
+    def _retry_flush(self) -> None:
+        self._retry = None
+        t = self.transport
+        if self.held is None:
+            return
+        if t is None or t.is_closing():
+            self._dead()
+        elif t.get_write_buffer_size() <= SOFT_LIMIT:
+            self._flush()
+        else:
+            self._retry = asyncio.get_running_loop().call_later(_RETRY_S, self._retry_flush)
+
+    def _dead(self) -> None:
+        self.alive = False
+        self.held = None
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+
+    def abort(self) -> None:
+        """Too far behind: drop the connection (freeing its buffers); the request is cancelled
+        by whoever checks `alive` (and by aiohttp cancelling the handler on connection loss)."""
+        self._dead()
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.abort()
 
     def role_chunk(self, index: int) -> bytes:
         return (

@@ -68,6 +68,7 @@ async def run_worker(config: WorkerConfig) -> int:
         output_address=config.output_address,
         engine_indices=config.engine_indices,
         vocab_size=tokenizer.vocab_size,
+        engine_timeout=config.engine_timeout,
     )
     known = [EngineInfo.from_json(d) for d in config.engine_infos] if config.engine_infos else None
     infos = await engine.start(engine_infos=known, timeout=config.engine_ready_timeout)
