@@ -89,7 +89,7 @@ class SamplingOptions:
 
 
 class ContextLengthError(ValueError):
-    def __init__(self, message: str, param: str = "messages"):
+    def __init__(self, message: str, param: str = "input_tokens"):
         super().__init__(message)
         self.message = message
         self.param = param
@@ -102,8 +102,11 @@ def resolve_max_tokens(
     if prompt_len >= max_model_len:
         raise ContextLengthError(
             f"This model's maximum context length is {max_model_len} tokens. However, your "
-            f"prompt contains {prompt_len} input tokens, which leaves no room for output "
-            f"tokens. Please reduce the length of the input prompt."
+            f"prompt contains {prompt_len} input tokens, which "
+            + ("exceeds this limit even without any output tokens. " if prompt_len > max_model_len
+               else "leaves no room for output tokens. ")
+            + "Please reduce the length of the input prompt.",
+            "input_tokens" if prompt_len > max_model_len else "max_tokens",
         )
     room = max_model_len - prompt_len
     fallback = requested if requested is not None else defaults.sampling.get("max_tokens")

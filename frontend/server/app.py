@@ -10,6 +10,8 @@ from aiohttp import web
 
 from frontend import __version__
 from frontend.server.chat_completion import handle_chat_completions
+from frontend.server.completion import handle_completions
+from frontend.server.tokenize import handle_detokenize, handle_tokenize
 from frontend.server.errors import APIError
 from frontend.server.openapi import openapi_bytes
 from frontend.server.state import ServerState
@@ -106,6 +108,9 @@ def build_app(state: ServerState) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=state.config.max_request_body_bytes)
     app["state"] = state
     app.router.add_post("/v1/chat/completions", handle_chat_completions)
+    app.router.add_post("/v1/completions", handle_completions)
+    app.router.add_post("/tokenize", handle_tokenize)
+    app.router.add_post("/detokenize", handle_detokenize)
     app.router.add_get("/v1/models", handle_models)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/version", handle_version)

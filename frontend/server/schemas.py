@@ -68,6 +68,72 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     vllm_xargs: dict[str, Any] | None = None
     echo: bool = False
     return_token_ids: bool | None = None
+    bad_words: list[str] | None = None
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    truncate_prompt_tokens: Annotated[int, Meta(ge=-1)] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = True
+    include_reasoning: bool = True
+
+
+class CompletionRequest(msgspec.Struct, omit_defaults=True):
+    prompt: str | list[str] | list[int] | list[list[int]] | None = None
+    model: str | None = None
+    echo: bool | None = False
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: int | None = None
+    max_tokens: int | None = 16
+    n: int = 1
+    best_of: int | None = None
+    seed: Annotated[int, Meta(ge=_INT64_MIN, le=_INT64_MAX)] | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    suffix: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    min_tokens: int = 0
+    user: str | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: Annotated[int, Meta(ge=-1)] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    add_special_tokens: bool = True
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    priority: int = 0
+    request_id: str | None = None
+    cache_salt: str | None = None
+    vllm_xargs: dict[str, Any] | None = None
+    return_token_ids: bool | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+
+
+class TokenizeRequest(msgspec.Struct, omit_defaults=True):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    return_token_strs: bool | None = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+
+class DetokenizeRequest(msgspec.Struct, omit_defaults=True):
+    tokens: list[int]
+    model: str | None = None
 
 
 _PATH_RE = re.compile(r"`\$\.?([^`]*)`")

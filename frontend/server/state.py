@@ -36,6 +36,8 @@ class ServerState:
         self.max_model_len = min(engine_len, config.max_model_len) if config.max_model_len else engine_len
         self.system_fingerprint: str | None = None
         self.template_vars = tokenizer.template_vars()
+        self.trust_request_chat_template = getattr(config, "trust_request_chat_template", False)
+        self._token_text: dict[int, str] = {}
         self.draining = False
         self.in_flight = 0
         self._idle = asyncio.Event()
@@ -64,17 +66,31 @@ class ServerState:
 
     # -- prompt ---------------------------------------------------------------------------------
     def render_and_tokenize(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
-        if self.template is None:
+        if self.template is None and kwargs.get("template_override") is None:
             raise APIError(
                 400,
                 "This model has no chat template; start the server with --chat-template.",
                 "messages",
             )
+        override = kwargs.pop("template_override", None)
+        template = self.template
+        if override is not None:
+            try:
+                template = ChatTemplate(override)
+            except ChatTemplateError as e:
+                raise APIError(400, f"Chat template error: {e}", "chat_template") from None
         try:
-            text = self.template.render(messages, template_vars=self.template_vars, **kwargs)
+            text = template.render(messages, template_vars=self.template_vars, **kwargs)
         except ChatTemplateError as e:
             raise APIError(400, f"Chat template error: {e}", "messages") from None
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text, for logprobs (vLLM decodes each id on its own)."""
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self._token_text[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
 
     def new_assistant_stream(self) -> AssistantStream:
         return AssistantStream()

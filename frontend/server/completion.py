@@ -1,0 +1,123 @@
+"""POST /v1/completions: prompt(s) as text or token ids -> n engine requests each -> SSE or JSON."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from frontend.chat.assistant import AssistantStream
+from frontend.llm.request_ids import make_request_id
+from frontend.server.errors import APIError
+from frontend.server.formatters import CompletionFormatter
+from frontend.server.generate import (
+    Submission,
+    bad_words_token_ids,
+    check_n,
+    is_greedy,
+    lower_for_choices,
+    new_choice,
+    new_sse,
+    options_from,
+    stream_flags,
+    structured_outputs_from,
+    truncate_prompt,
+)
+from frontend.server.run import RequestRun
+from frontend.server.schemas import CompletionRequest, decode_body
+
+
+def _prompts(req: CompletionRequest) -> list[str | list[int]]:
+    p = req.prompt
+    if p is None:
+        raise APIError(400, "`prompt` is required.", "prompt")
+    if isinstance(p, str):
+        return [p]
+    if not p:
+        raise APIError(400, "`prompt` must not be empty.", "prompt")
+    if all(isinstance(x, int) for x in p):
+        return [p]  # one prompt of token ids
+    return list(p)  # several prompts: strings or token-id lists
+
+
+async def handle_completions(request: web.Request) -> web.StreamResponse:
+    state = request.app["state"]
+    body = await state.read_body(request)
+    req: CompletionRequest = decode_body(body, CompletionRequest)
+    model = state.check_model(req.model)
+    state.check_engine()
+
+    if req.suffix is not None:
+        raise APIError(400, "suffix is not currently supported", "suffix")
+    if req.best_of is not None and req.best_of != req.n:
+        raise APIError(400, "best_of is not supported; use n.", "best_of")
+    if req.max_tokens is not None and req.max_tokens < 1:
+        raise APIError(400, f"max_tokens must be at least 1, got {req.max_tokens}.", "max_tokens")
+    if req.logprobs is not None and req.logprobs < 0:
+        raise APIError(400, f"logprobs must be non-negative, got {req.logprobs}.", "logprobs")
+    if req.echo and req.logprobs is not None:
+        raise APIError(400, "echo together with logprobs (prompt logprobs) is not supported yet.", "echo")
+    n = check_n(req.n, is_greedy(state, req.temperature))
+
+    tokenizer = state.tokenizer
+    prompt_ids: list[list[int]] = []
+    echo_texts: list[str] = []
+    for p in _prompts(req):
+        if isinstance(p, str):
+            ids = tokenizer.encode(p, add_special_tokens=req.add_special_tokens)
+            text = p
+        else:
+            if not p:
+                raise APIError(400, "A token-id prompt must not be empty.", "prompt")
+            ids = list(p)
+            bad = [t for t in ids if t < 0 or t >= tokenizer.vocab_size]
+            if bad:
+                raise APIError(400, f"Token ids {bad[:5]} are out of vocabulary range.", "prompt")
+            text = tokenizer.decode(ids, skip_special_tokens=False) if req.echo else ""
+        if not ids:
+            raise APIError(400, "The prompt is empty after tokenization.", "prompt")
+        prompt_ids.append(truncate_prompt(ids, req.truncate_prompt_tokens, state.max_model_len))
+        echo_texts.append(text)
+
+    opts = options_from(req, req.max_tokens)
+    bad = bad_words_token_ids(tokenizer.encode, req.bad_words, tokenizer.vocab_size) if req.bad_words else None
+    structured = structured_outputs_from(req)
+    samplings = [
+        lower_for_choices(state, opts, len(ids), n, logprobs=req.logprobs, structured=structured, bad_words=bad)
+        for ids in prompt_ids
+    ]
+
+    stream, include_usage, continuous = stream_flags(req)
+    response_id = f"cmpl-{req.request_id}" if req.request_id else make_request_id("cmpl", state.worker_index)
+    created = int(time.time())
+    choices = []
+    choice_prompts = []
+    for pi, ids in enumerate(prompt_ids):
+        for i in range(n):
+            choices.append(new_choice(state, pi * n + i, ids, opts, AssistantStream()))
+            choice_prompts.append(pi)
+    run = RequestRun(
+        response_id=response_id,
+        model=model,
+        created=created,
+        choices=choices,
+        num_prompt_tokens=sum(len(ids) for ids in prompt_ids),
+        stream=stream,
+        include_usage=include_usage,
+        continuous_usage=continuous,
+        formatter=CompletionFormatter(
+            state.token_text, req.logprobs or 0,
+            [echo_texts[pi] for pi in choice_prompts] if req.echo else None,
+        ),
+        want_logprobs=req.logprobs is not None,
+        return_token_ids=bool(req.return_token_ids),
+    )
+    if stream:
+        run.sse = new_sse(response_id, model, created, "text_completion")
+    sub = Submission(state, run)
+    trace = request.get("trace_headers")
+    for choice, pi in zip(choices, choice_prompts):
+        sub.add_choice(choice, prompt_ids[pi], samplings[pi][choice.index % n], external_id=response_id,
+                       priority=req.priority, cache_salt=req.cache_salt, trace_headers=trace)
+    sub.submit()
+    return await sub.respond(request, role_chunks=False, system_fingerprint=state.system_fingerprint)

@@ -1,0 +1,257 @@
+"""Wire formats of the two generation APIs: chat completions and text completions.
+
+Field order and presence follow what vLLM's serving code emits (`model_dump_json(
+exclude_unset=True)` for stream chunks, full models for bodies), so clients see the same JSON.
+Logprobs follow vLLM's rules: the engine's row for a position is [sampled, top-1..top-K]
+(deduplicated, first occurrence wins), logprobs are clamped at -9999.0, chat lists the first
+`top_logprobs` entries, completions map the first K+1 entries.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import msgspec
+
+from frontend.chat.assistant import AssistantDelta
+from frontend.engine.types import Logprobs
+from frontend.server.run import Choice, RequestRun
+
+_enc = msgspec.json.encode
+
+
+def _row(lp: Logprobs, i: int) -> dict[int, float]:
+    row: dict[int, float] = {}
+    for t, v in zip(lp.token_ids[i], lp.logprobs[i]):
+        if t not in row:
+            row[t] = v
+    return row
+
+
+def _clamp(v: float) -> float:
+    return max(v, -9999.0)
+
+
+class ChatFormatter:
+    def __init__(self, token_text: Callable[[int], str], top_logprobs: int):
+        self.token_text = token_text
+        self.top = top_logprobs
+
+    def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> list[dict[str, Any]]:
+        text = self.token_text
+        out = []
+        for i, tid in enumerate(token_ids):
+            if i >= len(lp.token_ids):
+                break
+            row = _row(lp, i)
+            tok = text(tid)
+            tops = []
+            for j, (t, v) in enumerate(row.items()):
+                if j >= self.top:
+                    break
+                s = text(t)
+                tops.append({"token": s, "logprob": _clamp(v), "bytes": list(s.encode("utf-8"))})
+            out.append({
+                "token": tok,
+                "logprob": _clamp(row.get(tid, lp.logprobs[i][0])),
+                "bytes": list(tok.encode("utf-8")),
+                "top_logprobs": tops,
+            })
+        return out
+
+    def stream_delta(self, run: RequestRun, choice: Choice, delta: AssistantDelta | None, logprobs,
+                     token_ids, finish, stop_reason) -> None:
+        sse = run.sse
+        assert sse is not None
+        usage = run.usage() if run.continuous_usage else None
+        if finish is None and logprobs is None and token_ids is None:
+            if delta is None or delta.is_empty():
+                return
+            if delta.content and not delta.reasoning and not delta.tool_calls:
+                sse.content_chunk(choice.index, delta.content, usage)
+                return
+        d = _delta_dict(delta)
+        item = b'{"index":%d,"delta":%b,"logprobs":%b,"finish_reason":%b' % (
+            choice.index,
+            _enc(d),
+            _enc({"content": logprobs}) if logprobs is not None else b"null",
+            _enc(run.finish_reason_of(choice) if finish is not None else None),
+        )
+        if finish is not None:
+            item += b',"stop_reason":' + _enc(stop_reason)
+        if token_ids is not None:
+            item += b',"token_ids":' + _enc(token_ids)
+        data = sse.prefix + item + b"}]"
+        if usage:
+            data += b',"usage":' + _enc(usage)
+        sse.write(data + b"}\n\n")
+
+    def stream_usage(self, run: RequestRun) -> None:
+        assert run.sse is not None
+        run.sse.usage_chunk(run.usage())
+
+    def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
+        choices = []
+        for c in run.choices:
+            gen = c.gen
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": "".join(c.content) if (c.content or not c.tool_calls) else None,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "reasoning": "".join(c.reasoning) if c.reasoning else None,
+            }
+            if c.tool_calls:
+                message["tool_calls"] = _collect_tool_calls(c.tool_calls)
+            choices.append({
+                "index": c.index,
+                "message": message,
+                "logprobs": {"content": [e for part in c.logprobs for e in part]} if run.want_logprobs else None,
+                "finish_reason": run.finish_reason_of(c),
+                "stop_reason": gen.stop_reason if gen else None,
+                "token_ids": c.token_ids if run.return_token_ids else None,
+            })
+        return {
+            "id": run.response_id,
+            "object": "chat.completion",
+            "created": run.created,
+            "model": run.model,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": system_fingerprint,
+            "usage": {**run.usage(), "prompt_tokens_details": None},
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "kv_transfer_params": None,
+        }
+
+
+def _delta_dict(delta: AssistantDelta | None) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    if delta is not None:
+        if delta.reasoning:
+            d["reasoning"] = delta.reasoning
+        if delta.content is not None:
+            d["content"] = delta.content
+        if delta.tool_calls:
+            d["tool_calls"] = delta.tool_calls
+    if not d:
+        d["content"] = ""
+    return d
+
+
+def _collect_tool_calls(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fold streaming tool-call deltas (id/name first, argument pieces after) into calls."""
+    calls: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        idx = d.get("index", len(calls))
+        call = calls.get(idx)
+        fn = d.get("function") or {}
+        if call is None:
+            call = calls[idx] = {
+                "id": d.get("id"),
+                "type": "function",
+                "function": {"name": fn.get("name"), "arguments": ""},
+            }
+        if fn.get("name") and not call["function"]["name"]:
+            call["function"]["name"] = fn["name"]
+        call["function"]["arguments"] += fn.get("arguments") or ""
+    return [calls[i] for i in sorted(calls)]
+
+
+class CompletionFormatter:
+    """Text completions (/v1/completions): text deltas, integer logprobs, echo."""
+
+    def __init__(self, token_text: Callable[[int], str], top_logprobs: int,
+                 echo_texts: list[str] | None = None):
+        self.token_text = token_text
+        self.top = top_logprobs
+        self.echo_texts = echo_texts  # per choice: prompt text to put in front
+        self._offsets: dict[int, int] = {}
+        self._started: set[int] = set()  # choices whose first (echo-carrying) chunk went out
+
+    def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> dict[str, list]:
+        text = self.token_text
+        tokens, token_lps, tops, offsets = [], [], [], []
+        offset = self._offsets.get(choice.index, len(self.echo_texts[choice.index]) if self.echo_texts else 0)
+        for i, tid in enumerate(token_ids):
+            if i >= len(lp.token_ids):
+                break
+            row = _row(lp, i)
+            tok = text(tid)
+            tokens.append(tok)
+            token_lps.append(_clamp(row.get(tid, lp.logprobs[i][0])))
+            tops.append({text(t): _clamp(v) for j, (t, v) in enumerate(row.items()) if j <= self.top})
+            offsets.append(offset)
+            offset += len(tok)
+        self._offsets[choice.index] = offset
+        return {"text_offset": offsets, "token_logprobs": token_lps, "tokens": tokens, "top_logprobs": tops}
+
+    def _text_of(self, choice: Choice, delta: AssistantDelta | None, first: bool) -> str:
+        text = (delta.content or "") if delta is not None else ""
+        if first and self.echo_texts is not None:
+            text = self.echo_texts[choice.index] + text
+        return text
+
+    def stream_delta(self, run: RequestRun, choice: Choice, delta, logprobs, token_ids, finish, stop_reason) -> None:
+        sse = run.sse
+        assert sse is not None
+        first = choice.index not in self._started
+        text = self._text_of(choice, delta, first)
+        if not text and finish is None and logprobs is None and token_ids is None:
+            return
+        self._started.add(choice.index)
+        item = {
+            "index": choice.index,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": finish,
+            "stop_reason": stop_reason if finish is not None else None,
+        }
+        if token_ids is not None:
+            item["token_ids"] = token_ids
+        data = sse.prefix + _enc(item) + b"]"
+        if run.continuous_usage:
+            data += b',"usage":' + _enc(run.usage())
+        sse.write(data + b"}\n\n")
+
+    def stream_usage(self, run: RequestRun) -> None:
+        assert run.sse is not None
+        run.sse.usage_chunk(run.usage())
+
+    def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
+        choices = []
+        for c in run.choices:
+            gen = c.gen
+            text = "".join(c.content)
+            if self.echo_texts is not None:
+                text = self.echo_texts[c.index] + text
+            lp = None
+            if run.want_logprobs:
+                lp = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
+                for part in c.logprobs:
+                    for k in lp:
+                        lp[k].extend(part[k])
+            choices.append({
+                "index": c.index,
+                "text": text,
+                "logprobs": lp,
+                "finish_reason": gen.finish_reason if gen and gen.finish_reason else "stop",
+                "stop_reason": gen.stop_reason if gen else None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "token_ids": c.token_ids if run.return_token_ids else None,
+            })
+        return {
+            "id": run.response_id,
+            "object": "text_completion",
+            "created": run.created,
+            "model": run.model,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": system_fingerprint,
+            "usage": {**run.usage(), "prompt_tokens_details": None},
+            "kv_transfer_params": None,
+        }

@@ -1,0 +1,215 @@
+"""One accepted request in flight: its choices (one engine request each) and their pipeline.
+
+`RequestRun` is the GenerationConsumer of every choice of a request. Per choice the pipeline is:
+engine output (llm.Generation) -> TextStream (detokenizer + stop strings) -> assistant stream
+(content / reasoning / tool calls) -> the API's `Formatter`, which either writes SSE bytes to
+the transport (streaming) or accumulates the final body (non-streaming). Both modes see the
+same events, so they agree by construction. The handler coroutine only awaits `run.done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from frontend.chat.assistant import AssistantDelta
+from frontend.engine.types import Logprobs
+from frontend.llm.generation import Generation
+from frontend.server.errors import APIError
+from frontend.server.sse import DONE, SSEWriter
+from frontend.text.text_stream import TextStream
+
+
+class Choice:
+    __slots__ = (
+        "index", "gen", "text", "assistant", "content", "reasoning", "tool_calls",
+        "logprobs", "token_ids", "finished", "tools_called",
+    )  # fmt: skip
+
+    def __init__(self, index: int, text: TextStream, assistant):
+        self.index = index
+        self.gen: Generation | None = None
+        self.text = text
+        self.assistant = assistant
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.tool_calls: list[dict[str, Any]] = []
+        self.logprobs: list[Any] = []
+        self.token_ids: list[int] = []
+        self.finished = False
+        self.tools_called = False
+
+
+class Formatter(Protocol):
+    """Turns pipeline events into the API's wire format (chat or text completion)."""
+
+    def stream_delta(
+        self, run: "RequestRun", choice: Choice, delta: AssistantDelta | None, logprobs: Any,
+        token_ids: list[int] | None, finish: str | None, stop_reason: int | str | None,
+    ) -> None: ...
+
+    def format_logprobs(self, choice: Choice, token_ids: list[int], logprobs: Logprobs) -> Any: ...
+
+    def stream_usage(self, run: "RequestRun") -> None: ...
+
+    def body(self, run: "RequestRun") -> dict[str, Any]: ...
+
+
+class RequestRun:
+    """State of one request; the GenerationConsumer of its choices."""
+
+    def __init__(
+        self,
+        *,
+        response_id: str,
+        model: str,
+        created: int,
+        choices: list[Choice],
+        num_prompt_tokens: int,
+        stream: bool,
+        include_usage: bool,
+        continuous_usage: bool,
+        formatter: Formatter,
+        want_logprobs: bool = False,
+        return_token_ids: bool = False,
+        num_cached_tokens_wanted: bool = False,
+    ):
+        self.response_id = response_id
+        self.model = model
+        self.created = created
+        self.choices = choices
+        self.num_prompt_tokens = num_prompt_tokens
+        self.stream = stream
+        self.include_usage = include_usage
+        self.continuous_usage = continuous_usage
+        self.formatter = formatter
+        self.want_logprobs = want_logprobs
+        self.return_token_ids = return_token_ids
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.error: APIError | None = None
+        self.sse: SSEWriter | None = None
+        self._remaining = len(choices)
+
+    # -- GenerationConsumer -------------------------------------------------------------
+    def on_delta(
+        self,
+        gen: Generation,
+        token_ids: list[int],
+        logprobs: Logprobs | None,
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+    ) -> None:
+        choice = self.choices[gen.index]
+        if choice.finished:
+            return
+        engine_stopped = finish_reason == "stop"
+        text, matched = choice.text.feed(token_ids, engine_stopped)
+        if matched is not None:
+            gen.stop_early("stop", matched)
+            finish_reason, stop_reason = "stop", matched
+        elif finish_reason is not None and not engine_stopped:
+            text += choice.text.finish()
+        delta = choice.assistant.feed(text)
+        if finish_reason is not None:
+            tail = choice.assistant.finish()
+            if tail is not None:
+                delta = _merge(delta, tail)
+        if delta is not None and delta.tool_calls:
+            choice.tools_called = True
+        lp = None
+        if self.want_logprobs and logprobs is not None and token_ids:
+            lp = self.formatter.format_logprobs(choice, token_ids, logprobs)
+        if self.stream:
+            if self.sse is not None:
+                self.formatter.stream_delta(
+                    self, choice, delta, lp, token_ids if self.return_token_ids else None,
+                    finish_reason, stop_reason,
+                )
+                if not self.sse.alive:
+                    self.cancel()
+                    return
+        else:
+            if delta is not None:
+                if delta.content:
+                    choice.content.append(delta.content)
+                if delta.reasoning:
+                    choice.reasoning.append(delta.reasoning)
+                if delta.tool_calls:
+                    choice.tool_calls.extend(delta.tool_calls)
+            if lp is not None:
+                choice.logprobs.append(lp)
+            if self.return_token_ids:
+                choice.token_ids.extend(token_ids)
+        if finish_reason is not None:
+            self._choice_done(choice)
+
+    def on_error(self, gen: Generation, message: str) -> None:
+        if self.choices[gen.index].finished:
+            return
+        dead = "dead" in message.lower() or "died" in message.lower() or "shutting down" in message.lower()
+        self.fail(APIError(503 if dead else 500, message))
+
+    # -- accounting -----------------------------------------------------------------------
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.gen.num_output_tokens for c in self.choices if c.gen is not None)
+
+    def usage(self) -> dict[str, int]:
+        completion = self.completion_tokens
+        return {
+            "prompt_tokens": self.num_prompt_tokens,
+            "total_tokens": self.num_prompt_tokens + completion,
+            "completion_tokens": completion,
+        }
+
+    def finish_reason_of(self, choice: Choice) -> str:
+        gen = choice.gen
+        reason = gen.finish_reason if gen is not None and gen.finish_reason else "stop"
+        if reason == "stop" and choice.tools_called:
+            return "tool_calls"
+        return reason
+
+    # -- completion -------------------------------------------------------------------------
+    def _choice_done(self, choice: Choice) -> None:
+        choice.finished = True
+        self._remaining -= 1
+        if self._remaining == 0:
+            if self.stream and self.sse is not None:
+                if self.include_usage:
+                    self.formatter.stream_usage(self)
+                self.sse.write(DONE)
+            if not self.done.done():
+                self.done.set_result(None)
+
+    def fail(self, error: APIError) -> None:
+        """End the whole request with an error (mid-stream: error event then [DONE])."""
+        if self.done.done():
+            return
+        self.error = error
+        for c in self.choices:
+            c.finished = True
+            if c.gen is not None and not c.gen.finished:
+                c.gen.cancel()
+        if self.stream and self.sse is not None:
+            self.sse.write(b"data: " + error.to_bytes() + b"\n\n")
+            self.sse.write(DONE)
+        self.done.set_result(None)
+
+    def cancel(self) -> None:
+        """Client gone: abort every engine request, finish quietly."""
+        for c in self.choices:
+            c.finished = True
+            if c.gen is not None:
+                c.gen.cancel()
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def _merge(a: AssistantDelta | None, b: AssistantDelta) -> AssistantDelta:
+    if a is None:
+        return b
+    return AssistantDelta(
+        content=((a.content or "") + (b.content or "")) or None,
+        reasoning=((a.reasoning or "") + (b.reasoning or "")) or None,
+        tool_calls=a.tool_calls + b.tool_calls,
+    )
