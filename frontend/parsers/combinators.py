@@ -1,0 +1,573 @@
+"""Parser combinators for incremental text, and the `safe_text` primitive.
+
+Why combinators with a three-way result: a streaming parser sees the model's
+output a few characters at a time, and every decision it takes ("this is a
+tool call", "this is plain text") must be the one it would take on the whole
+output, or results depend on where the chunks happened to split. So every
+parser here answers, for a buffer that may still grow:
+
+- ``Ok(end, value)``: matched ``s[pos:end]``; no later input can change that;
+- ``NEED``: ``s[pos:]`` is a proper prefix of something that could match (only
+  when ``eof`` is False): wait for more text;
+- ``Fail(pos)``: no continuation of the text can match. Failure is monotone:
+  if a prefix fails, every extension fails too.
+
+With ``eof=True`` the buffer is final and ``NEED`` never comes back. A grammar
+is built from `lit`, `seq`, `choice`, `many`, `opt`, `take_until`,
+`json_value` (a JSON scanner that returns the raw slice, never
+re-serialised), `ws` and `end`; `fmap` turns matches into values.
+
+`safe_text(buffer, markers)` is the other half: in free text, the longest
+prefix that can be released because it contains no marker and does not end
+with the start of one. Text that might be a marker is held and released as
+soon as it cannot be.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+
+class _Need:
+    """More input could still make the parser match (only when not at eof)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED"
+
+
+NEED = _Need()
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    end: int
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    pos: int
+
+
+Result = Ok | _Need | Fail
+
+
+class P:
+    """A parser: ``parse(s, pos, eof) -> Ok | NEED | Fail``."""
+
+    __slots__ = ()
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:  # pragma: no cover
+        raise NotImplementedError
+
+    def __call__(self, s: str, eof: bool = True) -> Result:
+        """Parse all of ``s``: a match must end exactly at its end."""
+        return seq(self, end()).parse(s, 0, eof)
+
+
+# ----------------------------------------------------------------- terminals
+class _Lit(P):
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        t = self.text
+        if s.startswith(t, pos):
+            return Ok(pos + len(t), t)
+        rest = s[pos:]
+        if not eof and len(rest) < len(t) and t.startswith(rest):
+            return NEED
+        # first differing position
+        i = 0
+        while i < len(rest) and i < len(t) and rest[i] == t[i]:
+            i += 1
+        return Fail(pos + i)
+
+
+def lit(text: str) -> P:
+    """Exactly ``text`` (a marker, a keyword)."""
+    return _Lit(text)
+
+
+class _Ws(P):
+    __slots__ = ("min",)
+
+    def __init__(self, minimum: int) -> None:
+        self.min = minimum
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        i = pos
+        n = len(s)
+        while i < n and s[i].isspace():
+            i += 1
+        if i == n and not eof:
+            return NEED  # more whitespace may follow
+        if i - pos < self.min:
+            return Fail(i)
+        return Ok(i, s[pos:i])
+
+
+def ws(minimum: int = 0) -> P:
+    """Greedy whitespace (at least ``minimum`` characters)."""
+    return _Ws(minimum)
+
+
+class _End(P):
+    __slots__ = ()
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        if pos == len(s):
+            return Ok(pos) if eof else NEED
+        return Fail(pos)
+
+
+def end() -> P:
+    """The end of the (final) input."""
+    return _End()
+
+
+class _TakeUntil(P):
+    __slots__ = ("stops", "at_eof", "min")
+
+    def __init__(self, stops: Sequence[str], at_eof: bool, minimum: int) -> None:
+        self.stops = tuple(stops)
+        self.at_eof = at_eof
+        self.min = minimum
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        best = -1
+        for stop in self.stops:
+            j = s.find(stop, pos)
+            if j != -1 and (best == -1 or j < best):
+                best = j
+        if best == -1:
+            if not eof:
+                return NEED
+            if not self.at_eof:
+                return Fail(len(s))
+            best = len(s)
+        if best - pos < self.min:
+            return Fail(best)
+        return Ok(best, s[pos:best])
+
+
+def take_until(*stops: str, at_eof: bool = False, minimum: int = 0) -> P:
+    """Text up to (not including) the first of ``stops``.
+
+    With ``at_eof`` the end of the final input also stops it.
+    """
+    return _TakeUntil(stops, at_eof, minimum)
+
+
+class _CharsWhile(P):
+    __slots__ = ("pred", "min")
+
+    def __init__(self, pred: Callable[[str], bool], minimum: int) -> None:
+        self.pred = pred
+        self.min = minimum
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        i = pos
+        n = len(s)
+        pred = self.pred
+        while i < n and pred(s[i]):
+            i += 1
+        if i == n and not eof:
+            return NEED
+        if i - pos < self.min:
+            return Fail(i)
+        return Ok(i, s[pos:i])
+
+
+def chars_while(pred: Callable[[str], bool], minimum: int = 1) -> P:
+    """Greedy run of characters satisfying ``pred``."""
+    return _CharsWhile(pred, minimum)
+
+
+# ------------------------------------------------------------------ JSON scan
+_WS = " \t\n\r"
+
+
+def scan_json(s: str, pos: int, eof: bool) -> Result:
+    """Scan one JSON value at ``pos``; ``Ok(end, raw_slice)`` without decoding.
+
+    Leading whitespace is not skipped (use `ws`). Strict JSON (RFC 8259): a
+    validating scanner, so a prefix that cannot become JSON fails at once.
+    """
+    try:
+        end_pos = _scan_value(s, pos, len(s))
+    except _NeedMore:
+        return Fail(len(s)) if eof else NEED
+    except _Bad as bad:
+        return Fail(bad.pos)
+    if end_pos == len(s) and not eof and s[pos] in "-0123456789":
+        return NEED  # a number may continue
+    return Ok(end_pos, s[pos:end_pos])
+
+
+class _NeedMore(Exception):
+    pass
+
+
+class _Bad(Exception):
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+
+
+def _skip_ws(s: str, i: int, n: int) -> int:
+    while i < n and s[i] in _WS:
+        i += 1
+    if i == n:
+        raise _NeedMore
+    return i
+
+
+def _scan_value(s: str, i: int, n: int) -> int:
+    if i >= n:
+        raise _NeedMore
+    c = s[i]
+    if c == "{":
+        i = _skip_ws(s, i + 1, n)
+        if s[i] == "}":
+            return i + 1
+        while True:
+            if s[i] != '"':
+                raise _Bad(i)
+            i = _scan_string(s, i, n)
+            i = _skip_ws(s, i, n)
+            if s[i] != ":":
+                raise _Bad(i)
+            i = _skip_ws(s, i + 1, n)
+            i = _scan_value(s, i, n)
+            i = _skip_ws(s, i, n)
+            if s[i] == "}":
+                return i + 1
+            if s[i] != ",":
+                raise _Bad(i)
+            i = _skip_ws(s, i + 1, n)
+    if c == "[":
+        i = _skip_ws(s, i + 1, n)
+        if s[i] == "]":
+            return i + 1
+        while True:
+            i = _scan_value(s, i, n)
+            i = _skip_ws(s, i, n)
+            if s[i] == "]":
+                return i + 1
+            if s[i] != ",":
+                raise _Bad(i)
+            i = _skip_ws(s, i + 1, n)
+    if c == '"':
+        return _scan_string(s, i, n)
+    if c == "-" or c.isdigit():
+        return _scan_number(s, i, n)
+    for word in ("true", "false", "null"):
+        if c == word[0]:
+            k = 0
+            while k < len(word):
+                if i + k >= n:
+                    raise _NeedMore
+                if s[i + k] != word[k]:
+                    raise _Bad(i + k)
+                k += 1
+            return i + len(word)
+    raise _Bad(i)
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _scan_string(s: str, i: int, n: int) -> int:
+    i += 1  # opening quote
+    while True:
+        if i >= n:
+            raise _NeedMore
+        c = s[i]
+        if c == '"':
+            return i + 1
+        if c == "\\":
+            if i + 1 >= n:
+                raise _NeedMore
+            e = s[i + 1]
+            if e in '"\\/bfnrt':
+                i += 2
+                continue
+            if e == "u":
+                for k in range(4):
+                    if i + 2 + k >= n:
+                        raise _NeedMore
+                    if s[i + 2 + k] not in _HEX:
+                        raise _Bad(i + 2 + k)
+                i += 6
+                continue
+            raise _Bad(i + 1)
+        if c < " ":
+            raise _Bad(i)  # raw control characters are not JSON
+        i += 1
+
+
+def _scan_number(s: str, i: int, n: int) -> int:
+    start = i
+    if s[i] == "-":
+        i += 1
+        if i >= n:
+            raise _NeedMore
+    if s[i] == "0":
+        i += 1
+    elif s[i].isdigit():
+        while i < n and s[i].isdigit():
+            i += 1
+    else:
+        raise _Bad(i)
+    if i < n and s[i] == ".":
+        i += 1
+        if i >= n:
+            raise _NeedMore
+        if not s[i].isdigit():
+            raise _Bad(i)
+        while i < n and s[i].isdigit():
+            i += 1
+    if i < n and s[i] in "eE":
+        i += 1
+        if i < n and s[i] in "+-":
+            i += 1
+        if i >= n:
+            raise _NeedMore
+        if not s[i].isdigit():
+            raise _Bad(i)
+        while i < n and s[i].isdigit():
+            i += 1
+    if i == start:
+        raise _Bad(i)
+    return i
+
+
+class _JsonValue(P):
+    __slots__ = ("kinds",)
+
+    def __init__(self, kinds: str | None) -> None:
+        self.kinds = kinds
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        if self.kinds is not None:
+            if pos >= len(s):
+                return Fail(pos) if eof else NEED
+            if s[pos] not in self.kinds:
+                return Fail(pos)
+        return scan_json(s, pos, eof)
+
+
+def json_value(kinds: str | None = None) -> P:
+    """One JSON value, as its raw text (``kinds``: allowed first characters,
+    e.g. ``"{"`` for objects only)."""
+    return _JsonValue(kinds)
+
+
+def json_object() -> P:
+    return _JsonValue("{")
+
+
+# --------------------------------------------------------------- combinators
+class _Seq(P):
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: Sequence[P]) -> None:
+        self.parts = tuple(parts)
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        values = []
+        for p in self.parts:
+            r = p.parse(s, pos, eof)
+            if not isinstance(r, Ok):
+                return r
+            values.append(r.value)
+            pos = r.end
+        return Ok(pos, values)
+
+
+def seq(*parts: P) -> P:
+    """Each part in turn; value: the list of their values."""
+    return _Seq(parts)
+
+
+class _Choice(P):
+    __slots__ = ("alts",)
+
+    def __init__(self, alts: Sequence[P]) -> None:
+        self.alts = tuple(alts)
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        furthest = pos
+        for p in self.alts:
+            r = p.parse(s, pos, eof)
+            if isinstance(r, Fail):
+                furthest = max(furthest, r.pos)
+                continue
+            return r  # Ok, or NEED: an earlier alternative is still undecided
+        return Fail(furthest)
+
+
+def choice(*alts: P) -> P:
+    """Ordered choice (PEG): the first alternative that matches."""
+    return _Choice(alts)
+
+
+class _Many(P):
+    __slots__ = ("item", "sep", "min")
+
+    def __init__(self, item: P, sep: P | None, minimum: int) -> None:
+        self.item = item
+        self.sep = sep
+        self.min = minimum
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        values: list[Any] = []
+        while True:
+            at = pos
+            if values and self.sep is not None:
+                r = self.sep.parse(s, at, eof)
+                if r is NEED:
+                    return NEED
+                if isinstance(r, Fail):
+                    break
+                assert isinstance(r, Ok)
+                at = r.end
+            r = self.item.parse(s, at, eof)
+            if r is NEED:
+                return NEED
+            if isinstance(r, Fail):
+                break  # backtrack to before the separator
+            assert isinstance(r, Ok)
+            if r.end == pos:
+                break  # no progress: stop rather than loop
+            values.append(r.value)
+            pos = r.end
+        if len(values) < self.min:
+            return Fail(pos)
+        return Ok(pos, values)
+
+
+def many(item: P, sep: P | None = None, minimum: int = 0) -> P:
+    """Repetition (greedy), optionally separated; value: list of item values."""
+    return _Many(item, sep, minimum)
+
+
+class _Opt(P):
+    __slots__ = ("p", "default")
+
+    def __init__(self, p: P, default: Any) -> None:
+        self.p = p
+        self.default = default
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        r = self.p.parse(s, pos, eof)
+        if isinstance(r, Fail):
+            return Ok(pos, self.default)
+        return r
+
+
+def opt(p: P, default: Any = None) -> P:
+    return _Opt(p, default)
+
+
+class _Map(P):
+    __slots__ = ("p", "f")
+
+    def __init__(self, p: P, f: Callable[[Any], Any]) -> None:
+        self.p = p
+        self.f = f
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        r = self.p.parse(s, pos, eof)
+        if isinstance(r, Ok):
+            try:
+                return Ok(r.end, self.f(r.value))
+            except ValueError:
+                # a semantic check in ``f`` rejected the match
+                return Fail(pos)
+        return r
+
+
+def fmap(p: P, f: Callable[[Any], Any]) -> P:
+    """Transform a match's value; ``f`` raising ValueError turns it into a failure."""
+    return _Map(p, f)
+
+
+class _Lazy(P):
+    __slots__ = ("make", "_p")
+
+    def __init__(self, make: Callable[[], P]) -> None:
+        self.make = make
+        self._p: P | None = None
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        if self._p is None:
+            self._p = self.make()
+        return self._p.parse(s, pos, eof)
+
+
+def lazy(make: Callable[[], P]) -> P:
+    """A parser built on first use (recursive grammars)."""
+    return _Lazy(make)
+
+
+# ------------------------------------------------------------------ safe_text
+def partial_tail(buffer: str, markers: Iterable[str]) -> int:
+    """Start of the longest suffix of ``buffer`` that is a proper prefix of a marker.
+
+    ``len(buffer)`` when no suffix could begin a marker.
+    """
+    n = len(buffer)
+    best = n
+    for m in markers:
+        k = min(len(m) - 1, n)
+        while k > 0:
+            if n - k < best and m.startswith(buffer[n - k :]):
+                best = n - k
+                break
+            k -= 1
+    return best
+
+
+def find_first(buffer: str, markers: Iterable[str], start: int = 0) -> tuple[int, str]:
+    """Earliest full occurrence of any marker at or after ``start``.
+
+    Returns ``(index, marker)``; ``(-1, "")`` when none. On a tie the longest
+    marker wins (``<tool_calls>`` over ``<tool``).
+    """
+    best = -1
+    found = ""
+    for m in markers:
+        j = buffer.find(m, start)
+        if j != -1 and (best == -1 or j < best or (j == best and len(m) > len(found))):
+            best = j
+            found = m
+    return best, found
+
+
+def safe_text(buffer: str, markers: Iterable[str]) -> int:
+    """Length of the longest prefix of ``buffer`` that cannot be part of a marker.
+
+    It contains no full marker and does not end with the beginning of one, so
+    it can be released as plain text now; the rest is held until more text
+    decides it.
+    """
+    markers = tuple(markers)
+    j, _ = find_first(buffer, markers)
+    if j != -1:
+        return j
+    return partial_tail(buffer, markers)
+
+
+def loads_or_none(raw: str) -> Any:
+    """``json.loads`` that answers None on invalid JSON (callers check kind)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None

@@ -1,0 +1,82 @@
+"""Tool-call parsers, by vLLM's ``--tool-call-parser`` names.
+
+Each parser is an incremental transformer over the content text of one
+choice: ``feed(text, token_ids=None) -> AssistantDelta | None`` and
+``finish() -> AssistantDelta | None`` (see base.py for the engine and
+special.py for the token-id contract).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from frontend.parsers.special import SpecialGate
+from frontend.parsers.tool.base import SectionToolParser, ToolFormat
+from frontend.parsers.tool.json_calls import (
+    DeepSeekV3,
+    DeepSeekV31,
+    Hermes,
+    KimiK2,
+    Llama3Json,
+    Mistral,
+)
+from frontend.parsers.tool.xml_calls import Dsml, Glm45, MinimaxM2, Qwen3Coder
+
+#: name -> factory(tools) -> ToolFormat
+FormatFactory = Callable[[Sequence[Any]], ToolFormat]
+
+_REGISTRY: dict[str, FormatFactory] = {}
+
+
+def register_tool_parser(name: str, factory: FormatFactory) -> None:
+    """Register a format under a ``--tool-call-parser`` name (replaces any)."""
+    _REGISTRY[name] = factory
+
+
+def tool_parser_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_tool_parser(
+    name: str,
+    tokenizer: Any = None,
+    tools: Sequence[Any] | None = None,
+    gate: SpecialGate | None = None,
+) -> SectionToolParser:
+    """A fresh parser for one choice. ``tools``: the request's OpenAI tool dicts
+    (schema-driven value types for XML formats)."""
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown tool parser {name!r}; known: {', '.join(tool_parser_names())}"
+        ) from None
+    return SectionToolParser(factory(list(tools or [])), tokenizer=tokenizer, tools=tools, gate=gate)
+
+
+def tool_markers(name: str) -> list[str]:
+    """Every start and end marker of a format (for gates shared with reasoning)."""
+    fmt = _REGISTRY[name]([])
+    out = list(fmt.sections)
+    for sec in fmt.sections.values():
+        out.extend(sec.ends)
+    return out
+
+
+register_tool_parser("hermes", lambda tools: Hermes())
+register_tool_parser("qwen3_json", lambda tools: Hermes())
+register_tool_parser("qwen3_coder", lambda tools: Qwen3Coder(tools))
+register_tool_parser("qwen3_xml", lambda tools: Qwen3Coder(tools))
+register_tool_parser("deepseek_v3", lambda tools: DeepSeekV3())
+register_tool_parser("deepseek_v31", lambda tools: DeepSeekV31())
+register_tool_parser("deepseek_v32", lambda tools: Dsml(("function_calls",), tools))
+register_tool_parser(
+    "deepseek_v4", lambda tools: Dsml(("tool_calls",), tools, variants=("toolcalls", "tool"))
+)
+register_tool_parser("llama3_json", lambda tools: Llama3Json())
+register_tool_parser("llama4_json", lambda tools: Llama3Json())
+register_tool_parser("mistral", lambda tools: Mistral())
+register_tool_parser("kimi_k2", lambda tools: KimiK2())
+register_tool_parser("glm45", lambda tools: Glm45(tools))
+register_tool_parser("glm47", lambda tools: Glm45(tools))
+register_tool_parser("minimax_m2", lambda tools: MinimaxM2(tools))
