@@ -1,0 +1,1 @@
+"""The drop-in router: one vLLM engine client slot shared by N worker processes."""

@@ -1,0 +1,524 @@
+"""`vllm-pyfrontend frontend ...`: this frontend, launched by `vllm serve` in place of vLLM's own.
+
+    VLLM_USE_RUST_FRONTEND=1 VLLM_RUST_FRONTEND_PATH=$(which vllm-pyfrontend) \\
+        VLLM_PYFRONTEND_WORKERS=4 vllm serve <model> [vllm serve flags]
+
+With those variables vLLM starts the engines, performs the engine handshake itself and then runs
+
+    <exe> frontend --listen-fd N --input-listener-fd N --output-listener-fd N
+          --engine-start-index S --engine-count C --data-parallel-size D
+          [--coordinator-address A] --args-json '<non-default vllm serve args>'
+
+(vllm/v1/utils.py, RustFrontendProcessManager). The HTTP listener is already bound to
+`--host/--port`; the two ZMQ fds are listeners for ONE engine client (client_index 0).
+
+Process tree under vLLM's API launcher:
+
+    vllm-pyfrontend frontend ...        this module: spawns, watches, restarts, stops
+     ├─ router (python -m frontend.router)   owns the two ZMQ fds = the one client slot
+     └─ worker 0 … N-1 (frontend.server.worker)  share the inherited HTTP listener fd
+
+The router waits for the engines' ready responses, then the workers start; each binds its own
+ipc ROUTER/PULL pair in a private runtime directory, which the router connects to while playing
+the engines (see frontend/router/router.py). Workers: `--workers N`, else VLLM_PYFRONTEND_WORKERS,
+else the number of CPU cores.
+
+On SIGTERM (vLLM's shutdown) workers drain for `--shutdown-timeout` (vLLM's flag, default 0),
+then the router stops; vLLM allows at least 5 s before it kills the tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from frontend.config import WorkerConfig
+from supervisor.cli import default_workers, human_readable_int
+from supervisor.main import (
+    BACKOFF_BASE_S,
+    BACKOFF_MAX_S,
+    FAST_CRASH_S,
+    MAX_FAST_CRASHES,
+    child_env,
+    default_worker_command,
+)
+from supervisor.process import Child, describe_exit, wait_all
+from supervisor.runtime import ClientAddresses, RuntimeDir
+
+log = logging.getLogger("pyfrontend")
+
+WORKERS_ENV = "VLLM_PYFRONTEND_WORKERS"
+WORKER_READY_TIMEOUT_S = 120.0
+WORKER_KILL_GRACE_S = 2.0  # past the drain window; vLLM kills us 5 s after its SIGTERM
+ROUTER_STOP_TIMEOUT_S = 2.0
+
+# `vllm serve` flags that change what vLLM's own frontend does and that this one does not
+# implement (yet): reported at startup so a silently different server is not a surprise.
+_UNSUPPORTED_FRONTEND_ARGS = (
+    "api_key", "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
+    "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "response_role",
+    "chat_template_content_format", "lora_modules", "ssl_keyfile", "ssl_certfile", "root_path",
+    "middleware", "enable_request_id_headers", "return_tokens_as_token_ids",
+)  # fmt: skip
+
+
+# -------------------------------------------------------------------- command line
+
+
+@dataclass
+class FrontendArgs:
+    """The `frontend` subcommand's flags, as vLLM passes them, plus our `--workers`."""
+
+    listen_fd: int
+    input_fd: int
+    output_fd: int
+    engine_start_index: int = 0
+    engine_count: int = 1
+    data_parallel_size: int = 1
+    coordinator_address: str | None = None
+    serve_args: dict[str, Any] = field(default_factory=dict)
+    workers: int = 1
+    log_level: str = "info"
+
+    @property
+    def engine_indices(self) -> list[int]:
+        return list(range(self.engine_start_index, self.engine_start_index + self.engine_count))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="vllm-pyfrontend frontend",
+        description="Serve the OpenAI API for engines that `vllm serve` started "
+        "(VLLM_USE_RUST_FRONTEND=1 VLLM_RUST_FRONTEND_PATH=<this executable>).",
+    )
+    p.add_argument("--listen-fd", type=int, required=True, help="bound HTTP listener")
+    p.add_argument("--input-listener-fd", type=int, required=True, help="engine input ROUTER listener")
+    p.add_argument("--output-listener-fd", type=int, required=True, help="engine output PULL listener")
+    p.add_argument("--engine-start-index", type=int, default=0)
+    p.add_argument("--engine-count", type=int, default=1)
+    p.add_argument("--data-parallel-size", type=int, default=1)
+    p.add_argument("--coordinator-address", default=None)
+    p.add_argument("--grpc-listen-fd", type=int, default=None)
+    p.add_argument("--args-json", default="{}", help="vllm serve's non-default args (JSON)")
+    p.add_argument("--workers", type=int, default=None,
+                   help=f"worker processes (default: ${WORKERS_ENV}, else the CPU cores)")
+    return p
+
+
+def parse_frontend_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> FrontendArgs:
+    """Parse the arguments after `frontend`. Unknown flags (a newer vLLM) are logged, not fatal."""
+    environ = os.environ if environ is None else environ
+    ns, unknown = build_parser().parse_known_args(list(argv))
+    if unknown:
+        log.warning("ignoring frontend flags this version does not know: %s", " ".join(unknown))
+    try:
+        serve_args = json.loads(ns.args_json)
+    except ValueError as e:
+        raise SystemExit(f"--args-json is not JSON: {e}") from None
+    if not isinstance(serve_args, dict):
+        raise SystemExit("--args-json must be a JSON object")
+    if ns.grpc_listen_fd is not None:
+        log.warning("--grpc-port is not supported by this frontend; the gRPC listener is unused")
+    workers = ns.workers
+    if workers is None and environ.get(WORKERS_ENV):
+        try:
+            workers = int(environ[WORKERS_ENV])
+        except ValueError:
+            raise SystemExit(f"{WORKERS_ENV} must be an integer, got {environ[WORKERS_ENV]!r}") from None
+    if workers is None:
+        workers = default_workers()
+    if workers < 1:
+        raise SystemExit("the number of workers must be at least 1")
+    return FrontendArgs(
+        listen_fd=ns.listen_fd,
+        input_fd=ns.input_listener_fd,
+        output_fd=ns.output_listener_fd,
+        engine_start_index=ns.engine_start_index,
+        engine_count=ns.engine_count,
+        data_parallel_size=ns.data_parallel_size,
+        coordinator_address=ns.coordinator_address,
+        serve_args=serve_args,
+        workers=workers,
+        log_level=str(environ.get("VLLM_LOGGING_LEVEL") or "info").lower(),
+    )
+
+
+# -------------------------------------------------------------------- vllm serve args
+
+
+@dataclass
+class ServeSettings:
+    """What the workers need from `vllm serve`'s arguments."""
+
+    model: str  # local directory
+    served_model_names: list[str]
+    host: str = "0.0.0.0"
+    port: int = 8000
+    tokenizer: str | None = None
+    chat_template: str | None = None
+    max_model_len: int | None = None
+    generation_config: str = "auto"
+    shutdown_timeout: float = 0.0
+    engine_ready_timeout: float = 600.0
+
+
+def _local_dir(name: str, revision: Any = None) -> str:
+    """A model or tokenizer as a local directory: a path, or the HF cache vLLM downloaded into."""
+    if os.path.isdir(name):
+        return os.path.abspath(name)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name, revision=revision, local_files_only=True)
+    except Exception as e:  # not installed, not cached, bad id: one clear message
+        raise ValueError(f"{name!r} is neither a local directory nor in the Hugging Face cache "
+                         f"({type(e).__name__}: {e})") from None
+
+
+def serve_settings(args: dict[str, Any]) -> ServeSettings:
+    """Map `vllm serve`'s argparse names (as vLLM jsonified them) onto the workers' settings."""
+    model_arg = args.get("model_tag") or args.get("model")
+    if not model_arg:
+        raise ValueError("--args-json names no model (model_tag)")
+    served = args.get("served_model_name")
+    if isinstance(served, str):
+        served = [served]
+    max_model_len = args.get("max_model_len")
+    if isinstance(max_model_len, str):
+        max_model_len = human_readable_int(max_model_len)
+    if isinstance(max_model_len, int) and max_model_len < 0:
+        max_model_len = None  # -1 / auto: the engine decides, its ready response says
+    tokenizer = args.get("tokenizer")
+    ignored = [k for k in _UNSUPPORTED_FRONTEND_ARGS if args.get(k) not in (None, False, [], "")]
+    if ignored:
+        log.warning("this frontend ignores these vllm serve options: %s", ", ".join(ignored))
+    return ServeSettings(
+        model=_local_dir(str(model_arg), args.get("revision")),
+        served_model_names=list(served) if served else [str(model_arg)],
+        host=args.get("host") or "0.0.0.0",
+        port=int(args.get("port") or 8000),
+        tokenizer=_local_dir(str(tokenizer), args.get("tokenizer_revision")) if tokenizer else None,
+        chat_template=args.get("chat_template"),
+        max_model_len=max_model_len,
+        generation_config=args.get("generation_config") or "auto",
+        shutdown_timeout=float(args.get("shutdown_timeout") or 0),
+        engine_ready_timeout=float(args.get("engine_ready_timeout_secs") or 600),
+    )
+
+
+# -------------------------------------------------------------------- the processes
+
+
+def router_command(args: FrontendArgs, addresses: Sequence[ClientAddresses],
+                   ready_timeout: float, status_fd: int) -> list[str]:
+    argv = [
+        sys.executable, "-m", "frontend.router",
+        "--input-fd", str(args.input_fd),
+        "--output-fd", str(args.output_fd),
+        "--engine-start-index", str(args.engine_start_index),
+        "--engine-count", str(args.engine_count),
+        "--ready-timeout", str(ready_timeout),
+        "--status-fd", str(status_fd),
+        "--log-level", args.log_level,
+    ]  # fmt: skip
+    for a in addresses:
+        argv += ["--worker-input", a.input, "--worker-output", a.output]
+    return argv
+
+
+@dataclass
+class _Slot:
+    index: int
+    addresses: ClientAddresses
+    child: Child | None = None
+    ready: bool = False
+    starts: int = 0
+    fast_crashes: int = 0
+    restart_timer: asyncio.TimerHandle | None = None
+
+
+class _Fatal(Exception):
+    pass
+
+
+class DropinSupervisor:
+    """Router first (it waits for the engines), then the workers; stop in the reverse order."""
+
+    def __init__(self, args: FrontendArgs, settings: ServeSettings):
+        self.args = args
+        self.settings = settings
+        self._events: asyncio.Queue[tuple[str, Any, Any]] = asyncio.Queue()
+        self._env = child_env()
+        self._router: Child | None = None
+        self._slots: list[_Slot] = []
+        self._runtime: RuntimeDir | None = None
+        self._stopping = False
+        self._tasks: set[asyncio.Future] = set()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self._runtime = RuntimeDir()
+        try:
+            try:
+                await self._start_router()
+                code = await self._event_loop()
+            except _Fatal as e:
+                log.error("%s", e)
+                code = 1
+            except Exception:
+                log.exception("frontend failure")
+                code = 1
+            await self._shutdown()
+            return code
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            self._runtime.cleanup()
+
+    # ---------------------------------------------------------------- startup
+
+    async def _start_router(self) -> None:
+        assert self._runtime is not None
+        self._slots = [_Slot(i, a) for i, a in enumerate(self._runtime.client_addresses(self.args.workers))]
+        read_fd, write_fd = os.pipe()
+        argv = router_command(self.args, [s.addresses for s in self._slots],
+                              self.settings.engine_ready_timeout, write_fd)
+        try:
+            self._router = await Child.spawn(
+                "router", argv, env=self._env,
+                pass_fds=(self.args.input_fd, self.args.output_fd, write_fd),
+            )
+        except OSError as e:
+            os.close(read_fd)
+            raise _Fatal(f"cannot start the router: {e}") from None
+        finally:
+            os.close(write_fd)
+            # The router owns the engine listeners now; our copies would keep them alive.
+            for fd in (self.args.input_fd, self.args.output_fd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._watch(self._router, ("router_exit", None, self._router))
+        self._background(self._read_status(read_fd, ("router_ready", None, self._router)))
+        log.info("router started; waiting for engine(s) %s", self.args.engine_indices)
+
+    def _worker_config(self, slot: _Slot) -> WorkerConfig:
+        s = self.settings
+        assert self._runtime is not None
+        # A restarted worker gets no replayed ready response: hand it the recorded ones.
+        infos = self._runtime.read_engine_infos() if slot.starts > 0 else None
+        return WorkerConfig(
+            worker_index=slot.index,
+            num_workers=self.args.workers,
+            host=s.host,
+            port=s.port,
+            model=s.model,
+            served_model_names=s.served_model_names,
+            input_address=slot.addresses.input,
+            output_address=slot.addresses.output,
+            engine_indices=self.args.engine_indices,
+            engine_infos=infos,
+            runtime_dir=self._runtime.path,
+            tokenizer=s.tokenizer,
+            chat_template=s.chat_template,
+            max_model_len=s.max_model_len,
+            shutdown_timeout=s.shutdown_timeout,
+            engine_ready_timeout=s.engine_ready_timeout,
+            listen_fd=self.args.listen_fd,
+            reuse_port=False,
+            log_level=self.args.log_level,
+            generation_config=s.generation_config,
+            engine_client_index=0,
+        )
+
+    async def _spawn_worker(self, slot: _Slot) -> None:
+        config = self._worker_config(slot)
+        read_fd, write_fd = os.pipe()
+        config.status_fd = write_fd
+        try:
+            child = await Child.spawn(
+                f"worker {slot.index}", default_worker_command(config), env=self._env,
+                pass_fds=(self.args.listen_fd, write_fd),
+            )
+        except OSError as e:
+            os.close(read_fd)
+            raise _Fatal(f"cannot start worker {slot.index}: {e}") from None
+        finally:
+            os.close(write_fd)
+        slot.child, slot.ready, slot.restart_timer = child, False, None
+        slot.starts += 1
+        self._watch(child, ("worker_exit", slot, child))
+        self._background(self._read_status(read_fd, ("worker_ready", slot, child)))
+
+    async def _read_status(self, fd: int, event: tuple[str, Any, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+        )
+        try:
+            while line := await reader.readline():
+                if line.strip() == b"ready":
+                    self._events.put_nowait(event)
+        finally:
+            transport.close()
+
+    def _watch(self, child: Child, event: tuple[str, Any, Any]) -> None:
+        async def watch() -> None:
+            await child.wait()
+            self._events.put_nowait(event)
+
+        self._background(watch())
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---------------------------------------------------------------- events
+
+    async def _event_loop(self) -> int:
+        serving = False
+        deadline: float | None = None
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                kind, slot, child = await asyncio.wait_for(self._events.get(), timeout)
+            except asyncio.TimeoutError:
+                waiting = [s.index for s in self._slots if not s.ready]
+                raise _Fatal(f"workers {waiting} not ready {WORKER_READY_TIMEOUT_S:.0f}s after "
+                             "the engines") from None
+            if kind == "signal":
+                log.info("%s: shutting down", signal.Signals(slot).name)
+                return 0
+            if kind == "router_exit":
+                assert self._router is not None
+                await self._router.flush_output()
+                raise _Fatal(f"the router exited ({describe_exit(self._router.returncode)})")
+            if kind == "router_ready":
+                log.info("engines ready; starting %d worker(s)", len(self._slots))
+                for s in self._slots:
+                    await self._spawn_worker(s)
+                deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
+            elif kind == "worker_exit":
+                if child is slot.child:
+                    await child.flush_output(0.2)
+                    self._schedule_restart(slot, child)
+            elif kind == "restart":
+                log.info("restarting worker %d", slot.index)
+                await self._spawn_worker(slot)
+            elif kind == "worker_ready":
+                if child is slot.child and not slot.ready:
+                    slot.ready = True
+                    if serving:
+                        log.info("worker %d ready again", slot.index)
+            if not serving and self._slots and all(s.ready for s in self._slots):
+                serving, deadline = True, None
+                s = self.settings
+                log.info("serving %s on http://%s:%d (%d workers behind one engine client)",
+                         s.served_model_names[0], s.host, s.port, len(self._slots))
+
+    def _schedule_restart(self, slot: _Slot, child: Child) -> None:
+        lived = time.monotonic() - child.started_at
+        slot.ready = False
+        slot.fast_crashes = slot.fast_crashes + 1 if lived < FAST_CRASH_S else 1
+        log.warning("worker %d exited (%s) after %.1fs", slot.index,
+                    describe_exit(child.returncode), lived)
+        if slot.fast_crashes > MAX_FAST_CRASHES:
+            raise _Fatal(f"worker {slot.index} crashed {slot.fast_crashes} times in a row; giving up")
+        delay = min(BACKOFF_BASE_S * 2 ** (slot.fast_crashes - 1), BACKOFF_MAX_S)
+        slot.restart_timer = asyncio.get_running_loop().call_later(
+            delay, self._events.put_nowait, ("restart", slot, None)
+        )
+
+    def _on_signal(self, sig: int) -> None:
+        if not self._stopping:
+            self._stopping = True
+            self._events.put_nowait(("signal", sig, None))
+
+    # ---------------------------------------------------------------- shutdown
+
+    async def _shutdown(self) -> None:
+        self._stopping = True
+        for slot in self._slots:
+            if slot.restart_timer is not None:
+                slot.restart_timer.cancel()
+        workers = [s.child for s in self._slots if s.child is not None and s.child.alive]
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        if workers and not await wait_all(workers, self.settings.shutdown_timeout + WORKER_KILL_GRACE_S):
+            for w in workers:
+                if w.alive:
+                    log.warning("%s did not exit: SIGKILL", w.name)
+                    w.kill_group(signal.SIGKILL)
+            await wait_all(workers, 2.0)
+        router = self._router
+        if router is not None:
+            router.send_signal(signal.SIGTERM)
+            if not await wait_all([router], ROUTER_STOP_TIMEOUT_S):
+                log.warning("router did not exit: SIGKILL")
+            router.kill_group(signal.SIGKILL)
+            await wait_all([router], 2.0)
+        for c in [*workers, *([router] if router else [])]:
+            await c.flush_output(0.3)
+        log.info("stopped")
+
+
+# -------------------------------------------------------------------- entry point
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[pyfrontend] %(asctime)s %(levelname)s %(message)s",
+                                           "%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+USAGE = (
+    "usage: vllm-pyfrontend frontend --listen-fd N --input-listener-fd N --output-listener-fd N "
+    "[--engine-start-index S --engine-count C --data-parallel-size D] --args-json JSON [--workers N]\n"
+    "Launched by vLLM: VLLM_USE_RUST_FRONTEND=1 VLLM_RUST_FRONTEND_PATH=<this executable> "
+    "vllm serve <model> ..."
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] != "frontend":
+        print(USAGE, file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    configure_logging(os.environ.get("VLLM_LOGGING_LEVEL") or "info")
+    try:
+        args = parse_frontend_args(argv[1:])
+        settings = serve_settings(args.serve_args)
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            log.error("%s", e.code)
+            return 2
+        return e.code if isinstance(e.code, int) else 2
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
+    if args.coordinator_address:
+        log.warning("DP coordinator %s: request waves are not coordinated by this frontend",
+                    args.coordinator_address)
+    log.info("%d worker(s); engines %s; model %s", args.workers, args.engine_indices, settings.model)
+    return asyncio.run(DropinSupervisor(args, settings).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

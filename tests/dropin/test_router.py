@@ -1,0 +1,285 @@
+"""The drop-in router: batch splitting by request id, and the router between real sockets.
+
+Batches are made by vLLM's own MsgpackEncoder from vLLM's EngineCoreOutputs, and every message
+the splitter produces is decoded again by vLLM's MsgpackDecoder, so a worker receives exactly
+what an engine would have sent it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import msgspec
+import numpy as np
+import zmq
+from vllm.utils.network_utils import make_zmq_listener
+from vllm.v1.engine import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreReadyResponse,
+    EngineCoreRequest,
+    FinishReason,
+    UtilityOutput,
+)
+from vllm.v1.metrics.stats import SchedulerStats
+from vllm.v1.outputs import LogprobsLists
+from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
+
+from frontend.engine.client import EngineClient
+from frontend.engine.types import EngineRequest
+from frontend.engine.wire import encode_utility
+from frontend.llm.request_ids import make_request_id
+from frontend.router.demux import ENGINE_CORE_DEAD, BatchSplitter, array_header
+from frontend.router.router import Router, adopt_listener
+
+ENCODER = MsgpackEncoder()
+DECODER = MsgpackDecoder(EngineCoreOutputs)
+
+
+def rid(worker: int) -> str:
+    return make_request_id("chatcmpl", worker)
+
+
+def decode(frames) -> EngineCoreOutputs:
+    return DECODER.decode([bytes(f.buffer) if hasattr(f, "buffer") else f for f in frames])
+
+
+def by_worker(messages) -> dict[int, EngineCoreOutputs]:
+    out = {w: decode(frames) for w, frames in messages}
+    assert len(out) == len(messages), "one message per worker"
+    return out
+
+
+def big_logprobs(token: int) -> LogprobsLists:
+    # Large enough (> VLLM_MSGPACK_ZERO_COPY_THRESHOLD) to travel as aux frames.
+    k = 64
+    return LogprobsLists(np.full((2, k), token, dtype=np.int32), np.full((2, k), -1.5, np.float32),
+                         np.array([1, 2], dtype=np.int32), None)
+
+
+def test_array_header_matches_msgpack():
+    for n in (0, 1, 15, 16, 65535, 65536):
+        assert array_header(n) == msgspec.msgpack.encode([None] * n)[: len(array_header(n))]
+
+
+def test_outputs_split_by_owner_with_stats_once_and_aux_frames_kept():
+    a0, a1, b0 = rid(0), rid(0), rid(1)
+    frames = ENCODER.encode(EngineCoreOutputs(
+        engine_index=3,
+        outputs=[
+            EngineCoreOutput(a0, [5], new_logprobs=big_logprobs(5)),
+            EngineCoreOutput(b0, [6, 7], finish_reason=FinishReason.STOP, stop_reason=7),
+            EngineCoreOutput(a1, [8], new_logprobs=big_logprobs(8)),
+        ],
+        scheduler_stats=SchedulerStats(num_running_reqs=2, num_waiting_reqs=1),
+        timestamp=12.5,
+        finished_requests={b0},
+    ))  # fmt: skip
+    assert len(frames) > 1, "the logprobs should travel as aux frames"
+    split = by_worker(BatchSplitter(2).split(frames))
+    assert set(split) == {0, 1}
+    w0, w1 = split[0], split[1]
+    assert [o.request_id for o in w0.outputs] == [a0, a1]
+    assert [o.request_id for o in w1.outputs] == [b0]
+    assert w1.outputs[0].new_token_ids == [6, 7] and w1.outputs[0].finish_reason == FinishReason.STOP
+    assert w1.outputs[0].stop_reason == 7
+    lp = w0.outputs[1].new_logprobs
+    assert np.asarray(lp.logprob_token_ids).tolist() == big_logprobs(8).logprob_token_ids.tolist()
+    assert np.allclose(np.asarray(lp.logprobs), big_logprobs(8).logprobs)
+    for part in (w0, w1):
+        assert part.engine_index == 3 and part.timestamp == 12.5
+    stats = [p.scheduler_stats for p in (w0, w1) if p.scheduler_stats is not None]
+    assert len(stats) == 1 and stats[0].num_running_reqs == 2
+    assert w1.finished_requests == {b0} and not w0.finished_requests
+
+
+def test_one_owner_forwards_the_frames_untouched():
+    frames = ENCODER.encode(EngineCoreOutputs(
+        outputs=[EngineCoreOutput(rid(1), [1]), EngineCoreOutput(rid(1), [2])],
+        scheduler_stats=SchedulerStats(num_running_reqs=2),
+    ))  # fmt: skip
+    [(worker, out)] = BatchSplitter(4).split(frames)
+    assert worker == 1 and all(x is y for x, y in zip(out, frames)) and len(out) == len(frames)
+
+
+def test_utility_answer_goes_to_the_caller_only():
+    splitter = BatchSplitter(3)
+    splitter.note_utility_call(2, encode_utility(0, 77, "is_sleeping", ()))
+    frames = ENCODER.encode(EngineCoreOutputs(
+        outputs=[EngineCoreOutput(rid(0), [4])],
+        utility_output=UtilityOutput(77, None, UtilityResult(False)),
+    ))  # fmt: skip
+    split = by_worker(splitter.split(frames))
+    assert set(split) == {0, 2}
+    assert split[2].utility_output.call_id == 77 and split[2].outputs == []
+    assert split[0].utility_output is None and split[0].outputs[0].new_token_ids == [4]
+    assert splitter.pending_utility_calls == 0
+
+
+def test_engine_dead_reaches_every_worker():
+    messages = BatchSplitter(3).split([ENGINE_CORE_DEAD])
+    assert [(w, f) for w, f in messages] == [(0, [ENGINE_CORE_DEAD]), (1, [ENGINE_CORE_DEAD]),
+                                             (2, [ENGINE_CORE_DEAD])]
+
+
+def test_stats_only_batches_rotate_over_workers():
+    splitter = BatchSplitter(2)
+    frames = ENCODER.encode(EngineCoreOutputs(scheduler_stats=SchedulerStats(num_running_reqs=0)))
+    seen = [splitter.split(frames)[0][0] for _ in range(4)]
+    assert seen == [0, 1, 0, 1]
+
+
+def test_outputs_of_unknown_requests_are_dropped():
+    splitter = BatchSplitter(2)
+    frames = ENCODER.encode(EngineCoreOutputs(
+        outputs=[EngineCoreOutput("not-ours", [1]), EngineCoreOutput(rid(5), [1]),
+                 EngineCoreOutput(rid(1), [2])]))  # fmt: skip
+    split = by_worker(splitter.split(frames))
+    assert list(split) == [1] and [o.new_token_ids for o in split[1].outputs] == [[2]]
+    assert splitter.dropped_outputs == 2
+
+
+# ------------------------------------------------------------------ the router between sockets
+
+
+def ready_payload(index: int) -> bytes:
+    return msgspec.msgpack.encode(EngineCoreReadyResponse(
+        max_model_len=256, num_gpu_blocks=10, block_size=16, dp_stats_address=None,
+        dtype="float32", vllm_version="0.32.0", world_size=1, data_parallel_size=1,
+        tensor_parallel_size=1, pipeline_parallel_size=1, decode_context_parallel_size=1,
+        data_parallel_rank=index, max_num_seqs=64, max_num_batched_tokens=2048,
+        instance_id="test", supports_lora=False, max_loras=0))  # fmt: skip
+
+
+class Sink:
+    def __init__(self):
+        self.outputs = []
+        self.dead: str | None = None
+
+    def on_output(self, out) -> None:
+        self.outputs.append(out)
+
+    def on_engine_dead(self, message: str) -> None:
+        self.dead = message
+
+
+async def until(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+def request(worker: int) -> EngineRequest:
+    return EngineRequest(request_id=rid(worker), prompt_token_ids=[1, 2, 3],
+                         sampling_params={"max_tokens": 4}, arrival_time=time.time())
+
+
+async def test_router_serves_two_workers_from_one_client_slot(tmp_path):
+    # vLLM binds the engine listeners itself and hands over the fds (as `vllm serve` does).
+    in_listener = make_zmq_listener(f"ipc://{tmp_path}/in.sock", zmq.ROUTER)
+    out_listener = make_zmq_listener(f"ipc://{tmp_path}/out.sock", zmq.PULL)
+    ctx = zmq.Context()
+    engine_dealer = ctx.socket(zmq.DEALER)
+    engine_dealer.setsockopt(zmq.IDENTITY, (0).to_bytes(2, "little"))
+    engine_dealer.setsockopt(zmq.LINGER, 0)
+    engine_dealer.connect(in_listener.address)
+    engine_push = ctx.socket(zmq.PUSH)
+    engine_push.setsockopt(zmq.LINGER, 0)
+    engine_push.connect(out_listener.address)
+    engine_dealer.send(ready_payload(0))  # the engine's ready response, as on connect
+
+    workers = [(f"ipc://{tmp_path}/w{i}-in.sock", f"ipc://{tmp_path}/w{i}-out.sock") for i in range(2)]
+    fds = (in_listener.socket.fileno(), out_listener.socket.fileno())
+    in_listener.socket.detach(), out_listener.socket.detach()
+    holder: dict[str, Router] = {}
+    errors: list[BaseException] = []
+
+    def router_thread() -> None:
+        rctx = zmq.Context()
+        try:
+            router = Router(rctx, adopt_listener(rctx, fds[0], zmq.ROUTER),
+                            adopt_listener(rctx, fds[1], zmq.PULL), [0],
+                            [w[0] for w in workers], [w[1] for w in workers])
+            holder["router"] = router
+            router.wait_engines_ready(10)
+            router.connect_workers()
+            router.run()
+            router.close()
+        except BaseException as e:  # reported by the test body
+            errors.append(e)
+        finally:
+            rctx.destroy(linger=0)
+
+    thread = threading.Thread(target=router_thread, daemon=True)
+    thread.start()
+    clients = [EngineClient(client_index=0, input_address=a, output_address=b, engine_indices=[0])
+               for a, b in workers]
+    try:
+        # Each worker's EngineClient gets the engine's ready response, replayed by the router.
+        infos = await asyncio.gather(*(c.start(timeout=10) for c in clients))
+        assert [i[0].max_model_len for i in infos] == [256, 256]
+
+        sinks = [Sink(), Sink()]
+        reqs = [request(0), request(1)]
+        for c, r, s in zip(clients, reqs, sinks):
+            c.add_request(r, s)
+        decoder = MsgpackDecoder(EngineCoreRequest)
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 2:
+            assert time.monotonic() < deadline, "the engine did not get both requests"
+            if engine_dealer.poll(20):
+                kind, *data = engine_dealer.recv_multipart()
+                assert kind == b"\x00"
+                got.append(decoder.decode(data))
+        assert sorted(r.request_id for r in got) == sorted(r.request_id for r in reqs)
+        assert all(r.client_index == 0 for r in got)
+
+        # One batch with both workers' outputs: each gets its own.
+        engine_push.send_multipart(ENCODER.encode(EngineCoreOutputs(outputs=[
+            EngineCoreOutput(reqs[0].request_id, [9], finish_reason=FinishReason.LENGTH),
+            EngineCoreOutput(reqs[1].request_id, [10, 11], finish_reason=FinishReason.STOP),
+        ])))  # fmt: skip
+        await until(lambda: sinks[0].outputs and sinks[1].outputs)
+        assert [o.new_token_ids for o in sinks[0].outputs] == [[9]]
+        assert [o.new_token_ids for o in sinks[1].outputs] == [[10, 11]]
+
+        # A utility call from worker 1 is answered to worker 1.
+        async def answer() -> None:
+            deadline = time.monotonic() + 10
+            while not engine_dealer.poll(0):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.005)
+            kind, payload = engine_dealer.recv_multipart()
+            assert kind == b"\x03"
+            client_index, call_id, method, _args = msgspec.msgpack.decode(payload)
+            assert client_index == 0 and method == "is_sleeping"
+            engine_push.send_multipart(ENCODER.encode(EngineCoreOutputs(
+                utility_output=UtilityOutput(call_id, None, UtilityResult(True)))))
+
+        result, _ = await asyncio.gather(clients[1].call_utility("is_sleeping", timeout=10), answer())
+        assert result is True
+
+        # The engine's death reaches both workers.
+        engine_push.send(ENGINE_CORE_DEAD)
+        await until(lambda: not clients[0].healthy and not clients[1].healthy)
+        assert not errors
+    finally:
+        if "router" in holder:
+            holder["router"].stop()
+        thread.join(5)
+        for c in clients:
+            await c.close()
+        engine_dealer.close()
+        engine_push.close()
+        ctx.destroy(linger=0)
+        for p in ("in.sock", "out.sock"):
+            if os.path.exists(tmp_path / p):
+                os.unlink(tmp_path / p)
+    assert not thread.is_alive()
+    assert not errors, errors
