@@ -1,0 +1,196 @@
+"""Reasoning split for ``<think>…</think>`` models: reasoning vs content, streaming.
+
+The starting state is a fact about the prompt, not a guess about the output:
+a template that already opened ``<think>`` (DeepSeek V4, R1, GLM, MiniMax M2)
+leaves the model inside reasoning, one that closed it (``</think>`` at the end,
+thinking switched off) leaves it in content. Only a prompt that says neither
+falls back to the chat-template kwargs (``thinking`` / ``enable_thinking`` /
+``reasoning_effort``) and then to the model family's default.
+
+In REASONING, text up to ``</think>`` is reasoning; a duplicate ``<think>`` is
+absorbed; a tool-call start marker (passed in as ``implicit_ends``) ends
+reasoning and stays in the text, for the tool parser. In CONTENT, ``<think>``
+opens reasoning again and a stray ``</think>`` is absorbed. Markers must be
+real tokens when token ids are supplied (special.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from frontend.chat.assistant import AssistantDelta
+from frontend.parsers.combinators import find_first, partial_tail
+from frontend.parsers.special import SpecialGate
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+
+# After the last marker, at most this much whitespace-only prompt text still
+# counts as "the prompt ends here" (the template's trailing newlines).
+_TAIL_TOKENS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkStyle:
+    """How one model family marks and toggles reasoning."""
+
+    start: str = THINK_START
+    end: str = THINK_END
+    #: default when neither the prompt nor the kwargs decide
+    default_thinking: bool = True
+    #: kwargs that switch thinking (any False-y one switches it off)
+    kwarg_names: tuple[str, ...] = ("thinking", "enable_thinking")
+    #: ``reasoning_effort: "none"`` switches thinking off
+    effort_none_disables: bool = False
+    #: thinking off -> no reasoning parsing at all (everything is content)
+    identity_when_off: bool = False
+
+
+def thinking_from_kwargs(style: ThinkStyle, kwargs: Mapping[str, Any] | None) -> bool:
+    kwargs = kwargs or {}
+    values = [kwargs[k] for k in style.kwarg_names if k in kwargs and kwargs[k] is not None]
+    thinking = any(bool(v) for v in values) if values else style.default_thinking
+    if style.effort_none_disables and kwargs.get("reasoning_effort") == "none":
+        thinking = False
+    return thinking
+
+
+def prompt_state(
+    style: ThinkStyle,
+    tokenizer: Any = None,
+    prompt_text: str | None = None,
+    prompt_token_ids: Sequence[int] | None = None,
+) -> bool | None:
+    """True: the prompt ends inside reasoning; False: it closed it; None: no evidence."""
+    if prompt_token_ids is not None and tokenizer is not None:
+        start_id = tokenizer.token_to_id(style.start)
+        end_id = tokenizer.token_to_id(style.end)
+        if start_id is not None and end_id is not None:
+            ids = list(prompt_token_ids)
+            for i in range(len(ids) - 1, -1, -1):
+                tid = ids[i]
+                if tid == start_id:
+                    return True
+                if tid == end_id:
+                    tail = ids[i + 1 :]
+                    if len(tail) <= _TAIL_TOKENS and not tokenizer.decode(
+                        tail, skip_special_tokens=False
+                    ).strip():
+                        return False
+                    return None
+            return None
+    if prompt_text is not None:
+        s = prompt_text.rfind(style.start)
+        e = prompt_text.rfind(style.end)
+        if s > e:
+            return True
+        if e != -1 and not prompt_text[e + len(style.end) :].strip():
+            return False
+    return None
+
+
+class ThinkReasoningParser:
+    """Incremental ``feed(text, token_ids=None)`` / ``finish()`` reasoning split."""
+
+    def __init__(
+        self,
+        style: ThinkStyle,
+        tokenizer: Any = None,
+        prompt_text: str | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        implicit_ends: Sequence[str] = (),
+    ) -> None:
+        self.style = style
+        kw_thinking = thinking_from_kwargs(style, template_kwargs)
+        from_prompt = prompt_state(style, tokenizer, prompt_text, prompt_token_ids)
+        self.identity = style.identity_when_off and not kw_thinking and from_prompt is not True
+        self.in_reasoning = from_prompt if from_prompt is not None else kw_thinking
+        if self.identity:
+            self.in_reasoning = False
+        self._initial = self.in_reasoning
+        self.implicit_ends = tuple(implicit_ends)
+        self.gate = SpecialGate(tokenizer, (style.start, style.end))
+        self._start_id = tokenizer.token_to_id(style.start) if tokenizer is not None else None
+        self._end_id = tokenizer.token_to_id(style.end) if tokenizer is not None else None
+        self._count_state = self.in_reasoning
+        self.reasoning_tokens = 0
+        self._buf = ""
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
+
+    # ------------------------------------------------------------- interface
+    def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
+        if token_ids is not None:
+            ids = list(token_ids)
+            self.gate.note_ids(ids)
+            self._count(ids)
+        if text:
+            if self.identity:
+                self._content.append(text)
+            else:
+                self._buf += text
+                self._run(eof=False)
+        return self._take()
+
+    def finish(self) -> AssistantDelta | None:
+        if not self.identity:
+            self._run(eof=True)
+        return self._take()
+
+    # ------------------------------------------------------------ internals
+    def _count(self, ids: list[int]) -> None:
+        """Reasoning token count from ids (usage): tokens while inside reasoning."""
+        if self.identity:
+            return
+        for tid in ids:
+            if tid == self._start_id:
+                self._count_state = True
+            elif tid == self._end_id:
+                self._count_state = False
+            elif self._count_state:
+                self.reasoning_tokens += 1
+
+    def _take(self) -> AssistantDelta | None:
+        reasoning = "".join(self._reasoning)
+        content = "".join(self._content)
+        self._reasoning = []
+        self._content = []
+        if not reasoning and not content:
+            return None
+        return AssistantDelta(content=content or None, reasoning=reasoning or None)
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        self.gate.passed(text)
+        (self._reasoning if self.in_reasoning else self._content).append(text)
+
+    def _run(self, eof: bool) -> None:
+        st = self.style
+        while self._buf:
+            buf = self._buf
+            markers = (st.start, st.end) + (self.implicit_ends if self.in_reasoning else ())
+            j, m = find_first(buf, markers)
+            if j == -1:
+                cut = len(buf) if eof else partial_tail(buf, markers)
+                self._emit(buf[:cut])
+                self._buf = buf[cut:]
+                return
+            self._emit(buf[:j])
+            self._buf = buf[j:]
+            if m in self.implicit_ends and m not in (st.start, st.end):
+                # a tool call begins inside reasoning: reasoning is over, the
+                # marker belongs to the content (and the tool parser)
+                self.in_reasoning = False
+                continue
+            real = self.gate.is_real(m)
+            self.gate.passed(m)
+            self._buf = self._buf[len(m) :]
+            if not real:
+                (self._reasoning if self.in_reasoning else self._content).append(m)
+            elif m == st.end:
+                self.in_reasoning = False
+            elif m == st.start:
+                self.in_reasoning = True
