@@ -6,6 +6,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# Environment variable carrying the API keys (a JSON list) from the supervisor to its workers.
+API_KEYS_ENV = "VLLM_PYFRONTEND_API_KEYS"
+
 
 @dataclass
 class WorkerConfig:
@@ -43,9 +46,24 @@ class WorkerConfig:
     # vLLM client_index stamped on requests (None: worker_index). 0 behind the drop-in router,
     # which owns the single client slot vLLM gave it; request ids still carry worker_index.
     engine_client_index: int | None = None
+    # -- security and request hygiene (vLLM's flag names; see frontend/server/middleware.py) --
+    # API keys are never put in the JSON (argv is world-readable): the supervisor passes them
+    # in the API_KEYS_ENV environment variable and the worker fills this list from it.
+    api_keys: list[str] = field(default_factory=list)
+    metrics_require_api_key: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    enable_request_id_headers: bool = False
+    enable_log_requests: bool = False
+    max_log_len: int | None = None
+    trust_request_chat_template: bool = False
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        d = asdict(self)
+        d["api_keys"] = []  # secrets travel in the environment, not on the command line
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str) -> "WorkerConfig":

@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from supervisor.config_file import split_with_config
 from supervisor.options import DEFAULT_DP_RPC_PORT, SupervisorOptions
 from supervisor.vllm_flags import MULTI_VALUE_FLAGS, OPTIONAL_VALUE_FLAGS, normalize_flag, takes_value
 
@@ -107,7 +108,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-parallel-start-rank", "-dpr", type=int, default=0)
     p.add_argument("--data-parallel-address", "-dpa", default=None)
     p.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=DEFAULT_DP_RPC_PORT)
+    add_ops_arguments(p)
     return p
+
+
+def add_ops_arguments(p: argparse.ArgumentParser) -> None:
+    """Security, request hygiene and config-file flags (vLLM's names and defaults)."""
+    bool_flag = argparse.BooleanOptionalAction
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="YAML file of flags (same names; the command line wins)")
+    p.add_argument("--api-key", nargs="+", default=None,
+                   help="API keys required on /v1 routes (any of them; default: $VLLM_API_KEY)")
+    p.add_argument("--metrics-require-api-key", action=bool_flag, default=False,
+                   help="also require an API key on /metrics")
+    p.add_argument("--allowed-origins", nargs="+", default=[], help="CORS allowed origins")
+    p.add_argument("--allowed-methods", nargs="+", default=["*"], help="CORS allowed methods")
+    p.add_argument("--allowed-headers", nargs="+", default=["*"], help="CORS allowed headers")
+    p.add_argument("--allow-credentials", action=bool_flag, default=False, help="CORS: allow credentials")
+    p.add_argument("--enable-request-id-headers", action=bool_flag, default=False,
+                   help="echo X-Request-Id (or a fresh id) on every response")
+    p.add_argument("--enable-log-requests", action=bool_flag, default=False,
+                   help="one structured (JSON) log line per request, with its id")
+    p.add_argument("--max-log-len", type=int, default=None, help="truncate logged values to this length")
+    p.add_argument("--trust-request-chat-template", action=bool_flag, default=False,
+                   help="accept a chat_template in requests (refused by default)")
 
 
 def split_argv(
@@ -197,7 +221,7 @@ def split_argv(
 def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
     """Parse the command line. The model is kept as written (see `resolve_model`)."""
     parser = build_parser()
-    own, model, forwarded = split_argv(sys.argv[1:] if argv is None else argv, parser)
+    own, model, forwarded = split_with_config(sys.argv[1:] if argv is None else argv, parser, split_argv)
     ns = parser.parse_args(own + (["--", model] if model is not None else []))
 
     workers = ns.workers if ns.workers is not None else default_workers()
@@ -249,6 +273,17 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         data_parallel_address=ns.data_parallel_address,
         data_parallel_rpc_port=ns.data_parallel_rpc_port,
         engine_args=engine_args,
+        # vLLM: --api-key wins over VLLM_API_KEY.
+        api_keys=[k for k in (ns.api_key or [os.environ.get("VLLM_API_KEY") or ""]) if k],
+        metrics_require_api_key=ns.metrics_require_api_key,
+        allowed_origins=list(ns.allowed_origins),
+        allowed_methods=list(ns.allowed_methods),
+        allowed_headers=list(ns.allowed_headers),
+        allow_credentials=ns.allow_credentials,
+        enable_request_id_headers=ns.enable_request_id_headers,
+        enable_log_requests=ns.enable_log_requests,
+        max_log_len=ns.max_log_len,
+        trust_request_chat_template=ns.trust_request_chat_template,
     )
 
 

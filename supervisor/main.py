@@ -29,13 +29,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from frontend.config import WorkerConfig
+from frontend.config import API_KEYS_ENV, WorkerConfig
 from supervisor.engines import EngineLaunch, engine_launches, split_sim_flags
 from supervisor.options import SupervisorOptions
 from supervisor.process import Child, describe_exit, wait_all
 from supervisor.runtime import ClientAddresses, RuntimeDir, free_tcp_port, tcp_uri
 
 log = logging.getLogger("supervisor")
+
+# prometheus_client's multiprocess directory variable (see frontend/metrics).
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # Restart policy: a worker that dies within FAST_CRASH_S of its start is a "fast crash"; after
 # MAX_FAST_CRASHES in a row the slot is hopeless (a bug, not bad luck) and the supervisor stops.
@@ -174,6 +177,7 @@ class Supervisor:
         # The loop holds tasks weakly: keep our background tasks alive until they finish.
         self._tasks: set[asyncio.Future] = set()
         self.runtime: RuntimeDir | None = None
+        self._metrics_dir = ""
         self._handshake: _Handshake | None = None
 
     # ---------------------------------------------------------------- entry points
@@ -183,6 +187,9 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.runtime = RuntimeDir()
+        # Every worker's Prometheus files; /metrics on any worker merges them (frontend/metrics).
+        self._metrics_dir = os.path.join(self.runtime.path, "metrics")
+        os.makedirs(self._metrics_dir, exist_ok=True)
         try:
             try:
                 self._prepare_port()
@@ -330,7 +337,27 @@ class Supervisor:
             reuse_port=True,
             log_level=opts.log_level,
             generation_config=opts.generation_config,
+            metrics_require_api_key=opts.metrics_require_api_key,
+            allowed_origins=opts.allowed_origins,
+            allowed_methods=opts.allowed_methods,
+            allowed_headers=opts.allowed_headers,
+            allow_credentials=opts.allow_credentials,
+            enable_request_id_headers=opts.enable_request_id_headers,
+            enable_log_requests=opts.enable_log_requests,
+            max_log_len=opts.max_log_len,
+            trust_request_chat_template=opts.trust_request_chat_template,
         )
+
+    def _worker_env(self) -> dict[str, str]:
+        """The workers' environment: the shared metrics directory (prometheus_client reads it
+        at import, so it must be there when the process starts) and the API keys (never on
+        the command line, which every local user can read)."""
+        env = dict(self._env)
+        env[METRICS_DIR_ENV] = self._metrics_dir
+        env.pop(API_KEYS_ENV, None)
+        if self.options.api_keys:
+            env[API_KEYS_ENV] = json.dumps(self.options.api_keys)
+        return env
 
     async def _spawn_worker(self, slot: WorkerSlot) -> None:
         config = self._worker_config(slot)
@@ -338,7 +365,7 @@ class Supervisor:
         config.status_fd = write_fd
         try:
             child = await Child.spawn(
-                f"worker {slot.index}", self._worker_command(config), pass_fds=(write_fd,), env=self._env
+                f"worker {slot.index}", self._worker_command(config), pass_fds=(write_fd,), env=self._worker_env()
             )
         except OSError as e:
             os.close(read_fd)
@@ -421,6 +448,7 @@ class Supervisor:
                 if ev.child is not slot.child:
                     continue
                 await ev.child.flush_output(0.2)
+                self._forget_worker_metrics(ev.child)
                 self._schedule_restart(slot, ev.child)
 
             elif ev.kind == "restart":
@@ -443,6 +471,15 @@ class Supervisor:
                 host = f"[{opts.host}]" if ":" in opts.host else opts.host
                 log.info("serving on http://%s:%d (%d workers)", host, opts.port, opts.workers)
                 log.info("try: %s", example_curl(host, opts.port, opts.served_names[0]))
+
+    def _forget_worker_metrics(self, child: Child) -> None:
+        """A dead worker's live gauges leave /metrics (its counters stay in the totals)."""
+        try:
+            from prometheus_client.multiprocess import mark_process_dead
+
+            mark_process_dead(child.pid, self._metrics_dir)
+        except Exception as e:  # metrics bookkeeping must not stop a restart
+            log.warning("could not clear worker %d's metrics: %s", child.pid, e)
 
     def _schedule_restart(self, slot: WorkerSlot, child: Child) -> None:
         lived = time.monotonic() - child.started_at

@@ -36,6 +36,17 @@ class SupervisorOptions:
     data_parallel_rpc_port: int = DEFAULT_DP_RPC_PORT
     # vLLM engine flags, in vLLM's spelling, for `build_engine_command` (vllm engine only).
     engine_args: list[str] = field(default_factory=list)
+    # Security and request hygiene, given to every worker (see frontend/server/middleware.py).
+    api_keys: list[str] = field(default_factory=list, repr=False)  # never printed
+    metrics_require_api_key: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    enable_request_id_headers: bool = False
+    enable_log_requests: bool = False
+    max_log_len: int | None = None
+    trust_request_chat_template: bool = False
 
     @property
     def local_engine_count(self) -> int:

@@ -13,6 +13,9 @@ from frontend.server.chat_completion import handle_chat_completions
 from frontend.server.completion import handle_completions
 from frontend.server.tokenize import handle_detokenize, handle_tokenize
 from frontend.server.errors import APIError
+from frontend.server.middleware import build_middlewares
+from frontend.server.middleware import install as install_middleware_hooks
+from frontend.server.ops import add_routes as add_ops_routes
 from frontend.server.openapi import openapi_bytes
 from frontend.server.state import ServerState
 
@@ -67,7 +70,8 @@ async def handle_models(request: web.Request) -> web.Response:
 
 async def handle_health(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
-    if state.engine.healthy and not state.draining:
+    # Liveness: the process answers and its engine is connected. Draining is /ready's business.
+    if state.engine.healthy:
         return web.Response(status=200)
     return web.Response(status=503)
 
@@ -105,8 +109,13 @@ async def handle_openapi(request: web.Request) -> web.Response:
 
 
 def build_app(state: ServerState) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=state.config.max_request_body_bytes)
+    app = web.Application(
+        middlewares=[*build_middlewares(state.config, state.metrics), error_middleware],
+        client_max_size=state.config.max_request_body_bytes,
+    )
     app["state"] = state
+    install_middleware_hooks(app, state.config)
+    add_ops_routes(app)
     app.router.add_post("/v1/chat/completions", handle_chat_completions)
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/tokenize", handle_tokenize)

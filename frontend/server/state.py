@@ -12,6 +12,7 @@ from frontend.chat.template import ChatTemplate, ChatTemplateError
 from frontend.config import WorkerConfig
 from frontend.engine.client import EngineClient
 from frontend.llm.sampling import GenerationDefaults
+from frontend.metrics import WorkerMetrics
 from frontend.server.errors import APIError
 from frontend.text.tokenizer import Tokenizer
 
@@ -39,6 +40,9 @@ class ServerState:
         self.trust_request_chat_template = getattr(config, "trust_request_chat_template", False)
         self._token_text: dict[int, str] = {}
         self.draining = False
+        # Prometheus families of this worker (frontend/metrics); the request pipeline records
+        # into `metrics.start_request()`, the worker tracks serving/draining.
+        self.metrics = WorkerMetrics(self.model_names[0], list(config.engine_indices), self.max_model_len)
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()

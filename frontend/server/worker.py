@@ -20,10 +20,11 @@ import sys
 from aiohttp import web
 
 from frontend.chat.template import load_chat_template
-from frontend.config import WorkerConfig
+from frontend.config import API_KEYS_ENV, WorkerConfig
 from frontend.engine.client import EngineClient
 from frontend.engine.types import EngineInfo
 from frontend.llm.sampling import GenerationDefaults
+from frontend.metrics import install_stats_tap
 from frontend.server.app import build_app
 from frontend.server.state import ServerState
 from frontend.text.tokenizer import Tokenizer
@@ -78,6 +79,10 @@ async def run_worker(config: WorkerConfig) -> int:
         log.warning("could not record engine info: %s", e)
 
     state = ServerState(config, tokenizer, template, engine, defaults)
+    try:
+        install_stats_tap(engine, state.metrics)
+    except TypeError as e:
+        log.warning("engine scheduler stats will not reach /metrics: %s", e)
     app = build_app(state)
     runner = web.AppRunner(
         app,
@@ -102,6 +107,7 @@ async def run_worker(config: WorkerConfig) -> int:
         log.info("draining: stop accepting, waiting up to %.0fs for %d in-flight request(s)",
                  config.shutdown_timeout, state.in_flight)
         state.draining = True
+        state.metrics.set_draining(True)
         stop.set()
 
     def on_engine_dead() -> None:
@@ -119,13 +125,16 @@ async def run_worker(config: WorkerConfig) -> int:
             pass
     log.info("serving on %s:%s (engine vLLM %s, max_model_len %d)", config.host, config.port,
              engine.vllm_version, state.max_model_len)
+    state.metrics.set_serving(True)
 
     await stop.wait()
-    # Stop listening first, then give in-flight requests the drain window.
-    await site.stop()
+    # The drain window: in-flight requests finish while the worker still answers, so the drain
+    # is visible (/ready 503, new /v1 requests 503, /metrics vllm_frontend_workers_draining);
+    # then stop listening.
     drained = await state.wait_idle(config.shutdown_timeout)
     if not drained:
         log.warning("drain timeout: cancelling %d request(s)", state.in_flight)
+    await site.stop()
     await runner.cleanup()
     await engine.close()
     return 0
@@ -144,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-json", required=True)
     args = parser.parse_args(argv)
     config = WorkerConfig.from_json(args.config_json)
+    # API keys come through the environment (never argv); don't leave them there.
+    keys = os.environ.pop(API_KEYS_ENV, None)
+    if keys:
+        config.api_keys = [k for k in json.loads(keys) if k]
     _setup_logging(config)
     try:
         import uvloop

@@ -1,0 +1,411 @@
+"""Prometheus metrics of the frontend, aggregated across worker processes.
+
+Every worker records into prometheus_client's multiprocess files (one mmap file per process and
+metric type, in `PROMETHEUS_MULTIPROC_DIR`, which the supervisor points into its runtime dir and
+sets in each worker's environment before Python starts, so prometheus_client picks its
+multiprocess value class at import). Whichever worker answers `GET /metrics` merges all files:
+counters and histograms are summed over processes, so a request is counted once, by the worker
+that served it, and a dead worker's counts stay in the totals (its file stays; its restarted
+successor has a new pid and a new file). Gauges that describe the worker pool (`live*` modes)
+are dropped for dead workers: the supervisor calls `mark_process_dead` when a worker exits.
+
+Names, label sets (`model_name`, `engine`) and histogram buckets follow vLLM's
+`PrometheusStatLogger` (vllm/v1/metrics/loggers.py, buckets from vllm/v1/metrics/buckets.py), so
+dashboards and alerts written for `vllm serve` work unchanged. Differences, all deliberate:
+
+* Per-request values (token counts, TTFT, e2e latency, params) are observed once, when the
+  request ends; vLLM counts prompt/generation tokens per engine step. Totals agree once requests
+  finish.
+* Inter-token latencies are measured per engine output (one per step, as vLLM does) but kept in
+  a per-request bucket array and flushed into the histogram at request end: the hot path is an
+  interval, a bisect and a list increment, with no lock and no shared-memory write.
+* Requests the client abandoned are counted under `finished_reason="abort"` (vLLM does not
+  count client-side aborts at all).
+* `vllm:request_queue_time_seconds` needs the engine's QUEUED/SCHEDULED events; it is only
+  observed when the caller passes a queue time, so without that the family has no series
+  rather than made-up values.
+* Scheduler stats: the engine sends each step's `SchedulerStats` to one client (worker) only.
+  The gauges (`num_requests_running`, `num_requests_waiting`, `kv_cache_usage_perc`) use
+  prometheus_client's `mostrecent` multiprocess mode, as vLLM does: each worker writes the
+  sample it received with the receipt time as the sample's timestamp, and the merge reports the
+  freshest sample across workers — the engine's latest state, whichever worker got it. The
+  prefix-cache counters are per-step deltas, so every worker adds the deltas it receives and
+  the merge sums them: each step is counted exactly once.
+
+Frontend-only families: `http_requests_total` / `http_request_duration_seconds` (the names and
+labels prometheus-fastapi-instrumentator gives vLLM's server: `handler`, `method`, `status` as
+`2xx`), `vllm_frontend_requests_in_flight`, `vllm_frontend_workers_draining` and
+`vllm_frontend_workers_serving` (summed over live workers).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from bisect import bisect_left
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the handler)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+# vLLM's bucket families (vllm/v1/metrics/buckets.py).
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                           50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TIME_TO_FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                               1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+                               1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+REQUEST_PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+# prometheus-fastapi-instrumentator's `http_request_duration_seconds` buckets.
+HTTP_LATENCY_BUCKETS = (0.1, 0.5, 1.0)
+
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+# Routes vLLM's instrumentator leaves out of the HTTP families (plus our /ready).
+UNINSTRUMENTED_ROUTES = frozenset({"/metrics", "/health", "/ready", "/load", "/ping", "/version"})
+
+
+def build_1_2_5_buckets(max_value: int) -> list[float]:
+    """vLLM's `request_tokens` family: 1, 2, 5, 10, 20, 50, ... up to max_model_len."""
+    buckets: list[float] = []
+    exponent = 0
+    while True:
+        for m in (1, 2, 5):
+            value = m * 10**exponent
+            if value > max_value:
+                return buckets
+            buckets.append(value)
+        exponent += 1
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+def render_latest(registry: CollectorRegistry | None = None) -> bytes:
+    """The exposition text: merged from every worker's files in multiprocess mode, else
+    `registry` (a single process: tests, or a worker started without the supervisor)."""
+    path = multiprocess_dir()
+    if path is not None:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=path)
+        return generate_latest(merged)
+    return generate_latest(registry) if registry is not None else b""
+
+
+def mark_worker_dead(pid: int, path: str) -> None:
+    """Drop a dead worker's live gauges (its counters and histograms stay in the totals)."""
+    from prometheus_client.multiprocess import mark_process_dead
+
+    mark_process_dead(pid, path)
+
+
+class _HistogramChild:
+    """Direct access to one histogram child's bucket and sum values, for batch flushes.
+
+    prometheus_client stores a histogram child as non-cumulative per-bucket values plus a sum
+    (the exposition accumulates them); adding k observations to bucket i is `inc(k)` on it.
+    """
+
+    __slots__ = ("buckets", "sum", "bounds")
+
+    def __init__(self, child: Any):
+        self.buckets = child._buckets
+        self.sum = child._sum
+        self.bounds = child._upper_bounds  # ends with +Inf
+
+
+class WorkerMetrics:
+    """All metric families of one worker, with children bound to this deployment's labels.
+
+    One instance per worker process (`ServerState.metrics`). Families live in a private
+    registry so tests can build several in one process; in multiprocess mode the values go to
+    the shared files regardless, and `render()` merges those.
+    """
+
+    def __init__(self, model_name: str, engine_indices: list[int], max_model_len: int):
+        self.model_name = model_name
+        self.registry = registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        engines = [str(i) for i in engine_indices] or ["0"]
+        self._engines = engines
+        tokens_buckets = build_1_2_5_buckets(max(1, max_model_len))
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=registry)
+
+        def histogram(name: str, doc: str, buckets) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=registry)
+
+        def gauge(name: str, doc: str, mode: str, labelnames=labels) -> Gauge:
+            return Gauge(name, doc, labelnames, multiprocess_mode=mode, registry=registry)
+
+        # -- request families (frontend-computed) ------------------------------------------
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.request_success = Counter(
+            "vllm:request_success", "Count of successfully processed requests.",
+            labels + ["finished_reason"], registry=registry,
+        )
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens_buckets)
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens_buckets)
+        self.request_params_n = histogram(
+            "vllm:request_params_n", "Histogram of the n request parameter.", REQUEST_PARAMS_N_BUCKETS)
+        self.request_params_max_tokens = histogram(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tokens_buckets)
+        self.time_to_first_token = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            TIME_TO_FIRST_TOKEN_BUCKETS)
+        self.inter_token_latency = histogram(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+            INTER_TOKEN_LATENCY_BUCKETS)
+        self.e2e_latency = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+            REQUEST_LATENCY_BUCKETS)
+        self.queue_time = histogram(
+            "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS)
+        # -- engine scheduler stats ----------------------------------------------------------
+        self.num_requests_running = gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", "mostrecent")
+        self.num_requests_waiting = gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", "mostrecent")
+        self.kv_cache_usage = gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "mostrecent")
+        self.prefix_cache_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_cache_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        # -- HTTP and worker pool --------------------------------------------------------------
+        self.http_requests = Counter(
+            "http_requests_total", "Total number of requests by method, status and handler.",
+            ["method", "status", "handler"], registry=registry,
+        )
+        self.http_duration = Histogram(
+            "http_request_duration_seconds", "Latency with only few buckets by handler.",
+            ["method", "handler"], buckets=HTTP_LATENCY_BUCKETS, registry=registry,
+        )
+        self.in_flight = gauge(
+            "vllm_frontend_requests_in_flight", "Requests being served, summed over live workers.",
+            "livesum", labelnames=[])
+        self.draining = gauge(
+            "vllm_frontend_workers_draining", "Workers draining for shutdown (live workers).",
+            "livesum", labelnames=[])
+        self.serving = gauge(
+            "vllm_frontend_workers_serving", "Workers accepting requests (live workers).",
+            "livesum", labelnames=[])
+
+        # Children bound per engine: the hot path does no label lookups.
+        self._per_engine: dict[str, _EngineChildren] = {e: _EngineChildren(self, e) for e in engines}
+        self._http_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+    # -- requests -------------------------------------------------------------------------------
+    def start_request(self, engine: int | str = 0, arrival: float | None = None) -> "RequestMetrics":
+        """A per-request recorder; `arrival` is a `time.monotonic()` value (default: now)."""
+        children = self._per_engine.get(str(engine))
+        if children is None:
+            children = self._per_engine[str(engine)] = _EngineChildren(self, str(engine))
+        return RequestMetrics(children, time.monotonic() if arrival is None else arrival)
+
+    # -- engine scheduler stats -----------------------------------------------------------------
+    def record_scheduler_stats(self, engine: int, stats: dict[str, Any]) -> None:
+        """One `SchedulerStats` sample, as this worker received it (call on receipt: the gauge
+        timestamp is the receipt time, which decides the freshest sample across workers)."""
+        c = self._per_engine.get(str(engine))
+        if c is None:
+            c = self._per_engine[str(engine)] = _EngineChildren(self, str(engine))
+        c.running.set(stats.get("num_running_reqs") or 0)
+        c.waiting.set((stats.get("num_waiting_reqs") or 0) + (stats.get("num_skipped_waiting_reqs") or 0))
+        c.kv_cache_usage.set(stats.get("kv_cache_usage") or 0.0)
+        prefix = stats.get("prefix_cache_stats")
+        if isinstance(prefix, dict):
+            queries, hits = prefix.get("queries") or 0, prefix.get("hits") or 0
+            if queries:
+                c.prefix_queries.inc(queries)
+            if hits:
+                c.prefix_hits.inc(hits)
+
+    # -- HTTP -----------------------------------------------------------------------------------
+    def observe_http(self, method: str, handler: str, status: int, duration_s: float) -> None:
+        key = (method, handler, f"{status // 100}xx")
+        pair = self._http_children.get(key)
+        if pair is None:
+            pair = self._http_children[key] = (
+                self.http_requests.labels(method, key[2], handler),
+                self.http_duration.labels(method, handler),
+            )
+        pair[0].inc()
+        pair[1].observe(duration_s)
+
+    # -- worker lifecycle -----------------------------------------------------------------------
+    def set_serving(self, serving: bool) -> None:
+        self.serving.set(1 if serving else 0)
+
+    def set_draining(self, draining: bool) -> None:
+        self.draining.set(1 if draining else 0)
+        if draining:
+            self.serving.set(0)
+
+    def render(self) -> bytes:
+        return render_latest(self.registry)
+
+
+class _EngineChildren:
+    """The label-bound children for one engine index."""
+
+    __slots__ = (
+        "prompt_tokens", "generation_tokens", "success", "prompt_hist", "generation_hist",
+        "n_hist", "max_tokens_hist", "ttft", "itl", "e2e", "queue_time", "_queue_family",
+        "_labels", "running", "waiting", "kv_cache_usage", "prefix_queries", "prefix_hits",
+    )
+
+    def __init__(self, m: WorkerMetrics, engine: str):
+        lv = (m.model_name, engine)
+        self._labels = lv
+        self.prompt_tokens = m.prompt_tokens.labels(*lv)
+        self.generation_tokens = m.generation_tokens.labels(*lv)
+        # Every finish reason exists from the start (at 0), as in vLLM.
+        self.success = {r: m.request_success.labels(*lv, r) for r in FINISH_REASONS}
+        self.prompt_hist = m.request_prompt_tokens.labels(*lv)
+        self.generation_hist = m.request_generation_tokens.labels(*lv)
+        self.n_hist = m.request_params_n.labels(*lv)
+        self.max_tokens_hist = m.request_params_max_tokens.labels(*lv)
+        self.ttft = m.time_to_first_token.labels(*lv)
+        self.itl = _HistogramChild(m.inter_token_latency.labels(*lv))
+        self.e2e = m.e2e_latency.labels(*lv)
+        # Bound on first use: no queue-time series until a queue time is known.
+        self.queue_time = None
+        self._queue_family = m.queue_time
+        self.running = m.num_requests_running.labels(*lv)
+        self.waiting = m.num_requests_waiting.labels(*lv)
+        self.kv_cache_usage = m.kv_cache_usage.labels(*lv)
+        self.prefix_queries = m.prefix_cache_queries.labels(*lv)
+        self.prefix_hits = m.prefix_cache_hits.labels(*lv)
+
+    def observe_queue_time(self, seconds: float) -> None:
+        if self.queue_time is None:
+            self.queue_time = self._queue_family.labels(*self._labels)
+        self.queue_time.observe(seconds)
+
+
+_ITL_BOUNDS = INTER_TOKEN_LATENCY_BUCKETS
+
+
+class RequestMetrics:
+    """Timing of one request; created by `WorkerMetrics.start_request` when the request arrives.
+
+    Hot path: `on_output()` once per engine output carrying new tokens (one per engine step, as
+    vLLM measures). Everything else is observed once, in `on_finished()`.
+    """
+
+    __slots__ = ("_c", "arrival", "first_token_at", "last_token_at", "_itl_counts", "_itl_sum", "finished")
+
+    def __init__(self, children: _EngineChildren, arrival: float):
+        self._c = children
+        self.arrival = arrival
+        self.first_token_at: float | None = None
+        self.last_token_at = 0.0
+        self._itl_counts: list[int] | None = None
+        self._itl_sum = 0.0
+        self.finished = False
+
+    def on_output(self, now: float | None = None) -> None:
+        """An engine output with new tokens arrived (`now`: time.monotonic(), default now)."""
+        if now is None:
+            now = time.monotonic()
+        if self.first_token_at is None:
+            self.first_token_at = self.last_token_at = now
+            return
+        itl = now - self.last_token_at
+        self.last_token_at = now
+        counts = self._itl_counts
+        if counts is None:
+            counts = self._itl_counts = [0] * (len(_ITL_BOUNDS) + 1)
+        counts[bisect_left(_ITL_BOUNDS, itl)] += 1
+        self._itl_sum += itl
+
+    def on_finished(
+        self,
+        finish_reason: str,
+        prompt_tokens: int,
+        generation_tokens: int,
+        *,
+        max_tokens: int | None = None,
+        n: int = 1,
+        queue_time_s: float | None = None,
+        now: float | None = None,
+    ) -> None:
+        """Record the finished request (idempotent: only the first call counts).
+
+        `finish_reason`: stop | length | abort | error | repetition. `max_tokens`: the request's
+        own max_tokens parameter if it gave one (vLLM observes only explicit values)."""
+        if self.finished:
+            return
+        self.finished = True
+        if now is None:
+            now = time.monotonic()
+        c = self._c
+        success = c.success.get(finish_reason)
+        if success is None:
+            success = c.success["stop"]
+        success.inc()
+        if prompt_tokens:
+            c.prompt_tokens.inc(prompt_tokens)
+        if generation_tokens:
+            c.generation_tokens.inc(generation_tokens)
+        c.prompt_hist.observe(prompt_tokens)
+        c.generation_hist.observe(generation_tokens)
+        c.n_hist.observe(n)
+        if max_tokens:
+            c.max_tokens_hist.observe(max_tokens)
+        if self.first_token_at is not None:
+            c.ttft.observe(self.first_token_at - self.arrival)
+        c.e2e.observe(now - self.arrival)
+        if queue_time_s is not None:
+            c.observe_queue_time(queue_time_s)
+        counts = self._itl_counts
+        if counts is not None:
+            itl = c.itl
+            for i, k in enumerate(counts):
+                if k:
+                    itl.buckets[i].inc(k)
+            itl.sum.inc(self._itl_sum)
+
+
+def install_stats_tap(engine: Any, metrics: WorkerMetrics) -> None:
+    """Feed every `SchedulerStats` sample the engine client receives into `metrics`.
+
+    Uses the client's `stats_listeners` list when it has one. Otherwise (today's EngineClient)
+    the client's latest-stats dict is replaced by one that reports each assignment: the client
+    stores every received sample there (`self._stats[engine] = stats`) as it decodes it, so
+    this sees each sample exactly once, at receipt.
+    """
+    listeners = getattr(engine, "stats_listeners", None)
+    if isinstance(listeners, list):
+        listeners.append(metrics.record_scheduler_stats)
+        return
+    current = getattr(engine, "_stats", None)
+    if not isinstance(current, dict):
+        raise TypeError("engine client exposes no scheduler stats to tap")
+    engine._stats = _StatsTap(current, metrics.record_scheduler_stats)
+
+
+class _StatsTap(dict):
+    __slots__ = ("_on_set",)
+
+    def __init__(self, initial: dict, on_set):
+        super().__init__(initial)
+        self._on_set = on_set
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        try:
+            self._on_set(key, value)
+        except Exception:  # metrics must never break the engine's output path
+            pass

@@ -1,0 +1,281 @@
+"""Request hygiene around every route: request ids, trace headers, HTTP metrics, request logs,
+CORS and API-key authentication (vLLM's flags and behaviour).
+
+Order, outermost first (`build_middlewares`):
+
+    context  request id, W3C trace headers, HTTP metrics, in-flight gauge, request log
+    cors     preflight answers; CORS headers for allowed origins (also on 401s, so a browser
+             can read them)
+    auth     `--api-key`: Bearer token on /v1 (and /metrics with --metrics-require-api-key)
+    error    (app.py) exceptions -> OpenAI-style error responses
+
+Response headers (X-Request-Id, CORS) are added in `on_response_prepare`, which runs before
+the headers go out for every response, streaming ones included: a streaming handler sends its
+headers long before a middleware would see its response object.
+
+What a handler can read from the request (aiohttp's per-request mapping):
+    request["request_id"]     the X-Request-Id (client's, or a fresh uuid4 hex) when
+                              --enable-request-id-headers or --enable-log-requests is on
+    request["trace_headers"]  {"traceparent": ..., "tracestate": ...} when the client sent a
+                              W3C traceparent: give it to EngineRequest.trace_headers
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+
+from frontend.config import WorkerConfig
+from frontend.metrics import UNINSTRUMENTED_ROUTES, WorkerMetrics
+from frontend.server.errors import APIError
+
+request_log = logging.getLogger("frontend.requests")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# vLLM's AuthenticationMiddleware.GUARDED_PREFIX.
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+# Status for a request whose client went away before the response (nginx's convention).
+CLIENT_CLOSED = 499
+_PREFLIGHT_MAX_AGE = "600"
+_SAFE_HEADERS = frozenset({"accept", "accept-language", "content-language", "content-type"})
+
+
+# ---------------------------------------------------------------------------- API keys
+
+
+class ApiKeys:
+    """Constant-time check of a Bearer token against several keys.
+
+    Keys and the presented token are hashed first (SHA-256), so every comparison is between
+    equal-length digests, and every key is compared (no early exit): the time taken does not
+    depend on which key matched or how much of it did.
+    """
+
+    def __init__(self, keys: list[str]):
+        self._digests = [hashlib.sha256(k.encode("utf-8")).digest() for k in keys if k]
+
+    def __bool__(self) -> bool:
+        return bool(self._digests)
+
+    def check(self, authorization: str | None) -> bool:
+        if not authorization:
+            return False
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        presented = hashlib.sha256(token.strip().encode("utf-8")).digest()
+        ok = False
+        for digest in self._digests:
+            ok |= hmac.compare_digest(presented, digest)
+        return ok
+
+
+def auth_middleware(keys: ApiKeys, guard_metrics: bool):
+    prefixes = GUARDED_PREFIXES + (("/metrics",) if guard_metrics else ())
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method != "OPTIONS" and request.path.startswith(prefixes):
+            if not keys.check(request.headers.get("Authorization")):
+                resp = APIError(401, "Unauthorized: a valid API key is required.").to_response()
+                resp.headers["WWW-Authenticate"] = "Bearer"
+                return resp
+        return await handler(request)
+
+    return auth
+
+
+# ---------------------------------------------------------------------------- CORS
+
+
+class CorsPolicy:
+    """Starlette's CORSMiddleware semantics (what vLLM uses) for the four vLLM flags."""
+
+    def __init__(self, origins: list[str], methods: list[str], headers: list[str], credentials: bool):
+        self.any_origin = "*" in origins
+        self.origins = frozenset(origins)
+        self.any_method = "*" in methods
+        self.methods = [m.upper() for m in methods] if not self.any_method else [
+            "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"]
+        self.any_header = "*" in headers
+        self.headers = frozenset(h.lower() for h in headers) | _SAFE_HEADERS
+        self.credentials = credentials
+
+    def origin_allowed(self, origin: str) -> bool:
+        return self.any_origin or origin in self.origins
+
+    def simple_headers(self, origin: str) -> dict[str, str]:
+        """Headers for an actual (non-preflight) response to an allowed origin."""
+        h: dict[str, str] = {}
+        if self.any_origin and not self.credentials:
+            h["Access-Control-Allow-Origin"] = "*"
+        else:
+            h["Access-Control-Allow-Origin"] = origin
+            h["Vary"] = "Origin"
+        if self.credentials:
+            h["Access-Control-Allow-Credentials"] = "true"
+        return h
+
+    def preflight(self, request: web.Request, origin: str) -> web.Response:
+        method = request.headers.get("Access-Control-Request-Method", "")
+        wanted = request.headers.get("Access-Control-Request-Headers", "")
+        failures = []
+        if not self.origin_allowed(origin):
+            failures.append("origin")
+        if not self.any_method and method.upper() not in self.methods:
+            failures.append("method")
+        if not self.any_header:
+            for h in (x.strip().lower() for x in wanted.split(",")):
+                if h and h not in self.headers:
+                    failures.append("headers")
+                    break
+        headers = {
+            "Access-Control-Allow-Methods": ", ".join(self.methods),
+            "Access-Control-Max-Age": _PREFLIGHT_MAX_AGE,
+            "Vary": "Origin",
+        }
+        if self.any_header and wanted:
+            headers["Access-Control-Allow-Headers"] = wanted
+        elif not self.any_header:
+            headers["Access-Control-Allow-Headers"] = ", ".join(sorted(self.headers))
+        if self.credentials:
+            headers["Access-Control-Allow-Credentials"] = "true"
+        if failures:
+            return web.Response(status=400, text=f"Disallowed CORS {', '.join(failures)}", headers=headers)
+        headers["Access-Control-Allow-Origin"] = "*" if self.any_origin and not self.credentials else origin
+        return web.Response(status=200, text="OK", headers=headers)
+
+
+def cors_middleware(policy: CorsPolicy):
+    @web.middleware
+    async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return await handler(request)
+        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            return policy.preflight(request, origin)
+        if policy.origin_allowed(origin):
+            request["cors_headers"] = policy.simple_headers(origin)
+        return await handler(request)
+
+    return cors
+
+
+# ---------------------------------------------------------------------------- context
+
+
+def _route_name(request: web.Request) -> str | None:
+    """The route's pattern (bounded label values); None for unmatched paths."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else None
+
+
+def context_middleware(config: WorkerConfig, metrics: WorkerMetrics | None):
+    want_id = config.enable_request_id_headers or config.enable_log_requests
+    log_requests = config.enable_log_requests
+    max_log_len = config.max_log_len
+
+    @web.middleware
+    async def context(request: web.Request, handler: Handler) -> web.StreamResponse:
+        t0 = time.monotonic()
+        headers = request.headers
+        if want_id:
+            request["request_id"] = headers.get("X-Request-Id") or uuid.uuid4().hex
+        traceparent = headers.get("traceparent")
+        if traceparent is not None:
+            trace = {"traceparent": traceparent}
+            tracestate = headers.get("tracestate")
+            if tracestate is not None:
+                trace["tracestate"] = tracestate
+            request["trace_headers"] = trace
+        route = _route_name(request)
+        counted = metrics is not None and route is not None and route.startswith("/v1")
+        if counted:
+            metrics.in_flight.inc()
+        status = 500
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        except BaseException:
+            # Cancelled (the client went away) or a failure the error middleware let through.
+            status = CLIENT_CLOSED if request.transport is None or request.transport.is_closing() else 500
+            raise
+        finally:
+            elapsed = time.monotonic() - t0
+            if counted:
+                metrics.in_flight.dec()
+            if metrics is not None and route not in UNINSTRUMENTED_ROUTES:
+                metrics.observe_http(request.method, route or "none", status, elapsed)
+            if log_requests:
+                _log_request(request, route, status, elapsed, max_log_len)
+
+    return context
+
+
+def _log_request(request: web.Request, route: str | None, status: int, elapsed: float,
+                 max_log_len: int | None) -> None:
+    """One structured (JSON) line per request. Never the Authorization header or the body."""
+    path = request.path
+    if max_log_len is not None:
+        path = path[:max_log_len]
+    record = {
+        "event": "request",
+        "request_id": request.get("request_id"),
+        "method": request.method,
+        "path": path,
+        "route": route,
+        "status": status,
+        "duration_ms": round(elapsed * 1000.0, 3),
+        "client": request.remote,
+        "user_agent": (request.headers.get("User-Agent") or "")[:200] or None,
+    }
+    trace = request.get("trace_headers")
+    if trace is not None:
+        record["traceparent"] = trace["traceparent"]
+    request_log.info("%s", msgspec.json.encode(record).decode())
+
+
+# ---------------------------------------------------------------------------- assembly
+
+
+async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    rid = request.get("request_id")
+    if rid is not None and request.app["echo_request_id"]:
+        response.headers["X-Request-Id"] = rid
+    cors = request.get("cors_headers")
+    if cors:
+        for k, v in cors.items():
+            if k == "Vary" and "Vary" in response.headers:
+                continue
+            response.headers.setdefault(k, v)
+
+
+def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None) -> list:
+    """The middlewares to put before app.py's error middleware (outermost first)."""
+    mws: list = [context_middleware(config, metrics)]
+    if config.allowed_origins:
+        mws.append(cors_middleware(CorsPolicy(
+            config.allowed_origins, config.allowed_methods, config.allowed_headers,
+            config.allow_credentials)))
+    keys = ApiKeys(config.api_keys)
+    if keys:
+        mws.append(auth_middleware(keys, config.metrics_require_api_key))
+    return mws
+
+
+def install(app: web.Application, config: WorkerConfig) -> None:
+    """Response-header hooks (call once on the app built with `build_middlewares`)."""
+    app["echo_request_id"] = config.enable_request_id_headers
+    app.on_response_prepare.append(_on_response_prepare)

@@ -1,0 +1,43 @@
+"""Operational endpoints: `/metrics` (Prometheus, all workers merged) and `/ready`.
+
+`/health` (app.py) answers "is this process alive and its engine connected": a liveness probe.
+`/ready` adds "and accepting new work": 503 while the worker drains for shutdown, so a load
+balancer or Kubernetes readiness probe takes the pod out of rotation while in-flight requests
+finish. Both answer without authentication (as vLLM's /health); `/metrics` requires an API key
+only with `--metrics-require-api-key`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+from aiohttp import web
+
+from frontend.metrics import CONTENT_TYPE_LATEST
+
+_json = msgspec.json.encode
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    state = request.app["state"]
+    # Merging reads every worker's mmap files: off the event loop, it never delays outputs.
+    body = await asyncio.get_running_loop().run_in_executor(None, state.metrics.render)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def handle_ready(request: web.Request) -> web.Response:
+    state = request.app["state"]
+    if state.draining:
+        reason = "draining"
+    elif not state.engine.healthy:
+        reason = "engine unavailable"
+    else:
+        return web.Response(body=_json({"status": "ready"}), content_type="application/json")
+    return web.Response(status=503, body=_json({"status": "not ready", "reason": reason}),
+                        content_type="application/json")
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/ready", handle_ready)
