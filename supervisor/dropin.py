@@ -58,8 +58,9 @@ log = logging.getLogger("pyfrontend")
 
 WORKERS_ENV = "VLLM_PYFRONTEND_WORKERS"
 WORKER_READY_TIMEOUT_S = 120.0
-WORKER_KILL_GRACE_S = 2.0  # past the drain window; vLLM kills us 5 s after its SIGTERM
-ROUTER_STOP_TIMEOUT_S = 2.0
+VLLM_MIN_SHUTDOWN_WAIT_S = 5.0  # vLLM kills the frontend's tree this long after its SIGTERM
+WORKER_KILL_GRACE_S = 1.5  # past the drain window
+ROUTER_STOP_TIMEOUT_S = 1.0
 
 # `vllm serve` flags that change what vLLM's own frontend does and that this one does not
 # implement (yet): reported at startup so a silently different server is not a surprise.
@@ -314,6 +315,14 @@ class DropinSupervisor:
         self._background(self._read_status(read_fd, ("router_ready", None, self._router)))
         log.info("router started; waiting for engine(s) %s", self.args.engine_indices)
 
+    @property
+    def drain_timeout(self) -> float:
+        """The workers' drain window. vLLM waits max(--shutdown-timeout, 5) s after its SIGTERM
+        before it kills our tree; the drain, the kill grace and the router's stop fit inside."""
+        t = self.settings.shutdown_timeout
+        return max(0.0, min(t, max(t, VLLM_MIN_SHUTDOWN_WAIT_S) - WORKER_KILL_GRACE_S
+                            - ROUTER_STOP_TIMEOUT_S - 0.5))
+
     def _worker_config(self, slot: _Slot) -> WorkerConfig:
         s = self.settings
         assert self._runtime is not None
@@ -334,7 +343,7 @@ class DropinSupervisor:
             tokenizer=s.tokenizer,
             chat_template=s.chat_template,
             max_model_len=s.max_model_len,
-            shutdown_timeout=s.shutdown_timeout,
+            shutdown_timeout=self.drain_timeout,
             engine_ready_timeout=s.engine_ready_timeout,
             listen_fd=self.args.listen_fd,
             reuse_port=False,
@@ -458,7 +467,7 @@ class DropinSupervisor:
         workers = [s.child for s in self._slots if s.child is not None and s.child.alive]
         for w in workers:
             w.send_signal(signal.SIGTERM)
-        if workers and not await wait_all(workers, self.settings.shutdown_timeout + WORKER_KILL_GRACE_S):
+        if workers and not await wait_all(workers, self.drain_timeout + WORKER_KILL_GRACE_S):
             for w in workers:
                 if w.alive:
                     log.warning("%s did not exit: SIGKILL", w.name)

@@ -1,0 +1,70 @@
+"""The `frontend` subcommand's command line, as vLLM's RustFrontendProcessManager writes it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from supervisor.dropin import DropinSupervisor, main, parse_frontend_args, serve_settings
+from tests.e2e.tiny_model import build_tiny_model
+
+# As logged by `vllm serve` 0.32 ("Launching Rust frontend: ..."), trimmed.
+ARGS_JSON = {
+    "engine_ready_timeout_secs": 600, "host": "127.0.0.1", "http_timeout_keep_alive": 5,
+    "max_model_len": 4096, "model_tag": "MODEL", "model": "MODEL", "port": 18777,
+    "served_model_name": ["tiny"], "profiler_config": {"profiler": None},
+}  # fmt: skip
+
+
+def argv(args_json: dict, *extra: str) -> list[str]:
+    return ["--listen-fd", "3", "--input-listener-fd", "4", "--output-listener-fd", "5",
+            "--engine-start-index", "2", "--engine-count", "2", "--data-parallel-size", "4",
+            "--coordinator-address", "tcp://127.0.0.1:1", *extra,
+            "--args-json", json.dumps(args_json)]  # fmt: skip
+
+
+def test_vllm_flags_parsed_and_workers_from_flag_env_or_cores():
+    a = parse_frontend_args(argv(ARGS_JSON), environ={"VLLM_PYFRONTEND_WORKERS": "3"})
+    assert (a.listen_fd, a.input_fd, a.output_fd) == (3, 4, 5)
+    assert a.engine_indices == [2, 3] and a.data_parallel_size == 4
+    assert a.coordinator_address == "tcp://127.0.0.1:1"
+    assert a.workers == 3 and a.serve_args["port"] == 18777
+    assert parse_frontend_args(argv(ARGS_JSON, "--workers", "5"),
+                               environ={"VLLM_PYFRONTEND_WORKERS": "3"}).workers == 5
+    assert parse_frontend_args(argv(ARGS_JSON), environ={}).workers >= 1
+
+
+def test_unknown_flags_from_a_newer_vllm_are_tolerated():
+    a = parse_frontend_args(argv(ARGS_JSON, "--some-new-flag", "x"), environ={})
+    assert a.engine_count == 2
+
+
+def test_serve_args_map_onto_worker_settings():
+    model = build_tiny_model()
+    s = serve_settings({**ARGS_JSON, "model_tag": model, "model": model, "shutdown_timeout": 7,
+                        "chat_template": "/t.jinja", "generation_config": "vllm"})
+    assert s.model == model and s.served_model_names == ["tiny"]
+    assert (s.host, s.port, s.max_model_len) == ("127.0.0.1", 18777, 4096)
+    assert s.chat_template == "/t.jinja" and s.generation_config == "vllm"
+    assert s.shutdown_timeout == 7 and s.engine_ready_timeout == 600
+    plain = serve_settings({"model_tag": model})
+    assert plain.served_model_names == [model] and plain.max_model_len is None
+
+
+def test_model_must_be_local_or_cached():
+    with pytest.raises(ValueError, match="neither a local directory"):
+        serve_settings({"model_tag": "/nonexistent/model"})
+
+
+def test_drain_fits_in_vllms_kill_window():
+    model = build_tiny_model()
+    args = parse_frontend_args(argv(ARGS_JSON), environ={})
+    for timeout, expected in ((0, 0), (5, 2.0), (30, 27.0)):
+        sup = DropinSupervisor(args, serve_settings({"model_tag": model, "shutdown_timeout": timeout}))
+        assert sup.drain_timeout == expected
+
+
+def test_usage_without_frontend_subcommand(capsys):
+    assert main([]) == 2
+    assert "VLLM_RUST_FRONTEND_PATH" in capsys.readouterr().err
