@@ -1,0 +1,115 @@
+"""CPU time and memory of a process tree, read from /proc.
+
+The benchmark charges a frontend for everything its process tree does (supervisor, workers,
+API servers, helper threads) and for nothing else: the simulated engine and the load generator
+run outside the tree. CPU is utime+stime summed over the tree's live processes; RSS is the sum of
+the processes' resident sets, sampled periodically so its peak over a run can be reported.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _children_map() -> dict[int, list[int]]:
+    """ppid -> [pid] for every process on the machine (one pass over /proc)."""
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # comm may contain spaces or ')': fields after the last ')' are fixed.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        kids.setdefault(int(fields[1]), []).append(int(name))
+    return kids
+
+
+def tree_pids(root: int) -> list[int]:
+    """`root` and all its descendants that are alive now."""
+    kids = _children_map()
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, ()))
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    # fields[0] is field 3 (state); utime is field 14, stime field 15.
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except OSError:
+        return 0
+
+
+@dataclass
+class CpuSample:
+    """Tree CPU seconds at one instant, per process (so a process that exits between two
+    samples is visible as missing rather than silently lowering the total)."""
+
+    per_pid: dict[int, float]
+
+    @property
+    def total(self) -> float:
+        return sum(self.per_pid.values())
+
+
+def sample_cpu(root: int) -> CpuSample:
+    return CpuSample({pid: _cpu_seconds(pid) for pid in tree_pids(root)})
+
+
+def cpu_delta(before: CpuSample, after: CpuSample) -> float:
+    """CPU seconds the tree spent between two samples. A process born in between counts from
+    zero; one that died in between contributes nothing after `before` (its last ticks are lost,
+    which is why the harness checks that the tree's membership did not change)."""
+    return sum(t - before.per_pid.get(pid, 0.0) for pid, t in after.per_pid.items())
+
+
+def tree_rss(root: int) -> int:
+    return sum(_rss_bytes(pid) for pid in tree_pids(root))
+
+
+class RssPeak:
+    """Samples the tree's summed RSS every `interval` seconds in a thread; `.peak` is the max."""
+
+    def __init__(self, root: int, interval: float = 0.5) -> None:
+        self.root = root
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss(self.root))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "RssPeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.peak = max(self.peak, tree_rss(self.root))

@@ -1,0 +1,293 @@
+"""Side-by-side frontend benchmark: ours vs vLLM's Python and Rust frontends, one simulated engine.
+
+    .venv/bin/python bench/run.py --workload decode,preprocess,stop,toolcall \\
+        --frontends ours,vllm-python,vllm-rust --concurrency 1024 --duration 30
+
+For each workload and frontend: start the simulated engine and the frontend (no local engine,
+the engine joins over TCP), send one probe request (behaviour), a warm-up run of `--concurrency`
+requests (its rate sizes the measured run to about `--duration` seconds), then the measured run.
+The frontend's CPU (utime+stime over its whole process tree, from /proc) is sampled right before
+and after the measured run; its RSS is sampled throughout. Results: a table on stdout,
+bench/results/latest.json and bench/results/latest.png.
+
+`--py-spy` additionally records a py-spy profile of our frontend's process tree during the
+measured run (raw collapsed stacks + a summary); use it in a separate run, as sampling perturbs
+the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import procstat  # noqa: E402
+from bench.frontends import (  # noqa: E402
+    REPO, frontend_spec, sim_argv, spawn, stop, vllm_rs_binary, wait_ready)
+from bench.loadgen import bench_serve, probe  # noqa: E402
+from bench.workloads import WORKLOADS, Workload  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+FRONTENDS = ("ours", "vllm-python", "vllm-rust")
+
+
+def bench_model_dir() -> str:
+    """The bench's own copy of the DeepSeek V4 tokenizer dir (config.json, tokenizer.json,
+    tokenizer_config.json with the chat template). All three frontends parse it as is."""
+    from frontend.text.bundled import materialize_deepseek_v4
+
+    return materialize_deepseek_v4(str(REPO / ".cache" / "bench-deepseek-v4"))
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": cpu, "mem_gib": round(mem / 2**30, 1),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "loadavg_at_start": os.getloadavg()}
+
+
+def _pct(result: dict, metric: str, p: int) -> float | None:
+    for key in (f"p{p}_{metric}_ms", f"median_{metric}_ms" if p == 50 else ""):
+        if key and result.get(key) is not None:
+            return result[key]
+    return None
+
+
+def start_py_spy(pid: int, duration: float, out: Path) -> subprocess.Popen | None:
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        print("py-spy not found; no profile", file=sys.stderr)
+        return None
+    argv = [exe, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--rate", "100",
+            "--duration", str(int(duration)), "--format", "raw", "-o", str(out)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
+    spec = frontend_spec(name, model, args.workers)
+    base = f"http://127.0.0.1:{spec.http_port}"
+    tag = f"{wl.name}-{name}"
+    fe = spawn(spec.argv, logs / f"{tag}.frontend.log", spec.env)
+    sim = spawn(sim_argv(model, spec.rpc_port, args.step_time, args.max_num_seqs), logs / f"{tag}.sim.log")
+    row: dict = {"frontend": name, "workload": wl.name, "argv": spec.argv}
+    bench_log = logs / f"{tag}.bench.log"
+    try:
+        t0 = time.monotonic()
+        wait_ready(base, {"frontend": fe, "sim engine": sim}, args.ready_timeout)
+        row["startup_s"] = round(time.monotonic() - t0, 1)
+        row["probe"] = probe(base, wl)
+        with procstat.RssPeak(fe.pid) as rss:
+            warm = bench_serve(base, model, wl, args.warmup or args.concurrency, args.concurrency,
+                               bench_log, timeout=args.bench_timeout)
+            rate = warm["completed"] / max(warm["duration"], 1e-6)
+            n = max(args.concurrency, int(rate * args.duration))
+            before = procstat.sample_cpu(fe.pid)
+            spy = None
+            if args.py_spy and name == "ours":
+                est = n / max(rate, 1e-6)
+                spy = start_py_spy(fe.pid, max(5, est * 0.8), RESULTS / f"profile-{wl.name}.txt")
+            result = bench_serve(base, model, wl, n, args.concurrency, bench_log, timeout=args.bench_timeout)
+            after = procstat.sample_cpu(fe.pid)
+            if spy is not None:
+                spy.wait(120)
+        cpu = procstat.cpu_delta(before, after)
+        gone = sorted(set(before.per_pid) - set(after.per_pid))
+        out_tokens = result["total_output_tokens"]
+        done = result["completed"]
+        row.update({
+            "ok": True,
+            "num_prompts": n,
+            "completed": done,
+            "failed": result.get("failed", 0),
+            "duration_s": result["duration"],
+            "req_per_s": result["request_throughput"],
+            "out_tok_per_s": result["output_throughput"],
+            "total_output_tokens": out_tokens,
+            "mean_output_tokens": out_tokens / done if done else None,
+            "ttft_ms": {p: _pct(result, "ttft", p) for p in (50, 90, 99)},
+            "tpot_ms": {p: _pct(result, "tpot", p) for p in (50, 90, 99)},
+            "itl_ms": {p: _pct(result, "itl", p) for p in (50, 90, 99)},
+            "cpu_s": cpu,
+            "cpu_us_per_out_token": cpu / out_tokens * 1e6 if out_tokens else None,
+            "cpu_ms_per_request": cpu / done * 1e3 if done else None,
+            "cpu_util_cores": cpu / result["duration"],
+            "peak_rss_mib": rss.peak / 2**20,
+            "tree_pids": len(after.per_pid),
+            "pids_exited_during_run": gone,
+            "steady_state": result.get("steady_state"),
+            "warmup": {"completed": warm["completed"], "duration_s": warm["duration"],
+                       "req_per_s": warm["request_throughput"]},
+        })
+    except Exception as e:  # noqa: BLE001 - one frontend failing must not lose the others' rows
+        row.update({"ok": False, "error": f"{type(e).__name__}: {e}"})
+    finally:
+        stop(fe)
+        stop(sim)
+    return row
+
+
+def fmt(v, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| workload | frontend | req/s | out tok/s | TTFT p50/p90/p99 ms | TPOT p50/p90/p99 ms "
+            "| CPU µs/out tok | CPU ms/req | CPU cores busy | peak RSS MiB | failed |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        if not r.get("ok"):
+            lines.append(f"| {r['workload']} | {r['frontend']} | error: {r.get('error', '')[:80]} |"
+                         + " |" * 9)
+            continue
+        t, p = r["ttft_ms"], r["tpot_ms"]
+        lines.append(
+            f"| {r['workload']} | {r['frontend']} | {fmt(r['req_per_s'])} | {fmt(r['out_tok_per_s'], '.0f')} "
+            f"| {fmt(t[50], '.0f')} / {fmt(t[90], '.0f')} / {fmt(t[99], '.0f')} "
+            f"| {fmt(p[50])} / {fmt(p[90])} / {fmt(p[99])} "
+            f"| {fmt(r['cpu_us_per_out_token'])} | {fmt(r['cpu_ms_per_request'], '.2f')} "
+            f"| {fmt(r['cpu_util_cores'], '.2f')} | {fmt(r['peak_rss_mib'], '.0f')} | {r['failed']} |")
+    return "\n".join(lines)
+
+
+def ratios(rows: list[dict]) -> dict:
+    """Ours relative to each peer, per workload (the issue's acceptance ratios)."""
+    by = {(r["workload"], r["frontend"]): r for r in rows if r.get("ok")}
+    out: dict = {}
+    for wl in {r["workload"] for r in rows}:
+        ours = by.get((wl, "ours"))
+        if not ours:
+            continue
+        for peer in ("vllm-rust", "vllm-python"):
+            p = by.get((wl, peer))
+            if not p:
+                continue
+            def div(a, b):
+                return a / b if a is not None and b else None
+            out[f"{wl}/ours÷{peer}"] = {
+                "throughput": div(ours["req_per_s"], p["req_per_s"]),
+                "cpu_per_out_token": div(ours["cpu_us_per_out_token"], p["cpu_us_per_out_token"]),
+                "cpu_per_request": div(ours["cpu_ms_per_request"], p["cpu_ms_per_request"]),
+                "ttft_p50": div(ours["ttft_ms"][50], p["ttft_ms"][50]),
+                "peak_rss": div(ours["peak_rss_mib"], p["peak_rss_mib"]),
+            }
+    return out
+
+
+def chart(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("ok")]
+    wls = list(dict.fromkeys(r["workload"] for r in rows))
+    fes = list(dict.fromkeys(r["frontend"] for r in rows))
+    by = {(r["workload"], r["frontend"]): r for r in ok}
+    panels = [("req_per_s", "requests / s (higher is better)"),
+              ("cpu_us_per_out_token", "frontend CPU µs per output token (lower is better)"),
+              ("cpu_ms_per_request", "frontend CPU ms per request (lower is better)"),
+              ("peak_rss_mib", "frontend peak RSS, MiB (lower is better)")]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    colors = {"ours": "#2b8a3e", "vllm-python": "#1c7ed6", "vllm-rust": "#e8590c"}
+    width = 0.8 / max(len(fes), 1)
+    for ax, (key, label) in zip(axes.flat, panels):
+        for i, fe in enumerate(fes):
+            xs, ys = [], []
+            for j, wl in enumerate(wls):
+                r = by.get((wl, fe))
+                if r and r.get(key) is not None:
+                    xs.append(j + (i - (len(fes) - 1) / 2) * width)
+                    ys.append(r[key])
+            bars = ax.bar(xs, ys, width, label=fe, color=colors.get(fe))
+            ax.bar_label(bars, fmt="%.3g", fontsize=7)
+        ax.set_xticks(range(len(wls)), wls)
+        ax.set_title(label, fontsize=10)
+        if key in ("cpu_us_per_out_token", "cpu_ms_per_request"):
+            ax.set_yscale("log")
+    axes.flat[0].legend()
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", default="decode,preprocess,stop,toolcall",
+                    help=f"comma list of {', '.join(WORKLOADS)}")
+    ap.add_argument("--frontends", default=",".join(FRONTENDS))
+    ap.add_argument("--concurrency", type=int, default=1024)
+    ap.add_argument("--duration", type=float, default=30.0, help="target seconds per measured run")
+    ap.add_argument("--warmup", type=int, default=0, help="warm-up requests (default: --concurrency)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count(),
+                    help="frontend processes (ours, vllm-python) / runtime threads (vllm-rust)")
+    ap.add_argument("--step-time", type=float, default=0.01)
+    ap.add_argument("--max-num-seqs", type=int, default=1024)
+    ap.add_argument("--ready-timeout", type=float, default=300)
+    ap.add_argument("--bench-timeout", type=float, default=600)
+    ap.add_argument("--py-spy", action="store_true", help="profile ours during the measured run")
+    ap.add_argument("--out", default=str(RESULTS / "latest.json"))
+    args = ap.parse_args(argv)
+
+    vllm_rs_binary()  # fail early with the extraction hint
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    logs = RESULTS / "logs"
+    logs.mkdir(exist_ok=True)
+    model = bench_model_dir()
+    info = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(), "argv": sys.argv, "concurrency": args.concurrency,
+            "workers": args.workers, "step_time": args.step_time, "duration_target_s": args.duration,
+            "load_generator": "vllm-rs bench serve (vllm 0.33.0 wheel), openai-chat, streaming"}
+    rows: list[dict] = []
+    for wl_name in args.workload.split(","):
+        wl = WORKLOADS[wl_name]
+        for fe in args.frontends.split(","):
+            print(f"[bench] {wl.name} / {fe} ...", file=sys.stderr, flush=True)
+            row = run_one(fe, wl, args, model, logs)
+            rows.append(row)
+            brief = (f"{row['req_per_s']:.1f} req/s, {row['cpu_us_per_out_token']:.1f} µs/tok"
+                     if row.get("ok") else row.get("error"))
+            print(f"[bench] {wl.name} / {fe}: {brief}", file=sys.stderr, flush=True)
+    info["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    doc = {**info, "workloads": {w: WORKLOADS[w].description for w in args.workload.split(",")},
+           "results": rows, "ratios": ratios(rows)}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2, default=str))
+    m = info["machine"]
+    title = (f"{m['cpus']} cores ({m['cpu_model']}), sim engine step {args.step_time * 1000:.0f} ms, "
+             f"{args.concurrency} concurrent streams, workers={args.workers}; {info['started']}")
+    chart(rows, out.with_suffix(".png"), title)
+    print(table(rows))
+    print()
+    for k, v in sorted(doc["ratios"].items()):
+        print(k, {kk: (round(vv, 2) if vv is not None else None) for kk, vv in v.items()})
+    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    return 0 if all(r.get("ok") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

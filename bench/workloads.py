@@ -1,0 +1,86 @@
+"""The benchmark workloads, as arguments to vLLM's Rust `bench serve` (openai-chat backend).
+
+Every workload goes through /v1/chat/completions with streaming (the bench's chat backend),
+random-token prompts from the model's own tokenizer, and the simulated engine's output. The
+scripted ones steer the simulated engine through `vllm_xargs` (it reads `sim_text` from the
+request's extra_args), which all three frontends forward to the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+# ~330 tokens of prose with a stop string at about token 250: every request stops on the string,
+# so the frontend's per-token stop-string scan, its truncation of the final delta and its abort
+# of the engine request are all on the measured path.
+_SENTENCE = "The river runs under the old stone bridge, and the garden is quiet in the evening. "
+STOP_STRING = "###"
+STOP_SCRIPT = _SENTENCE * 14 + f"\n{STOP_STRING}\n" + _SENTENCE * 4
+
+_DSML = "｜DSML｜"
+TOOL_SCRIPT = (
+    f"<{_DSML}tool_calls>\n"
+    f'<{_DSML}invoke name="get_weather">\n'
+    f'<{_DSML}parameter name="location" string="true">Paris</{_DSML}parameter>\n'
+    f'<{_DSML}parameter name="unit" string="true">celsius</{_DSML}parameter>\n'
+    f"</{_DSML}invoke>\n"
+    f"</{_DSML}tool_calls>"
+)
+TOOLS = [{
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "City name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["location"],
+        },
+    },
+}]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    input_len: int
+    output_len: int  # max_tokens
+    ignore_eos: bool
+    extra_body: dict = field(default_factory=dict)
+
+    def request_extra(self) -> dict:
+        """Fields merged into every request. `bench serve` always sends ignore_eos=true for the
+        random dataset, so it is set explicitly either way. Thinking is off for all workloads
+        (the DeepSeek V4 template otherwise opens a <think> block and vLLM's Rust frontend, whose
+        reasoning parser is on by default, would route all output to `reasoning` while the others
+        return `content`): every frontend then streams plain content."""
+        return {"ignore_eos": self.ignore_eos, "chat_template_kwargs": {"thinking": False},
+                **self.extra_body}
+
+    def bench_args(self) -> list[str]:
+        args = ["--dataset-name", "random", "--random-input-len", str(self.input_len),
+                "--random-output-len", str(self.output_len)]
+        if self.ignore_eos:
+            args.append("--ignore-eos")
+        return args + ["--extra-body", json.dumps(self.request_extra())]
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("decode", "decode-heavy: 32 in / 512 out, ignore_eos", 32, 512, True),
+        Workload("preprocess", "preprocess-heavy: 10,000 in / 16 out, ignore_eos", 10000, 16, True),
+        Workload("stop", f"stop string: 32 in, scripted text hits stop {STOP_STRING!r} at ~250 tokens "
+                 "(max 512)", 32, 512, False,
+                 {"stop": [STOP_STRING, "</answer>"], "vllm_xargs": {"sim_text": STOP_SCRIPT}}),
+        Workload("toolcall", "tool call: 32 in + 1 tool, scripted DSML tool call (~60 tokens) then EOS",
+                 32, 128, False,
+                 {"tools": TOOLS, "tool_choice": "auto",
+                  "vllm_xargs": {"sim_text": TOOL_SCRIPT}}),
+    )
+}
