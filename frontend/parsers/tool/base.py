@@ -70,6 +70,10 @@ class Section:
     ends: tuple[str, ...] = ()
     #: The start marker is also the body's first text (llama3_json's ``{``).
     keep_start: bool = False
+    #: At the end of output, an unclosed section counts if its body matches.
+    #: Only for bodies that end self-delimited (JSON, ``</invoke>``): a bare
+    #: name cut by max_tokens must not become a call to a truncated name.
+    eof_closes: bool = True
 
 
 class ToolFormat:
@@ -268,7 +272,7 @@ class SectionToolParser:
             return self._recover(marker)
         self._search_from = max(self._search_from, len(buf) - longest + 1, 0)
         if eof:
-            r = sec.body(buf, eof=True)
+            r = sec.body(buf, eof=True) if sec.eof_closes else None
             if isinstance(r, Ok):
                 return self._close(r.value[0], len(buf))
             return self._recover(marker)

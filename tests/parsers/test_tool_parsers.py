@@ -1,0 +1,58 @@
+"""Every tool parser on the shared corpus: results, split invariance, delta contract."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from frontend.parsers.tool import get_tool_parser
+from frontend.text.tokenizer import Tokenizer
+from tests.parsers.corpus import ALL_CASES, TOOLS, Case
+from tests.parsers.harness import (
+    random_char_splits,
+    random_token_groups,
+    run_chunks,
+    run_whole,
+    split_at,
+    token_pieces,
+)
+
+CASES = pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.id)
+
+
+def factory(case: Case, tok: Tokenizer | None):
+    return lambda: get_tool_parser(case.fmt, tok, TOOLS)
+
+
+@CASES
+def test_result(case: Case, tok: Tokenizer) -> None:
+    r = run_whole(factory(case, tok), case.text)
+    assert r.content == case.content
+    assert r.decoded_calls() == case.calls
+    if case.malformed:
+        assert r.content == case.text, "malformed output comes back whole, as text"
+
+
+@CASES
+def test_every_two_way_split_and_char_stream(case: Case, tok: Tokenizer) -> None:
+    make = factory(case, tok)
+    want = run_whole(make, case.text).key()
+    assert run_chunks(make, list(case.text)).key() == want
+    for cut in range(1, len(case.text)):
+        assert run_chunks(make, split_at(case.text, [cut])).key() == want, cut
+
+
+@CASES
+def test_random_splits(case: Case, tok: Tokenizer) -> None:
+    make = factory(case, tok)
+    want = run_whole(make, case.text).key()
+    rng = random.Random(hash(case.id) & 0xFFFF)
+    for _ in range(200):
+        assert run_chunks(make, random_char_splits(case.text, rng)).key() == want
+    pieces, ids = token_pieces(tok, case.text)
+    for _ in range(200):
+        texts, groups = random_token_groups(pieces, ids, rng)
+        # with ids: markers must be real tokens, and they are here
+        assert run_chunks(make, texts, groups).key() == want
+
