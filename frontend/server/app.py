@@ -40,6 +40,11 @@ async def error_middleware(request: web.Request, handler):
         elif e.status == 405:
             message = f"Method {request.method} not allowed on {request.path}"
         return APIError(e.status, message).to_response()
+    except ConnectionError:
+        # The client left while the response was being prepared (reset, half-close): there is
+        # nobody to answer, and aiohttp drops whatever is returned on a closed connection.
+        log.debug("client gone during %s %s", request.method, request.path)
+        return web.Response(status=400, text="client disconnected")
     except RecursionError:
         # msgspec decodes free-form fields (`dict[str, Any]`) recursively: a body nested
         # thousands of levels deep is the client's fault, not ours.
