@@ -131,7 +131,8 @@ async def run_worker(config: WorkerConfig) -> int:
     # The drain window: in-flight requests finish while the worker still answers, so the drain
     # is visible (/ready 503, new /v1 requests 503, /metrics vllm_frontend_workers_draining);
     # then stop listening.
-    drained = await state.wait_idle(config.shutdown_timeout)
+    # (wait_for with a 0 s drain window times out even when nothing is in flight)
+    drained = state.in_flight == 0 or await state.wait_idle(config.shutdown_timeout)
     if not drained:
         log.warning("drain timeout: cancelling %d request(s)", state.in_flight)
     await site.stop()
