@@ -1,0 +1,235 @@
+"""frontend.metrics on its own: vLLM's names and buckets, per-request recording, the batch ITL
+flush, scheduler stats, and the multiprocess merge (real worker-like processes writing files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.parser import text_string_to_metric_families
+
+from frontend.metrics import (
+    INTER_TOKEN_LATENCY_BUCKETS,
+    MULTIPROC_ENV,
+    REQUEST_LATENCY_BUCKETS,
+    TIME_TO_FIRST_TOKEN_BUCKETS,
+    WorkerMetrics,
+    build_1_2_5_buckets,
+    install_stats_tap,
+    render_latest,
+)
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def samples(text: bytes | str) -> dict[tuple[str, tuple], float]:
+    if isinstance(text, bytes):
+        text = text.decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(smp, name: str, **labels) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    total, found = 0.0, False
+    for (n, lbls), v in smp.items():
+        if n == name and all(dict(lbls).get(k) == str(x) for k, x in labels.items()):
+            total += v
+            found = True
+    assert found, f"no sample {name} {labels}"
+    return total
+
+
+@pytest.fixture(autouse=True)
+def _single_process(monkeypatch):
+    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+
+
+def test_buckets_are_vllms():
+    from vllm.v1.metrics import buckets as vb
+
+    assert tuple(vb.REQUEST_LATENCY_BUCKETS) == REQUEST_LATENCY_BUCKETS
+    assert tuple(vb.TIME_TO_FIRST_TOKEN_BUCKETS) == TIME_TO_FIRST_TOKEN_BUCKETS
+    assert tuple(vb.INTER_TOKEN_LATENCY_BUCKETS) == INTER_TOKEN_LATENCY_BUCKETS
+    for n in (1, 7, 4096, 16384, 131072):
+        assert build_1_2_5_buckets(n) == vb.build_1_2_5_buckets(n)
+
+
+def test_request_recording_names_labels_and_values():
+    m = WorkerMetrics("my-model", [0], 4096)
+    r = m.start_request(arrival=10.0)
+    r.on_output(10.25)  # first token
+    r.on_output(10.30)
+    r.on_output(10.32)
+    r.on_finished("length", 12, 3, max_tokens=3, now=11.0)
+    r.on_finished("length", 12, 3, max_tokens=3, now=12.0)  # idempotent
+    s = samples(m.render())
+    lbl = {"model_name": "my-model", "engine": "0"}
+    assert value(s, "vllm:request_success_total", finished_reason="length", **lbl) == 1
+    assert value(s, "vllm:request_success_total", finished_reason="stop", **lbl) == 0
+    assert value(s, "vllm:prompt_tokens_total", **lbl) == 12
+    assert value(s, "vllm:generation_tokens_total", **lbl) == 3
+    assert value(s, "vllm:time_to_first_token_seconds_sum", **lbl) == pytest.approx(0.25)
+    assert value(s, "vllm:e2e_request_latency_seconds_sum", **lbl) == pytest.approx(1.0)
+    assert value(s, "vllm:inter_token_latency_seconds_count", **lbl) == 2
+    assert value(s, "vllm:request_params_max_tokens_count", **lbl) == 1
+    assert value(s, "vllm:request_params_n_sum", **lbl) == 1
+    assert value(s, "vllm:request_prompt_tokens_bucket", le="20.0", **lbl) == 1
+    assert value(s, "vllm:request_prompt_tokens_bucket", le="10.0", **lbl) == 0
+    # No queue time known: no series (rather than zeros pretending to be measurements).
+    assert not any(n.startswith("vllm:request_queue_time_seconds") for n, _ in s)
+    r2 = m.start_request(arrival=0.0)
+    r2.on_finished("stop", 1, 0, queue_time_s=0.4, now=1.0)
+    s = samples(m.render())
+    assert value(s, "vllm:request_queue_time_seconds_count", **lbl) == 1
+    # A request without an explicit max_tokens is not observed (as vLLM).
+    assert value(s, "vllm:request_params_max_tokens_count", **lbl) == 1
+
+
+def test_itl_batch_flush_equals_per_observation_histogram():
+    """The per-request bucket array flushed at the end gives exactly what observing every
+    inter-token latency would (boundaries included: `le` is inclusive)."""
+    gaps = [0.001, 0.01, 0.0100001, 0.05, 0.2, 0.2, 1.0, 3.0, 79.0, 80.0, 81.0]
+    m = WorkerMetrics("m", [0], 128)
+    r = m.start_request(arrival=0.0)
+    t = 1.0
+    r.on_output(t)
+    for g in gaps:
+        t += g
+        r.on_output(t)
+    r.on_finished("stop", 1, len(gaps) + 1, now=t)
+    ref_registry = CollectorRegistry()
+    ref = Histogram("ref", "ref", buckets=INTER_TOKEN_LATENCY_BUCKETS, registry=ref_registry)
+    t = 1.0
+    prev = t
+    for g in gaps:
+        t += g
+        ref.observe(t - prev)  # the same float arithmetic as the recorder
+        prev = t
+    got = samples(m.render())
+    want = samples(render_latest(ref_registry))
+    for (name, lbls), v in want.items():
+        if not name.endswith(("_bucket", "_count", "_sum")):
+            continue
+        le = dict(lbls).get("le")
+        ours = value(got, "vllm:inter_token_latency_seconds" + name[3:], **({"le": le} if le else {}))
+        assert ours == pytest.approx(v), (name, le)
+
+
+def test_scheduler_stats_gauges_and_prefix_counters():
+    m = WorkerMetrics("m", [0, 1], 128)
+    m.record_scheduler_stats(1, {
+        "num_running_reqs": 4, "num_waiting_reqs": 2, "num_skipped_waiting_reqs": 1,
+        "kv_cache_usage": 0.25, "prefix_cache_stats": {"queries": 100, "hits": 40},
+    })
+    m.record_scheduler_stats(1, {
+        "num_running_reqs": 3, "num_waiting_reqs": 0, "kv_cache_usage": 0.5,
+        "prefix_cache_stats": {"queries": 10, "hits": 0},
+    })
+    s = samples(m.render())
+    assert value(s, "vllm:num_requests_running", engine=1) == 3
+    assert value(s, "vllm:num_requests_waiting", engine=1) == 0
+    assert value(s, "vllm:kv_cache_usage_perc", engine=1) == 0.5
+    assert value(s, "vllm:prefix_cache_queries_total", engine=1) == 110  # deltas add up
+    assert value(s, "vllm:prefix_cache_hits_total", engine=1) == 40
+
+
+class _FakeClient:
+    def __init__(self):
+        self._stats: dict[int, dict] = {}
+
+    def receive(self, engine: int, stats: dict) -> None:  # what EngineClient does on receipt
+        self._stats[engine] = stats
+
+
+def test_stats_tap_sees_every_sample_once():
+    m = WorkerMetrics("m", [0], 128)
+    client = _FakeClient()
+    install_stats_tap(client, m)
+    for q in (5, 6, 7):
+        client.receive(0, {"num_running_reqs": q, "prefix_cache_stats": {"queries": q, "hits": 0}})
+    assert client._stats[0]["num_running_reqs"] == 7  # the client's own view is unchanged
+    s = samples(m.render())
+    assert value(s, "vllm:prefix_cache_queries_total") == 18
+    assert value(s, "vllm:num_requests_running") == 7
+
+
+def test_stats_tap_on_the_real_engine_client():
+    """The tap relies on EngineClient keeping each received sample in `_stats` (or, later, a
+    `stats_listeners` hook): pin that against the real class."""
+    from frontend.engine.client import EngineClient
+
+    client = EngineClient(client_index=0, input_address="ipc:///nonexistent-in",
+                          output_address="ipc:///nonexistent-out", engine_indices=[0])
+    m = WorkerMetrics("m", [0], 128)
+    install_stats_tap(client, m)
+    if isinstance(getattr(client, "stats_listeners", None), list):
+        return
+    client._stats[0] = {"num_running_reqs": 2, "prefix_cache_stats": {"queries": 3, "hits": 0}}
+    assert client.scheduler_stats[0]["num_running_reqs"] == 2
+    assert value(samples(m.render()), "vllm:prefix_cache_queries_total") == 3
+
+
+_WORKER_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    from frontend.metrics import WorkerMetrics
+    spec = json.loads(sys.argv[1])
+    m = WorkerMetrics("m", [0], 4096)
+    for i in range(spec["requests"]):
+        r = m.start_request(arrival=0.0)
+        r.on_output(0.1); r.on_output(0.2)
+        r.on_finished("stop", 10, 2, max_tokens=16, now=1.0)
+    m.set_serving(True)
+    if spec.get("draining"):
+        m.set_draining(True)
+    time.sleep(spec["delay"])
+    m.record_scheduler_stats(0, {"num_running_reqs": spec["running"], "num_waiting_reqs": 0,
+                                 "kv_cache_usage": 0.1, "prefix_cache_stats": {"queries": 7, "hits": 1}})
+    m.observe_http("POST", "/v1/chat/completions", 200, 0.05)
+    print("ok", flush=True)
+""")
+
+
+def _run_worker(path: str, **spec) -> int:
+    env = {**os.environ, MULTIPROC_ENV: path, "PYTHONPATH": REPO}
+    p = subprocess.Popen([sys.executable, "-c", _WORKER_SCRIPT, json.dumps(spec)], env=env,
+                         stdout=subprocess.PIPE, text=True)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0 and "ok" in out
+    return p.pid
+
+
+def test_multiprocess_merge_no_double_counting_freshest_gauge_dead_worker(tmp_path, monkeypatch):
+    path = str(tmp_path)
+    pid_a = _run_worker(path, requests=3, running=5, delay=0.0)
+    pid_b = _run_worker(path, requests=4, running=9, delay=0.05, draining=True)  # later sample
+    monkeypatch.setenv(MULTIPROC_ENV, path)
+    s = samples(render_latest())
+    assert value(s, "vllm:request_success_total", finished_reason="stop") == 7
+    assert value(s, "vllm:prompt_tokens_total") == 70
+    assert value(s, "vllm:e2e_request_latency_seconds_count") == 7
+    assert value(s, "vllm:inter_token_latency_seconds_count") == 7
+    assert value(s, "vllm:prefix_cache_queries_total") == 14
+    assert value(s, "http_requests_total", handler="/v1/chat/completions", status="2xx") == 2
+    # One sample per engine: the freshest (worker b's), not a sum or one per process.
+    running = [v for (n, lbls), v in s.items() if n == "vllm:num_requests_running"]
+    assert running == [9]
+    assert value(s, "vllm_frontend_workers_serving") == 1  # b is draining
+    assert value(s, "vllm_frontend_workers_draining") == 1
+    # Worker b dies: its pool gauges go, its counts stay.
+    from frontend.metrics import mark_worker_dead
+
+    mark_worker_dead(pid_b, path)
+    s = samples(render_latest())
+    assert value(s, "vllm:request_success_total", finished_reason="stop") == 7
+    assert value(s, "vllm_frontend_workers_draining") == 0
+    assert value(s, "vllm_frontend_workers_serving") == 1
+    assert pid_a != pid_b
