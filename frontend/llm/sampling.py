@@ -113,6 +113,15 @@ def resolve_max_tokens(
     return room if fallback is None else min(room, fallback)
 
 
+def _in_range(params: dict[str, Any]) -> bool:
+    top_p, top_k, min_p = params["top_p"], params["top_k"], params["min_p"]
+    return (
+        isinstance(top_p, (int, float)) and 0.0 < top_p <= 1.0
+        and type(top_k) is int and (top_k == -1 or top_k >= 0)
+        and isinstance(min_p, (int, float)) and 0.0 <= min_p <= 1.0
+    )
+
+
 def lower_sampling(
     opts: SamplingOptions,
     *,
@@ -127,8 +136,9 @@ def lower_sampling(
         if value is None:
             value = defaults.sampling.get(name, neutral)
         params[name] = value
-    if params["temperature"] < _SAMPLING_EPS:
-        # Greedy: vLLM's SamplingParams normalizes the other knobs away.
+    if params["temperature"] < _SAMPLING_EPS and _in_range(params):
+        # Greedy: vLLM's SamplingParams normalizes the other knobs away — after checking
+        # them, so out-of-range values are left for validation to refuse.
         params["top_p"], params["top_k"], params["min_p"] = 1.0, 0, 0.0
     elif params["temperature"] < _MAX_TEMP:
         params["temperature"] = _MAX_TEMP

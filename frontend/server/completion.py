@@ -27,17 +27,26 @@ from frontend.server.run import RequestRun
 from frontend.server.schemas import CompletionRequest, decode_body
 
 
+def _is_ids(x) -> bool:
+    return isinstance(x, list) and all(type(t) is int for t in x)
+
+
 def _prompts(req: CompletionRequest) -> list[str | list[int]]:
+    """The prompt(s): a string, a list of strings, token ids, or a list of token-id lists."""
     p = req.prompt
     if p is None:
         raise APIError(400, "`prompt` is required.", "prompt")
     if isinstance(p, str):
         return [p]
-    if not p:
-        raise APIError(400, "`prompt` must not be empty.", "prompt")
-    if all(isinstance(x, int) for x in p):
-        return [p]  # one prompt of token ids
-    return list(p)  # several prompts: strings or token-id lists
+    if not isinstance(p, list) or not p:
+        raise APIError(400, "`prompt` must be a string, a list of strings, a list of token ids "
+                       "or a list of token-id lists, and not empty.", "prompt")
+    if _is_ids(p):
+        return [p]
+    if all(isinstance(x, str) for x in p) or all(_is_ids(x) for x in p):
+        return list(p)
+    raise APIError(400, "`prompt` must be a string, a list of strings, a list of token ids "
+                   "or a list of token-id lists.", "prompt")
 
 
 async def handle_completions(request: web.Request) -> web.StreamResponse:

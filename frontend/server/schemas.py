@@ -78,7 +78,9 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
 
 
 class CompletionRequest(msgspec.Struct, omit_defaults=True):
-    prompt: str | list[str] | list[int] | list[list[int]] | None = None
+    # str | list[str] | list[int] | list[list[int]]: msgspec unions allow one array type, so
+    # the shape is checked by completion._prompts.
+    prompt: Any = None
     model: str | None = None
     echo: bool | None = False
     frequency_penalty: float | None = None

@@ -55,7 +55,8 @@ class SSEWriter:
         """The response headers are out: write the role chunk, then anything held."""
         self.transport = transport
         pending, self.pending = self.pending, None
-        self.write(first_chunk)
+        if first_chunk:  # an empty chunk would end the chunked body
+            self.write(first_chunk)
         for data in pending or ():
             self.write(data)
 
