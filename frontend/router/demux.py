@@ -36,9 +36,10 @@ _NIL = b"\xc0"
 
 # EngineCoreOutputs field positions (0.32/0.33; see PROTOCOL.md).
 _OUTPUTS, _STATS, _UTILITY, _FINISHED = 1, 2, 4, 5
+_OWNER_CACHE_SIZE = 1 << 16
 
 
-class _OutputHead(msgspec.Struct, array_like=True):
+class _OutputHead(msgspec.Struct, array_like=True, gc=False):
     """The first field of an EngineCoreOutput; msgspec skips the rest in C."""
 
     request_id: str
@@ -102,6 +103,9 @@ class BatchSplitter:
         self._utility_owner: dict[int, int] = {}
         self._stats_turn = 0
         self.dropped_outputs = 0  # outputs whose id names no worker of ours
+        # request id -> worker: an id recurs in every step of its request, so parse it once.
+        # Cleared wholesale when full (a re-parse is cheap); no bookkeeping per request.
+        self._owner_cache: dict[str, int | None] = {}
 
     # ---------------------------------------------------------------- requests (worker -> engine)
 
@@ -122,6 +126,8 @@ class BatchSplitter:
 
     def split(self, frames: Sequence[Any]) -> list[tuple[int, list[Any]]]:
         """The messages to send for one engine message: `[(worker, frames), ...]`."""
+        if self.num_workers == 1:
+            return [(0, list(frames))]  # the only worker reads everything, as from the engine
         buf = _buffer(frames[0])
         if len(frames) == 1 and len(buf) == len(ENGINE_CORE_DEAD) and bytes(buf) == ENGINE_CORE_DEAD:
             return [(w, list(frames)) for w in range(self.num_workers)]
@@ -135,11 +141,14 @@ class BatchSplitter:
             spans = _raw_array.decode(fields[_OUTPUTS])
             if spans:
                 heads = _heads.decode(fields[_OUTPUTS])
-                num_workers = self.num_workers
+                owners = self._owner_cache
                 for head, span in zip(heads, spans):
-                    w = worker_of(head.request_id)
-                    if w is None or w >= num_workers:
-                        self._drop(head.request_id)
+                    rid = head.request_id
+                    w = owners.get(rid, -1)
+                    if w == -1:
+                        w = self._owner(rid)
+                    if w is None:
+                        self._drop(rid)
                         continue
                     group = groups.get(w)
                     if group is None:
@@ -194,6 +203,15 @@ class BatchSplitter:
                 own[_FINISHED] = msgspec.Raw(_encode(mine)) if mine else msgspec.Raw(_NIL)
             messages.append((w, [_pack(own), *aux]))
         return messages
+
+    def _owner(self, request_id: str) -> int | None:
+        w = worker_of(request_id)
+        if w is not None and w >= self.num_workers:
+            w = None
+        if len(self._owner_cache) >= _OWNER_CACHE_SIZE:
+            self._owner_cache.clear()
+        self._owner_cache[request_id] = w
+        return w
 
     def _utility_target(self, raw: msgspec.Raw) -> int | None:
         try:

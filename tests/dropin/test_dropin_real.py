@@ -74,4 +74,7 @@ def test_sigterm_stops_the_whole_tree(dropin):
     log = dropin.log()
     assert code == 0, log[-3000:]
     assert not left, [p.cmdline()[:3] for p in left]
-    assert "[pyfrontend]" in log and "force killing" not in log, log[-3000:]
+    # Our tree exited by itself: vLLM's frontend manager did not have to kill it. (With the
+    # default --shutdown-timeout 0 vLLM's engine manager does kill its own EngineCore.)
+    assert "[pyfrontend]" in log and "INFO stopped" in log, log[-3000:]
+    assert "Subprocess manager: force killing" not in log, log[-3000:]
