@@ -25,6 +25,7 @@ before, a real token of the same string can take the real one's credit.
 
 from __future__ import annotations
 
+import weakref
 from typing import Iterable, Protocol
 
 
@@ -34,17 +35,38 @@ class TokenizerLike(Protocol):
     def token_to_id(self, token: str) -> int | None: ...
 
 
+# tokenizer -> markers -> {token id: added-token text inside a marker}; one
+# scan of the added tokens per tokenizer and grammar, not per request.
+_PIECES: "weakref.WeakKeyDictionary[object, dict[tuple[str, ...], dict[int, str]]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _pieces_for(tokenizer: TokenizerLike, markers: tuple[str, ...]) -> dict[int, str]:
+    try:
+        per_tok = _PIECES.setdefault(tokenizer, {})
+    except TypeError:  # not weak-referenceable: no cache
+        per_tok = {}
+    found = per_tok.get(markers)
+    if found is None:
+        added = getattr(tokenizer, "added_token_ids", {}) or {}
+        found = {
+            tid: content
+            for tid, content in added.items()
+            if content and any(content in m for m in markers)
+        }
+        per_tok[markers] = found
+    return found
+
+
 class SpecialGate:
     """Credits for added-token strings inside markers (see module docstring)."""
 
     def __init__(self, tokenizer: TokenizerLike | None, markers: Iterable[str]) -> None:
-        self._piece_of_id: dict[int, str] = {}
-        markers = [m for m in markers if m]
-        if tokenizer is not None:
-            added = getattr(tokenizer, "added_token_ids", {}) or {}
-            for tid, content in added.items():
-                if content and any(content in m for m in markers):
-                    self._piece_of_id[tid] = content
+        markers = tuple(m for m in markers if m)
+        self._piece_of_id: dict[int, str] = (
+            _pieces_for(tokenizer, markers) if tokenizer is not None else {}
+        )
         # Longest first so that overlapping pieces count once each.
         self.pieces: tuple[str, ...] = tuple(
             sorted(set(self._piece_of_id.values()), key=len, reverse=True)

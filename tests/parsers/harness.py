@@ -95,9 +95,19 @@ def random_char_splits(text: str, rng: random.Random) -> list[str]:
     return split_at(text, rng.sample(range(1, n), k))
 
 
+_PIECES_CACHE: dict[tuple[int, str], tuple[list[str], list[int]]] = {}
+
+
 def token_pieces(tok: Any, text: str) -> tuple[list[str], list[int]]:
     """Text of each token of ``text`` as a detokenizer releases it (held
     incomplete UTF-8 goes out with the token that completes it)."""
+    key = (id(tok), text)
+    if key not in _PIECES_CACHE:
+        _PIECES_CACHE[key] = _token_pieces(tok, text)
+    return _PIECES_CACHE[key]
+
+
+def _token_pieces(tok: Any, text: str) -> tuple[list[str], list[int]]:
     ids = tok.encode(text)
     det = tok.new_detokenizer(skip_special_tokens=False)
     pieces = []

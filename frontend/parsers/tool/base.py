@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import string
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -40,12 +39,9 @@ from frontend.parsers.combinators import (
 )
 from frontend.parsers.special import SpecialGate
 
-_ALNUM = string.ascii_letters + string.digits
-
-
 def new_call_id() -> str:
-    """``call_`` + 24 random alphanumerics (the OpenAI shape)."""
-    return "call_" + "".join(secrets.choice(_ALNUM) for _ in range(24))
+    """``call_`` + 24 random alphanumerics (hex: cheap and in the OpenAI shape)."""
+    return "call_" + secrets.token_hex(12)
 
 
 @dataclass(slots=True)
