@@ -250,16 +250,20 @@ def _log_request(request: web.Request, route: str | None, status: int, elapsed: 
 # ---------------------------------------------------------------------------- assembly
 
 
-async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
-    rid = request.get("request_id")
-    if rid is not None and request.app["echo_request_id"]:
-        response.headers["X-Request-Id"] = rid
-    cors = request.get("cors_headers")
-    if cors:
-        for k, v in cors.items():
-            if k == "Vary" and "Vary" in response.headers:
-                continue
-            response.headers.setdefault(k, v)
+def _response_hook(echo_request_id: bool):
+    async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        if echo_request_id:
+            rid = request.get("request_id")
+            if rid is not None:
+                response.headers["X-Request-Id"] = rid
+        cors = request.get("cors_headers")
+        if cors:
+            for k, v in cors.items():
+                if k == "Vary" and "Vary" in response.headers:
+                    continue
+                response.headers.setdefault(k, v)
+
+    return on_response_prepare
 
 
 def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None) -> list:
@@ -277,5 +281,4 @@ def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None) -> li
 
 def install(app: web.Application, config: WorkerConfig) -> None:
     """Response-header hooks (call once on the app built with `build_middlewares`)."""
-    app["echo_request_id"] = config.enable_request_id_headers
-    app.on_response_prepare.append(_on_response_prepare)
+    app.on_response_prepare.append(_response_hook(config.enable_request_id_headers))
