@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import httpx
 import openai
@@ -89,6 +90,26 @@ def test_requests_land_on_both_workers(dropin):
                 model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
         served_by.add(worker_of_response_id(r.id))
         served_by.add(httpx.get(dropin.base_url + "/load", timeout=5).json()["worker"])
+        if served_by == {0, 1}:
+            break
+    assert served_by == {0, 1}
+
+
+def test_killed_worker_is_restarted_and_serves_again(dropin):
+    [victim] = [p for p in dropin.remember_tree() if '"worker_index": 0,' in " ".join(p.cmdline())]
+    victim.kill()
+    deadline = time.monotonic() + 60
+    while "worker 0 ready again" not in dropin.log():
+        assert time.monotonic() < deadline, dropin.log()[-3000:]
+        time.sleep(0.2)
+    served_by: set[int] = set()
+    for _ in range(60):
+        with openai.OpenAI(base_url=dropin.base_url + "/v1", api_key="none", max_retries=0,
+                           timeout=60) as fresh:
+            r = fresh.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, stream=False)
+        assert r.usage.completion_tokens == 3
+        served_by.add(worker_of_response_id(r.id))
         if served_by == {0, 1}:
             break
     assert served_by == {0, 1}
