@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from frontend import __version__
-from frontend.server.schemas import ChatCompletionRequest
+from frontend.server import schemas
 
 _REF = "#/components/schemas/{name}"
 
@@ -48,11 +48,19 @@ def _json_ok(description: str) -> dict[str, Any]:
 
 def build_openapi() -> dict[str, Any]:
     """The whole document (built once per worker; it depends only on the structs)."""
-    (chat_ref,), components = msgspec.json.schema_components((ChatCompletionRequest,), ref_template=_REF)
+    # Request structs by route; a struct the schemas module does not have (yet) is skipped.
+    bodies = {
+        "/v1/chat/completions": ("ChatCompletionRequest", "createChatCompletion", "Create a chat completion."),
+        "/v1/completions": ("CompletionRequest", "createCompletion", "Create a text completion."),
+        "/tokenize": ("TokenizeRequest", "tokenize", "Token ids of a prompt or chat."),
+        "/detokenize": ("DetokenizeRequest", "detokenize", "Text of token ids."),
+    }
+    present = {path: getattr(schemas, spec[0]) for path, spec in bodies.items() if hasattr(schemas, spec[0])}
+    refs, components = msgspec.json.schema_components(tuple(present.values()), ref_template=_REF)
     components["ErrorResponse"] = ERROR_SCHEMA
-    chat_responses = {
+    generation_responses = {
         "200": {
-            "description": "A chat completion (JSON), or a stream of chunks (server-sent events) "
+            "description": "A completion (JSON), or a stream of chunks (server-sent events) "
             "when `stream` is true.",
             "content": {
                 "application/json": {"schema": {"type": "object"}},
@@ -67,18 +75,27 @@ def build_openapi() -> dict[str, Any]:
     }
     simple = {
         "/v1/models": ("listModels", "Served models.", _json_ok("The model list.")),
+        "/metrics": ("metrics", "Prometheus metrics.", {"description": "Metrics in the text format."}),
+        "/ready": ("ready", "Readiness.", {"description": "Ready to serve."}),
         "/version": ("getVersion", "Engine and frontend versions.", _json_ok("Versions.")),
         "/load": ("getLoad", "In-flight requests and engine scheduler stats.", _json_ok("Load.")),
     }
-    paths: dict[str, Any] = {
-        "/v1/chat/completions": {
+    paths: dict[str, Any] = {}
+    for (path, _struct), ref in zip(present.items(), refs):
+        _, op_id, summary = bodies[path]
+        streams = path in ("/v1/chat/completions", "/v1/completions")
+        paths[path] = {
             "post": {
-                "operationId": "createChatCompletion",
-                "summary": "Create a chat completion.",
-                "requestBody": {"required": True, "content": {"application/json": {"schema": chat_ref}}},
-                "responses": chat_responses,
+                "operationId": op_id,
+                "summary": summary,
+                "requestBody": {"required": True, "content": {"application/json": {"schema": ref}}},
+                "responses": generation_responses if streams else {
+                    "200": _json_ok("The result."),
+                    **{k: v for k, v in generation_responses.items() if k != "200"},
+                },
             }
-        },
+        }
+    paths |= {
         "/health": {
             "get": {
                 "operationId": "health",
