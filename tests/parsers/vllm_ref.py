@@ -1,0 +1,66 @@
+"""vLLM's own parsers (installed `vllm.tool_parsers`, `vllm.reasoning`) on our corpus."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+#: markers of the non-DeepSeek formats, added to the DeepSeek V4 tokenizer so
+#: that vLLM's parsers (which look their markers up in the vocab) can load.
+EXTRA_TOKENS = [
+    "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]",
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+    "<|tool_call_end|>", "<|tool_call_argument_begin|>", "<minimax:tool_call>",
+    "</minimax:tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    "<function=", "</function>", "<parameter=", "</parameter>",
+]  # fmt: skip
+
+
+def hf_tokenizer(model_dir: str) -> Any:
+    from transformers import PreTrainedTokenizerFast
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    hf.add_tokens(EXTRA_TOKENS, special_tokens=False)
+    return hf
+
+
+def chat_request(tools: list[dict[str, Any]] | None, kwargs: dict[str, Any] | None = None) -> Any:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    return ChatCompletionRequest(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=tools,
+        chat_template_kwargs=kwargs,
+    )
+
+
+def vllm_tool_calls(name: str, hf: Any, tools: list[dict[str, Any]], text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """vLLM's non-streaming result: (content or "", [(name, decoded args)])."""
+    from vllm.tool_parsers import ToolParserManager
+
+    parser = ToolParserManager.get_tool_parser(name)(hf, tools)
+    info = parser.extract_tool_calls(text, chat_request(tools))
+    calls = []
+    for t in info.tool_calls:
+        try:
+            args = json.loads(t.function.arguments)
+        except ValueError:
+            args = ("<invalid JSON>", t.function.arguments)
+        calls.append((t.function.name, args))
+    return info.content or "", calls
+
+
+def vllm_reasoning(
+    name: str, hf: Any, text: str, kwargs: dict[str, Any] | None
+) -> tuple[str, str]:
+    """vLLM's non-streaming split: (reasoning or "", content or "")."""
+    from vllm.reasoning import ReasoningParserManager
+
+    cls = ReasoningParserManager.get_reasoning_parser(name)
+    parser = cls(hf, chat_template_kwargs=kwargs or {})
+    reasoning, content = parser.extract_reasoning(text, chat_request(None, kwargs))
+    return reasoning or "", content or ""
