@@ -512,13 +512,14 @@ class EngineClient:
     def _watchdog(self) -> None:
         """The request deadline for an engine that stops answering.
 
-        While an engine owns requests of this worker, it must be heard from: outputs, stats
-        or a utility reply. Silence alone is not proof (a worker whose requests all wait in
-        the engine's queue gets no outputs while other workers' requests run), so after half
-        the timeout a liveness probe goes out (`is_sleeping`, which EngineCore answers between
-        steps). If nothing at all arrives within `engine_timeout`, the engine is stuck: its
-        requests fail with a clear error (503 to the client, an error event mid-stream) and
-        /health turns 503 until the engine is heard from again.
+        An engine must be heard from: outputs, stats or a utility reply. Silence alone is not
+        proof (an idle engine sends nothing, and a worker whose requests all wait in the
+        engine's queue gets no outputs while other workers' requests run), so after half the
+        timeout of silence a liveness probe goes out (`is_sleeping`, which EngineCore answers
+        between steps; one small message per half-timeout while idle). If nothing at all
+        arrives within `engine_timeout`, the engine is stuck: its requests here fail with a
+        clear error (503 to the client, an error event mid-stream) and /health turns 503 until
+        the engine is heard from again.
         """
         self._watchdog_timer = None
         if self._closed or not self._started:
@@ -528,12 +529,12 @@ class EngineClient:
         now = time.monotonic()
         for engine in self.engine_indices:
             silent = now - self._last_heard[engine]
-            if self._in_flight.get(engine, 0) == 0 or engine in self._stalled:
-                self._probe_sent.pop(engine, None)
+            if engine in self._stalled:
                 continue
-            if silent >= timeout:
+            if silent >= timeout and engine in self._probe_sent:
                 self._engine_stalled(engine, silent)
             elif silent >= timeout / 2 and engine not in self._probe_sent and self._healthy:
+                # (re-sent after each answer: `_heard_from` clears the probe)
                 self._probe_sent[engine] = now
                 try:
                     self._send(engine, REQUEST_UTILITY,
