@@ -10,7 +10,8 @@ command line). Values: a scalar is the flag's value, a list gives several values
 
 The command line wins: the file's flags are placed before the command line's, and for a flag
 given in both, argparse (and vLLM's engine parser, for forwarded flags) keeps the last value.
-A model on the command line replaces the file's `model`. The file is the place for secrets:
+A model on the command line replaces the file's `model` (write it before any multi-value flag:
+after `--served-model-name a b`, as in argparse, a bare word is one more value). The file is the place for secrets:
 `api-key` there never shows up in a process listing.
 """
 
@@ -137,7 +138,29 @@ def split_with_config(
     # A placeholder model first: the file has no positional, and split_argv must not guess one
     # from the values of a trailing multi-value flag.
     file_own, _, file_fwd = split_argv([_PLACEHOLDER_MODEL, *tokens], parser)
+    if file_model is not None and cli_model is not None:
+        # `--served-model-name a b` with no positional: split_argv took `b` for the model (what
+        # vLLM does without a file); with the file naming the model, `b` is a name after all.
+        try:
+            cli_own, _, cli_fwd = split_argv([_PLACEHOLDER_MODEL, *rest], _NoPositionalProbe(parser))
+            cli_model = None
+        except _HasPositional:
+            pass
     return file_own + cli_own, cli_model if cli_model is not None else file_model, file_fwd + cli_fwd
 
 
 _PLACEHOLDER_MODEL = "<config-file>"
+
+
+class _HasPositional(Exception):
+    pass
+
+
+class _NoPositionalProbe:
+    """The parser's flag table for split_argv; a second positional raises instead of exiting."""
+
+    def __init__(self, parser: argparse.ArgumentParser):
+        self._option_string_actions = parser._option_string_actions
+
+    def error(self, message: str):
+        raise _HasPositional(message)
