@@ -8,7 +8,7 @@ what an engine would have sent it.
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
 import threading
 import time
 
@@ -179,23 +179,45 @@ def request(worker: int) -> EngineRequest:
                          sampling_params={"max_tokens": 4}, arrival_time=time.time())
 
 
-async def test_router_serves_two_workers_from_one_client_slot(tmp_path):
-    # vLLM binds the engine listeners itself and hands over the fds (as `vllm serve` does).
-    in_listener = make_zmq_listener(f"ipc://{tmp_path}/in.sock", zmq.ROUTER)
-    out_listener = make_zmq_listener(f"ipc://{tmp_path}/out.sock", zmq.PULL)
-    ctx = zmq.Context()
-    engine_dealer = ctx.socket(zmq.DEALER)
-    engine_dealer.setsockopt(zmq.IDENTITY, (0).to_bytes(2, "little"))
-    engine_dealer.setsockopt(zmq.LINGER, 0)
-    engine_dealer.connect(in_listener.address)
-    engine_push = ctx.socket(zmq.PUSH)
-    engine_push.setsockopt(zmq.LINGER, 0)
-    engine_push.connect(out_listener.address)
-    engine_dealer.send(ready_payload(0))  # the engine's ready response, as on connect
+class FakeEngine:
+    """An engine's two sockets, connected to the listeners vLLM bound (DEALER in, PUSH out)."""
 
-    workers = [(f"ipc://{tmp_path}/w{i}-in.sock", f"ipc://{tmp_path}/w{i}-out.sock") for i in range(2)]
-    fds = (in_listener.socket.fileno(), out_listener.socket.fileno())
-    in_listener.socket.detach(), out_listener.socket.detach()
+    def __init__(self, ctx: zmq.Context, index: int, input_address: str, output_address: str):
+        self.dealer = ctx.socket(zmq.DEALER)
+        self.dealer.setsockopt(zmq.IDENTITY, index.to_bytes(2, "little"))
+        self.dealer.setsockopt(zmq.LINGER, 0)
+        self.dealer.connect(input_address)
+        self.push = ctx.socket(zmq.PUSH)
+        self.push.setsockopt(zmq.LINGER, 0)
+        self.push.connect(output_address)
+        self.dealer.send(ready_payload(index))  # the engine's ready response, as on connect
+
+    async def recv(self, timeout: float = 10.0) -> list[bytes]:
+        deadline = time.monotonic() + timeout
+        while not self.dealer.poll(0):
+            assert time.monotonic() < deadline, "the engine received nothing"
+            await asyncio.sleep(0.005)
+        return self.dealer.recv_multipart()
+
+    def send(self, eco: EngineCoreOutputs) -> None:
+        self.push.send_multipart(ENCODER.encode(eco))
+
+
+@contextlib.asynccontextmanager
+async def routed(tmp_path, scheme: str, engines: list[int], num_workers: int):
+    """vLLM-bound listeners, fake engines, a Router (in a thread) and one EngineClient per worker."""
+    # vLLM binds the engine listeners itself and hands over the fds (as `vllm serve` does).
+    if scheme == "ipc":
+        in_listener = make_zmq_listener(f"ipc://{tmp_path}/in.sock", zmq.ROUTER)
+        out_listener = make_zmq_listener(f"ipc://{tmp_path}/out.sock", zmq.PULL)
+    else:
+        in_listener = make_zmq_listener("tcp://127.0.0.1:0", zmq.ROUTER)
+        out_listener = make_zmq_listener("tcp://127.0.0.1:0", zmq.PULL)
+    ctx = zmq.Context()
+    fakes = [FakeEngine(ctx, e, in_listener.address, out_listener.address) for e in engines]
+    workers = [(f"ipc://{tmp_path}/w{i}-in.sock", f"ipc://{tmp_path}/w{i}-out.sock")
+               for i in range(num_workers)]
+    fds = (in_listener.socket.detach(), out_listener.socket.detach())
     holder: dict[str, Router] = {}
     errors: list[BaseException] = []
 
@@ -203,7 +225,7 @@ async def test_router_serves_two_workers_from_one_client_slot(tmp_path):
         rctx = zmq.Context()
         try:
             router = Router(rctx, adopt_listener(rctx, fds[0], zmq.ROUTER),
-                            adopt_listener(rctx, fds[1], zmq.PULL), [0],
+                            adopt_listener(rctx, fds[1], zmq.PULL), engines,
                             [w[0] for w in workers], [w[1] for w in workers])
             holder["router"] = router
             router.wait_engines_ready(10)
@@ -217,69 +239,82 @@ async def test_router_serves_two_workers_from_one_client_slot(tmp_path):
 
     thread = threading.Thread(target=router_thread, daemon=True)
     thread.start()
-    clients = [EngineClient(client_index=0, input_address=a, output_address=b, engine_indices=[0])
+    clients = [EngineClient(client_index=0, input_address=a, output_address=b, engine_indices=engines)
                for a, b in workers]
     try:
-        # Each worker's EngineClient gets the engine's ready response, replayed by the router.
+        # Each worker's EngineClient gets the engines' ready responses, replayed by the router.
         infos = await asyncio.gather(*(c.start(timeout=10) for c in clients))
-        assert [i[0].max_model_len for i in infos] == [256, 256]
-
-        sinks = [Sink(), Sink()]
-        reqs = [request(0), request(1)]
-        for c, r, s in zip(clients, reqs, sinks):
-            c.add_request(r, s)
-        decoder = MsgpackDecoder(EngineCoreRequest)
-        got = []
-        deadline = time.monotonic() + 10
-        while len(got) < 2:
-            assert time.monotonic() < deadline, "the engine did not get both requests"
-            if engine_dealer.poll(20):
-                kind, *data = engine_dealer.recv_multipart()
-                assert kind == b"\x00"
-                got.append(decoder.decode(data))
-        assert sorted(r.request_id for r in got) == sorted(r.request_id for r in reqs)
-        assert all(r.client_index == 0 for r in got)
-
-        # One batch with both workers' outputs: each gets its own.
-        engine_push.send_multipart(ENCODER.encode(EngineCoreOutputs(outputs=[
-            EngineCoreOutput(reqs[0].request_id, [9], finish_reason=FinishReason.LENGTH),
-            EngineCoreOutput(reqs[1].request_id, [10, 11], finish_reason=FinishReason.STOP),
-        ])))  # fmt: skip
-        await until(lambda: sinks[0].outputs and sinks[1].outputs)
-        assert [o.new_token_ids for o in sinks[0].outputs] == [[9]]
-        assert [o.new_token_ids for o in sinks[1].outputs] == [[10, 11]]
-
-        # A utility call from worker 1 is answered to worker 1.
-        async def answer() -> None:
-            deadline = time.monotonic() + 10
-            while not engine_dealer.poll(0):
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.005)
-            kind, payload = engine_dealer.recv_multipart()
-            assert kind == b"\x03"
-            client_index, call_id, method, _args = msgspec.msgpack.decode(payload)
-            assert client_index == 0 and method == "is_sleeping"
-            engine_push.send_multipart(ENCODER.encode(EngineCoreOutputs(
-                utility_output=UtilityOutput(call_id, None, UtilityResult(True)))))
-
-        result, _ = await asyncio.gather(clients[1].call_utility("is_sleeping", timeout=10), answer())
-        assert result is True
-
-        # The engine's death reaches both workers.
-        engine_push.send(ENGINE_CORE_DEAD)
-        await until(lambda: not clients[0].healthy and not clients[1].healthy)
-        assert not errors
+        assert [[i.engine_index for i in per] for per in infos] == [engines] * num_workers
+        yield fakes, clients
+        assert not errors, errors
     finally:
         if "router" in holder:
             holder["router"].stop()
         thread.join(5)
         for c in clients:
             await c.close()
-        engine_dealer.close()
-        engine_push.close()
         ctx.destroy(linger=0)
-        for p in ("in.sock", "out.sock"):
-            if os.path.exists(tmp_path / p):
-                os.unlink(tmp_path / p)
+        for listener in (in_listener, out_listener):
+            listener.cleanup()
     assert not thread.is_alive()
     assert not errors, errors
+
+
+async def test_router_serves_two_workers_from_one_client_slot(tmp_path):
+    async with routed(tmp_path, "ipc", [0], 2) as ([engine], clients):
+        sinks = [Sink(), Sink()]
+        reqs = [request(0), request(1)]
+        for c, r, s in zip(clients, reqs, sinks):
+            c.add_request(r, s)
+        decoder = MsgpackDecoder(EngineCoreRequest)
+        got = []
+        for _ in reqs:
+            kind, *data = await engine.recv()
+            assert kind == b"\x00"
+            got.append(decoder.decode(data))
+        assert sorted(r.request_id for r in got) == sorted(r.request_id for r in reqs)
+        assert all(r.client_index == 0 for r in got)
+
+        # One batch with both workers' outputs: each gets its own.
+        engine.send(EngineCoreOutputs(outputs=[
+            EngineCoreOutput(reqs[0].request_id, [9], finish_reason=FinishReason.LENGTH),
+            EngineCoreOutput(reqs[1].request_id, [10, 11], finish_reason=FinishReason.STOP),
+        ]))  # fmt: skip
+        await until(lambda: sinks[0].outputs and sinks[1].outputs)
+        assert [o.new_token_ids for o in sinks[0].outputs] == [[9]]
+        assert [o.new_token_ids for o in sinks[1].outputs] == [[10, 11]]
+
+        # A utility call from worker 1 is answered to worker 1.
+        async def answer() -> None:
+            kind, payload = await engine.recv()
+            assert kind == b"\x03"
+            client_index, call_id, method, _args = msgspec.msgpack.decode(payload)
+            assert client_index == 0 and method == "is_sleeping"
+            engine.send(EngineCoreOutputs(
+                utility_output=UtilityOutput(call_id, None, UtilityResult(True))))
+
+        result, _ = await asyncio.gather(clients[1].call_utility("is_sleeping", timeout=10), answer())
+        assert result is True
+
+        # The engine's death reaches both workers.
+        engine.push.send(ENGINE_CORE_DEAD)
+        await until(lambda: not clients[0].healthy and not clients[1].healthy)
+
+
+async def test_router_over_tcp_listeners_with_two_engines(tmp_path):
+    async with routed(tmp_path, "tcp", [0, 1], 2) as (engines, clients):
+        sink = Sink()
+        req = request(1)
+        req.data_parallel_rank = 1
+        clients[1].add_request(req, sink)
+        kind, *data = await engines[1].recv()
+        assert kind == b"\x00"
+        assert MsgpackDecoder(EngineCoreRequest).decode(data).request_id == req.request_id
+        clients[1].abort([req.request_id])
+        kind, payload = await engines[1].recv()
+        assert kind == b"\x01" and msgspec.msgpack.decode(payload) == [req.request_id]
+        # Engine 0's stats reach one worker, which keeps them per engine.
+        engines[0].send(EngineCoreOutputs(engine_index=0,
+                                          scheduler_stats=SchedulerStats(num_running_reqs=3)))
+        await until(lambda: any(0 in c.scheduler_stats for c in clients))
+        assert sum(0 in c.scheduler_stats for c in clients) == 1
