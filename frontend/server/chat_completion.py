@@ -98,7 +98,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         return_token_ids=bool(req.return_token_ids),
     )
     if stream:
-        run.sse = new_sse(response_id, model, created, "chat.completion.chunk")
+        run.sse = new_sse(state, response_id, model, created, "chat.completion.chunk")
     sub = Submission(state, run)
     trace = request.get("trace_headers")
     for choice, sampling in zip(run.choices, samplings):

@@ -122,7 +122,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         return_token_ids=bool(req.return_token_ids),
     )
     if stream:
-        run.sse = new_sse(response_id, model, created, "text_completion")
+        run.sse = new_sse(state, response_id, model, created, "text_completion")
     sub = Submission(state, run)
     trace = request.get("trace_headers")
     for choice, pi in zip(choices, choice_prompts):

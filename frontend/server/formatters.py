@@ -79,11 +79,13 @@ class ChatFormatter:
         )
         if finish is not None:
             item += b',"stop_reason":' + _enc(stop_reason)
-        if token_ids is not None:
-            item += b',"token_ids":' + _enc(token_ids)
+        item += b',"token_ids":' + _enc(token_ids)
         data = sse.prefix + item + b"}]"
         if usage:
             data += b',"usage":' + _enc(usage)
+        if finish is not None and not run.include_usage:
+            # vLLM stamps the fingerprint on terminal chunks (the usage chunk when there is one).
+            data += b',"system_fingerprint":' + _enc(run.system_fingerprint)
         sse.write(data + b"}\n\n")
 
     def stream_usage(self, run: RequestRun) -> None:
@@ -112,6 +114,7 @@ class ChatFormatter:
                 "finish_reason": run.finish_reason_of(c),
                 "stop_reason": gen.stop_reason if gen else None,
                 "token_ids": c.token_ids if run.return_token_ids else None,
+                "routed_experts": None,
             })
         return {
             "id": run.response_id,
@@ -121,10 +124,13 @@ class ChatFormatter:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": None},
+            "usage": {**run.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
             "prompt_logprobs": None,
             "prompt_token_ids": None,
+            "prompt_text": None,
             "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
         }
 
 
@@ -209,9 +215,9 @@ class CompletionFormatter:
             "logprobs": logprobs,
             "finish_reason": finish,
             "stop_reason": stop_reason if finish is not None else None,
+            "prompt_token_ids": None,
+            "token_ids": token_ids,
         }
-        if token_ids is not None:
-            item["token_ids"] = token_ids
         data = sse.prefix + _enc(item) + b"]"
         if run.continuous_usage:
             data += b',"usage":' + _enc(run.usage())
@@ -240,9 +246,10 @@ class CompletionFormatter:
                 "logprobs": lp,
                 "finish_reason": gen.finish_reason if gen and gen.finish_reason else "stop",
                 "stop_reason": gen.stop_reason if gen else None,
+                "token_ids": c.token_ids if run.return_token_ids else None,
                 "prompt_logprobs": None,
                 "prompt_token_ids": None,
-                "token_ids": c.token_ids if run.return_token_ids else None,
+                "routed_experts": None,
             })
         return {
             "id": run.response_id,
@@ -252,6 +259,8 @@ class CompletionFormatter:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": None},
+            "usage": {**run.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
             "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
         }

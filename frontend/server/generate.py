@@ -173,6 +173,7 @@ class Submission:
 
     async def respond(self, request: web.Request, role_chunks: bool, system_fingerprint=None) -> web.StreamResponse:
         run, state = self.run, self.state
+        run.system_fingerprint = system_fingerprint
         state.request_started()
         try:
             if run.stream:
@@ -271,5 +272,7 @@ def stream_flags(req: Any) -> tuple[bool, bool, bool]:
     return stream, bool(so and so.include_usage), bool(so and so.continuous_usage_stats)
 
 
-def new_sse(run_id: str, model: str, created: int, object_name: str) -> SSEWriter:
-    return SSEWriter(run_id, model, created, object_name)
+def new_sse(state, run_id: str, model: str, created: int, object_name: str) -> SSEWriter:
+    sse = SSEWriter(run_id, model, created, object_name)
+    sse.set_fingerprint(state.system_fingerprint)
+    return sse

@@ -83,6 +83,7 @@ class RequestRun:
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage
         self.formatter = formatter
+        self.system_fingerprint: str | None = None
         self.want_logprobs = want_logprobs
         self.return_token_ids = return_token_ids
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -38,13 +38,14 @@ _RETRY_S = 0.05  # how often held events retry while the writer waits for the cl
 
 
 class SSEWriter:
-    __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "held", "_retry")
+    __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
         head += b',"model":' + _enc(model)
         self.prefix = b"data: " + head + b',"choices":['
         self.usage_prefix = b"data: " + head + b',"choices":[],"usage":'
+        self.usage_suffix = b"}\n\n"  # set_fingerprint() adds the system fingerprint
         self.transport = None
         self.pending: list[bytes] | None = []
         self.alive = True
@@ -119,15 +120,18 @@ class SSEWriter:
         if t is not None and not t.is_closing():
             t.abort()
 
+    def set_fingerprint(self, fingerprint: str | None) -> None:
+        self.usage_suffix = b',"system_fingerprint":' + _enc(fingerprint) + b"}\n\n"
+
     def role_chunk(self, index: int) -> bytes:
         return (
             self.prefix
-            + b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
-            % index
+            + b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],'
+            b'"prompt_token_ids":null,"prompt_text":null}\n\n' % index
         )
 
     def content_chunk(self, index: int, content: str, usage: dict | None = None) -> None:
-        data = self.prefix + b'{"index":%d,"delta":{"content":%b},"logprobs":null,"finish_reason":null}]' % (
+        data = self.prefix + b'{"index":%d,"delta":{"content":%b},"logprobs":null,"finish_reason":null,"token_ids":null}]' % (
             index,
             _enc(content),
         )
@@ -155,4 +159,4 @@ class SSEWriter:
         self.write(data + b"}\n\n")
 
     def usage_chunk(self, usage: dict) -> None:
-        self.write(self.usage_prefix + _enc(usage) + b"}\n\n")
+        self.write(self.usage_prefix + _enc(usage) + self.usage_suffix)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 from aiohttp import web
@@ -35,7 +36,9 @@ class ServerState:
         self.model_names = list(config.served_model_names) or [config.model]
         engine_len = engine.max_model_len
         self.max_model_len = min(engine_len, config.max_model_len) if config.max_model_len else engine_len
-        self.system_fingerprint: str | None = None
+        # vLLM's form: "vllm-<version>-<hash>"; ours hashes the served model and its length.
+        digest = hashlib.sha256(f"{config.model}|{self.max_model_len}".encode()).hexdigest()[:8]
+        self.system_fingerprint: str | None = f"vllm-{engine.vllm_version}-{digest}"
         self.template_vars = tokenizer.template_vars()
         self.trust_request_chat_template = getattr(config, "trust_request_chat_template", False)
         self._token_text: dict[int, str] = {}

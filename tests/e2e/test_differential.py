@@ -251,3 +251,35 @@ def test_openai_client_parses_every_shape(servers):
     assert tok["count"] == len(tok["tokens"])
     detok = httpx.post(ours_url + "/detokenize", json={"model": MODEL, "tokens": tok["tokens"]}).json()
     assert "Hello world" in detok["prompt"]
+
+
+def _shape(value: Any) -> Any:
+    """The structure of a JSON value: keys (recursively) and types, not the values."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(value[0])] if value else []
+    return type(value).__name__
+
+
+SHAPE_CASES = [
+    ("chat", chat(max_tokens=3)),
+    ("chat", chat(max_tokens=3, logprobs=True, top_logprobs=2)),
+    ("comp", comp(max_tokens=3)),
+    ("comp", comp(max_tokens=3, logprobs=1)),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("route,body", SHAPE_CASES, ids=["chat", "chat_logprobs", "comp", "comp_logprobs"])
+def test_same_json_shapes_as_vllm(servers, route, body, stream):
+    """Bodies and chunks carry the same fields as vLLM's (first, middle, last and usage chunk)."""
+    ours_url, vllm_url = servers
+    _, ours = _call(ours_url, route, body, stream)
+    _, theirs = _call(vllm_url, route, body, stream)
+    if not stream:
+        assert _shape(ours) == _shape(theirs)
+        return
+    pick = lambda evs: [_shape(e) for e in (evs[0], evs[1], evs[-2], evs[-1])]  # noqa: E731
+    for i, (a, b) in enumerate(zip(pick(ours), pick(theirs))):
+        assert a == b, f"chunk {i}: ours={a} vllm={b}"
