@@ -50,17 +50,25 @@ def get_reasoning_parser(
 # R1: reasoning from the start (its template opens <think>); no switch.
 register_reasoning_parser("deepseek_r1", ThinkStyle(default_thinking=True, kwarg_names=()))
 # Qwen3: enable_thinking (default on).
-register_reasoning_parser("qwen3", ThinkStyle(default_thinking=True, kwarg_names=("enable_thinking",)))
+register_reasoning_parser(
+    "qwen3",
+    ThinkStyle(default_thinking=True, kwarg_names=("enable_thinking",), identity_when_off=True),
+)
 # DeepSeek V3.1/V3.2: thinking off unless asked; off -> plain content.
 register_reasoning_parser(
     "deepseek_v3", ThinkStyle(default_thinking=False, identity_when_off=True)
 )
 # DeepSeek V4: thinking on unless switched off (also by reasoning_effort "none").
+# vLLM's engine parsers (V4, GLM, Kimi, MiniMax) drop the whitespace before </think>.
 register_reasoning_parser(
-    "deepseek_v4", ThinkStyle(default_thinking=True, effort_none_disables=True)
+    "deepseek_v4",
+    ThinkStyle(default_thinking=True, effort_none_disables=True, strip_reasoning_tail=True),
 )
-register_reasoning_parser("glm45", ThinkStyle(default_thinking=True))
-register_reasoning_parser("glm47", ThinkStyle(default_thinking=True))
-register_reasoning_parser("kimi_k2", ThinkStyle(default_thinking=True))
+_GLM_KIMI = ThinkStyle(default_thinking=True, identity_when_off=True, strip_reasoning_tail=True)
+register_reasoning_parser("glm45", _GLM_KIMI)
+register_reasoning_parser("glm47", _GLM_KIMI)
+register_reasoning_parser("kimi_k2", _GLM_KIMI)
 # MiniMax M2's template opens <think>; the model only writes </think>.
-register_reasoning_parser("minimax_m2", ThinkStyle(default_thinking=True, kwarg_names=()))
+register_reasoning_parser(
+    "minimax_m2", ThinkStyle(default_thinking=True, kwarg_names=(), strip_reasoning_tail=True)
+)

@@ -45,6 +45,8 @@ class ThinkStyle:
     effort_none_disables: bool = False
     #: thinking off -> no reasoning parsing at all (everything is content)
     identity_when_off: bool = False
+    #: whitespace right before the end marker is framing, not reasoning
+    strip_reasoning_tail: bool = False
 
 
 def thinking_from_kwargs(style: ThinkStyle, kwargs: Mapping[str, Any] | None) -> bool:
@@ -117,6 +119,7 @@ class ThinkReasoningParser:
         self._count_state = self.in_reasoning
         self.reasoning_tokens = 0
         self._buf = ""
+        self._held_ws = ""  # reasoning whitespace that may precede the end marker
         self._reasoning: list[str] = []
         self._content: list[str] = []
 
@@ -137,6 +140,8 @@ class ThinkReasoningParser:
     def finish(self) -> AssistantDelta | None:
         if not self.identity:
             self._run(eof=True)
+            if self.in_reasoning:
+                self._leave_reasoning(drop_ws=False)
         return self._take()
 
     # ------------------------------------------------------------ internals
@@ -165,7 +170,26 @@ class ThinkReasoningParser:
         if not text:
             return
         self.gate.passed(text)
-        (self._reasoning if self.in_reasoning else self._content).append(text)
+        self._out(text)
+
+    def _out(self, text: str) -> None:
+        if not self.in_reasoning:
+            self._content.append(text)
+            return
+        if not self.style.strip_reasoning_tail:
+            self._reasoning.append(text)
+            return
+        text = self._held_ws + text
+        body = text.rstrip()
+        self._held_ws = text[len(body) :]
+        if body:
+            self._reasoning.append(body)
+
+    def _leave_reasoning(self, drop_ws: bool) -> None:
+        if self._held_ws and not drop_ws:
+            self._reasoning.append(self._held_ws)
+        self._held_ws = ""
+        self.in_reasoning = False
 
     def _run(self, eof: bool) -> None:
         st = self.style
@@ -183,14 +207,14 @@ class ThinkReasoningParser:
             if m in self.implicit_ends and m not in (st.start, st.end):
                 # a tool call begins inside reasoning: reasoning is over, the
                 # marker belongs to the content (and the tool parser)
-                self.in_reasoning = False
+                self._leave_reasoning(drop_ws=True)
                 continue
             real = self.gate.is_real(m)
             self.gate.passed(m)
             self._buf = self._buf[len(m) :]
             if not real:
-                (self._reasoning if self.in_reasoning else self._content).append(m)
-            elif m == st.end:
-                self.in_reasoning = False
+                self._out(m)
+            elif m == st.end and self.in_reasoning:
+                self._leave_reasoning(drop_ws=True)
             elif m == st.start:
                 self.in_reasoning = True
