@@ -41,13 +41,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from frontend.config import WorkerConfig
+from frontend.config import API_KEYS_ENV, WorkerConfig
 from supervisor.cli import default_workers, human_readable_int
 from supervisor.main import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
     FAST_CRASH_S,
     MAX_FAST_CRASHES,
+    METRICS_DIR_ENV,
     child_env,
     default_worker_command,
 )
@@ -65,10 +66,9 @@ ROUTER_STOP_TIMEOUT_S = 1.0
 # `vllm serve` flags that change what vLLM's own frontend does and that this one does not
 # implement (yet): reported at startup so a silently different server is not a surprise.
 _UNSUPPORTED_FRONTEND_ARGS = (
-    "api_key", "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
     "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "response_role",
     "chat_template_content_format", "lora_modules", "ssl_keyfile", "ssl_certfile", "root_path",
-    "middleware", "enable_request_id_headers", "return_tokens_as_token_ids",
+    "middleware", "return_tokens_as_token_ids",
 )  # fmt: skip
 
 
@@ -170,6 +170,22 @@ class ServeSettings:
     generation_config: str = "auto"
     shutdown_timeout: float = 0.0
     engine_ready_timeout: float = 600.0
+    # vLLM's security and request-hygiene flags, same names (see frontend/server/middleware.py).
+    api_keys: list[str] = field(default_factory=list, repr=False)  # never printed
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    enable_request_id_headers: bool = False
+    enable_log_requests: bool = False
+    max_log_len: int | None = None
+    trust_request_chat_template: bool = False
+
+
+def _str_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
 def _local_dir(name: str, revision: Any = None) -> str:
@@ -185,7 +201,7 @@ def _local_dir(name: str, revision: Any = None) -> str:
                          f"({type(e).__name__}: {e})") from None
 
 
-def serve_settings(args: dict[str, Any]) -> ServeSettings:
+def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) -> ServeSettings:
     """Map `vllm serve`'s argparse names (as vLLM jsonified them) onto the workers' settings."""
     model_arg = args.get("model_tag") or args.get("model")
     if not model_arg:
@@ -202,6 +218,10 @@ def serve_settings(args: dict[str, Any]) -> ServeSettings:
     ignored = [k for k in _UNSUPPORTED_FRONTEND_ARGS if args.get(k) not in (None, False, [], "")]
     if ignored:
         log.warning("this frontend ignores these vllm serve options: %s", ", ".join(ignored))
+    environ = os.environ if environ is None else environ
+    # vLLM: --api-key wins over VLLM_API_KEY.
+    api_keys = [k for k in (_str_list(args.get("api_key")) or [environ.get("VLLM_API_KEY") or ""]) if k]
+    defaults = ServeSettings(model="", served_model_names=[])
     return ServeSettings(
         model=_local_dir(str(model_arg), args.get("revision")),
         served_model_names=list(served) if served else [str(model_arg)],
@@ -213,6 +233,15 @@ def serve_settings(args: dict[str, Any]) -> ServeSettings:
         generation_config=args.get("generation_config") or "auto",
         shutdown_timeout=float(args.get("shutdown_timeout") or 0),
         engine_ready_timeout=float(args.get("engine_ready_timeout_secs") or 600),
+        api_keys=api_keys,
+        allowed_origins=_str_list(args.get("allowed_origins")),
+        allowed_methods=_str_list(args.get("allowed_methods")) or defaults.allowed_methods,
+        allowed_headers=_str_list(args.get("allowed_headers")) or defaults.allowed_headers,
+        allow_credentials=bool(args.get("allow_credentials")),
+        enable_request_id_headers=bool(args.get("enable_request_id_headers")),
+        enable_log_requests=bool(args.get("enable_log_requests")),
+        max_log_len=args.get("max_log_len"),
+        trust_request_chat_template=bool(args.get("trust_request_chat_template")),
     )
 
 
@@ -262,6 +291,7 @@ class DropinSupervisor:
         self._router: Child | None = None
         self._slots: list[_Slot] = []
         self._runtime: RuntimeDir | None = None
+        self._metrics_dir = ""
         self._stopping = False
         self._tasks: set[asyncio.Future] = set()
 
@@ -270,6 +300,8 @@ class DropinSupervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self._runtime = RuntimeDir()
+        self._metrics_dir = os.path.join(self._runtime.path, "metrics")
+        os.makedirs(self._metrics_dir, exist_ok=True)
         try:
             try:
                 await self._start_router()
@@ -350,7 +382,25 @@ class DropinSupervisor:
             log_level=self.args.log_level,
             generation_config=s.generation_config,
             engine_client_index=0,
+            allowed_origins=s.allowed_origins,
+            allowed_methods=s.allowed_methods,
+            allowed_headers=s.allowed_headers,
+            allow_credentials=s.allow_credentials,
+            enable_request_id_headers=s.enable_request_id_headers,
+            enable_log_requests=s.enable_log_requests,
+            max_log_len=s.max_log_len,
+            trust_request_chat_template=s.trust_request_chat_template,
         )
+
+    def _worker_env(self) -> dict[str, str]:
+        """As under frontend-supervisor: the shared Prometheus multiprocess directory (read at
+        import, so set before the worker starts) and the API keys (never on a command line)."""
+        env = dict(self._env)
+        env[METRICS_DIR_ENV] = self._metrics_dir
+        env.pop(API_KEYS_ENV, None)
+        if self.settings.api_keys:
+            env[API_KEYS_ENV] = json.dumps(self.settings.api_keys)
+        return env
 
     async def _spawn_worker(self, slot: _Slot) -> None:
         config = self._worker_config(slot)
@@ -358,7 +408,7 @@ class DropinSupervisor:
         config.status_fd = write_fd
         try:
             child = await Child.spawn(
-                f"worker {slot.index}", default_worker_command(config), env=self._env,
+                f"worker {slot.index}", default_worker_command(config), env=self._worker_env(),
                 pass_fds=(self.args.listen_fd, write_fd),
             )
         except OSError as e:
@@ -424,6 +474,7 @@ class DropinSupervisor:
             elif kind == "worker_exit":
                 if child is slot.child:
                     await child.flush_output(0.2)
+                    self._forget_worker_metrics(child)
                     self._schedule_restart(slot, child)
             elif kind == "restart":
                 log.info("restarting worker %d", slot.index)
@@ -438,6 +489,15 @@ class DropinSupervisor:
                 s = self.settings
                 log.info("serving %s on http://%s:%d (%d workers behind one engine client)",
                          s.served_model_names[0], s.host, s.port, len(self._slots))
+
+    def _forget_worker_metrics(self, child: Child) -> None:
+        """A dead worker's live gauges leave /metrics (its counters stay in the totals)."""
+        try:
+            from prometheus_client.multiprocess import mark_process_dead
+
+            mark_process_dead(child.pid, self._metrics_dir)
+        except Exception as e:  # metrics bookkeeping must not stop a restart
+            log.warning("could not clear worker %d's metrics: %s", child.pid, e)
 
     def _schedule_restart(self, slot: _Slot, child: Child) -> None:
         lived = time.monotonic() - child.started_at

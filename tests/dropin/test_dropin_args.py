@@ -52,6 +52,20 @@ def test_serve_args_map_onto_worker_settings():
     assert plain.served_model_names == [model] and plain.max_model_len is None
 
 
+def test_vllm_security_flags_carry_over():
+    model = build_tiny_model()
+    s = serve_settings({"model_tag": model, "api_key": ["k1", "k2"], "allowed_origins": ["http://a"],
+                        "allow_credentials": True, "enable_request_id_headers": True,
+                        "trust_request_chat_template": True, "max_log_len": 10},
+                       environ={"VLLM_API_KEY": "env-key"})
+    assert s.api_keys == ["k1", "k2"] and s.allowed_origins == ["http://a"]
+    assert s.allow_credentials and s.enable_request_id_headers and s.trust_request_chat_template
+    assert s.max_log_len == 10 and s.allowed_methods == ["*"]
+    assert "k1" not in repr(s)
+    assert serve_settings({"model_tag": model}, environ={"VLLM_API_KEY": "env-key"}).api_keys == ["env-key"]
+    assert serve_settings({"model_tag": model}, environ={}).api_keys == []
+
+
 def test_model_must_be_local_or_cached():
     with pytest.raises(ValueError, match="neither a local directory"):
         serve_settings({"model_tag": "/nonexistent/model"})

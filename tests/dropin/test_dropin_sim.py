@@ -20,6 +20,7 @@ from tests.dropin.harness import DropinServer, worker_of_response_id
 from tests.e2e.tiny_model import REPO_ROOT, build_tiny_model, free_port
 
 START_TIMEOUT_S = 240
+API_KEY = "dropin-test-key"  # vllm serve's own --api-key reaches the workers
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def dropin(tmp_path_factory):
     server = DropinServer(
         [model, "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
          "--data-parallel-rpc-port", str(rpc_port), "--max-model-len", "4096",
-         "--served-model-name", "tiny"],
+         "--served-model-name", "tiny", "--api-key", API_KEY],
         free_port(), logs, workers=2,
     )  # fmt: skip
     with open(logs / "sim.log", "wb") as out:
@@ -55,7 +56,7 @@ def dropin(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(dropin) -> openai.OpenAI:
-    return openai.OpenAI(base_url=dropin.base_url + "/v1", api_key="none", max_retries=0, timeout=60)
+    return openai.OpenAI(base_url=dropin.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
 
 
 def test_launched_by_vllm_with_workers_behind_a_router(dropin):
@@ -81,10 +82,22 @@ def test_chat_completions_streaming_and_not(client):
     assert text and finish == "length"
 
 
+def test_vllm_api_key_flag_guards_v1_routes(dropin):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert httpx.post(dropin.base_url + "/v1/chat/completions", json=body, timeout=30).status_code == 401
+    assert httpx.get(dropin.base_url + "/v1/models", timeout=30,
+                     headers={"Authorization": "Bearer wrong"}).status_code == 401
+    ok = httpx.post(dropin.base_url + "/v1/chat/completions", json=body, timeout=30,
+                    headers={"Authorization": f"Bearer {API_KEY}"})
+    assert ok.status_code == 200
+    assert API_KEY not in " ".join(" ".join(p.cmdline()) for p in dropin.remember_tree()
+                                   if "frontend.server.worker" in " ".join(p.cmdline()))
+
+
 def test_requests_land_on_both_workers(dropin):
     served_by: set[int] = set()
     for _ in range(60):  # a fresh connection each time; the kernel picks the accepting worker
-        with openai.OpenAI(base_url=dropin.base_url + "/v1", api_key="none", max_retries=0,
+        with openai.OpenAI(base_url=dropin.base_url + "/v1", api_key=API_KEY, max_retries=0,
                            timeout=60) as fresh:
             r = fresh.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
@@ -104,7 +117,7 @@ def test_killed_worker_is_restarted_and_serves_again(dropin):
         time.sleep(0.2)
     served_by: set[int] = set()
     for _ in range(60):
-        with openai.OpenAI(base_url=dropin.base_url + "/v1", api_key="none", max_retries=0,
+        with openai.OpenAI(base_url=dropin.base_url + "/v1", api_key=API_KEY, max_retries=0,
                            timeout=60) as fresh:
             r = fresh.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, stream=False)
