@@ -69,6 +69,12 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def wait_all_serving(stack: Stack, timeout: float = 60) -> None:
+    """/health answers once one worker serves; the supervisor logs when all of them do."""
+    wait_for(lambda: any("[supervisor]" in l and "serving on http" in l for l in list(stack.log)),
+             timeout, "all workers serving", stack)
+
+
 def restarts(stack: Stack) -> int:
     return sum("restarting worker" in line for line in list(stack.log))
 

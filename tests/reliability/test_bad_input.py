@@ -39,6 +39,7 @@ from tests.reliability.helpers import (
     rss_kb,
     server_load,
     sim_args,
+    wait_all_serving,
     wait_for,
     workers_of,
 )
@@ -57,7 +58,7 @@ FUZZ = settings(
 @pytest.fixture(scope="module")
 def stack():
     s = Stack(sim_args(step=0.001, max_model_len=512), ready_timeout=120)
-    s.baseline = None
+    wait_all_serving(s)
     yield s
     code = s.terminate()
     assert code == 0, s.logs()

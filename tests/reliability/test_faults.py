@@ -32,6 +32,7 @@ from tests.reliability.helpers import (
     server_load,
     sim_args,
     sse_events,
+    wait_all_serving,
     wait_for,
     workers_of,
 )
@@ -72,6 +73,7 @@ def open_spread_streams(stack: Stack, body: bytes, per_worker: int = 2, limit: i
 def stack():
     s = Stack(sim_args(step=0.01, max_model_len=8192), ready_timeout=120,
               env={"FRONTEND_SSE_SOFT_LIMIT": str(64 * 1024), "FRONTEND_SSE_HARD_LIMIT": str(1 << 20)})
+    wait_all_serving(s)
     yield s
     code = s.terminate()
     assert code == 0, s.logs()
@@ -162,10 +164,11 @@ def test_slow_readers_bounded(stack):
     # Never read: cut at the hard limit, request cancelled in the engine.
     pids = workers_of(stack)
     rss0 = {p: rss_kb(p) for p in pids}
-    big = chat_body(stream=True, max_tokens=8000, stream_options={"include_usage": True, "continuous_usage_stats": True})
+    # n=32 choices a stream: 32 chunks a step, ~1 MB/s each, so the limit is reached in seconds.
+    big = chat_body(stream=True, max_tokens=8000, n=32,
+                    stream_options={"include_usage": True, "continuous_usage_stats": True})
     socks = [open_stream(stack, big, rcvbuf=4096) for _ in range(6)]
-    wait_for(lambda: sum("stream aborted" in l for l in list(stack.log)) >= 0 and engine_running(stack)[0] >= 6,
-             30, "streams running", stack, every=0.5)
+    wait_for(lambda: engine_running(stack)[0] >= 6 * 32, 30, "streams running", stack, every=0.5)
     # 8000 tokens take 80 s; the writer gives up on each stream once ~1 MiB is queued for it.
     wait_for(lambda: engine_running(stack) == (0, 0), 60, "slow streams cut and cancelled", stack, every=1)
     for p in pids:
@@ -187,6 +190,7 @@ def test_engine_killed():
     is not restarted; a process manager restarts the deployment)."""
     stack = Stack(sim_args(step=0.01, max_model_len=8192), ready_timeout=120)
     try:
+        wait_all_serving(stack)
         streams = open_spread_streams(stack, chat_body(stream=True, max_tokens=6000))
         (engine,) = engines_of(stack)
         os.kill(engine, signal.SIGKILL)
@@ -212,6 +216,7 @@ def test_engine_stops_answering():
     request gets a 503, /health turns 503 on every worker, and new requests get a clear 503."""
     stack = Stack(sim_args("--engine-timeout", "3", "--hang-after-steps", "30", step=0.01), ready_timeout=120)
     try:
+        wait_all_serving(stack)
         s = open_stream(stack, chat_body(stream=True, max_tokens=500))
         t0 = time.monotonic()
         r = request(stack, "/v1/chat/completions", chat_body(max_tokens=500), timeout=30)

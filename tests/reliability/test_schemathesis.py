@@ -13,7 +13,7 @@ import schemathesis
 from schemathesis import GenerationMode
 from hypothesis import HealthCheck, given, settings
 
-from tests.reliability.helpers import request, restarts, sim_args, workers_of
+from tests.reliability.helpers import request, restarts, sim_args, wait_all_serving, workers_of
 from tests.stack import Stack
 
 EXAMPLES = int(os.environ.get("RELIABILITY_SCHEMA_EXAMPLES", "40"))
@@ -22,6 +22,7 @@ EXAMPLES = int(os.environ.get("RELIABILITY_SCHEMA_EXAMPLES", "40"))
 @pytest.fixture(scope="module")
 def stack():
     s = Stack(sim_args(step=0.001, max_model_len=512), ready_timeout=120)
+    wait_all_serving(s)
     s.workers_at_start = workers_of(s)
     yield s
     # The fuzzing left the deployment as it found it: same workers, nothing restarted.

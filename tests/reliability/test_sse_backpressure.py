@@ -1,0 +1,98 @@
+"""SSEWriter under a slow client: hot path while the transport keeps up, events coalesced into
+one chunk while it lags, the connection aborted (and `alive` false) past the hard limit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from frontend.server import sse
+from frontend.server.sse import DONE, SSEWriter
+
+
+class FakeTransport:
+    """A transport whose write buffer only drains when the test says so."""
+
+    def __init__(self) -> None:
+        self.buffered = 0
+        self.writes: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+        self.buffered += len(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def drain(self) -> None:
+        self.buffered = 0
+
+
+def payloads(writes: list[bytes]) -> bytes:
+    """Chunked framing removed: the SSE bytes the client reads, in order."""
+    out = b""
+    for w in writes:
+        size, rest = w.split(b"\r\n", 1)
+        assert len(rest) == int(size, 16) + 2 and rest.endswith(b"\r\n")
+        out += rest[:-2]
+    return out
+
+
+@pytest.fixture
+def limits(monkeypatch):
+    monkeypatch.setattr(sse, "SOFT_LIMIT", 1000)
+    monkeypatch.setattr(sse, "HARD_LIMIT", 5000)
+
+
+def event(i: int) -> bytes:
+    return b"data: {\"n\":%d,\"pad\":\"%b\"}\n\n" % (i, b"x" * 80)
+
+
+async def test_coalesced_while_behind_then_flushed(limits):
+    t = FakeTransport()
+    w = SSEWriter("chatcmpl-1", "m", 0)
+    w.attach(t, event(0))
+    for i in range(1, 12):  # ~100 bytes each: over the soft limit after ~10
+        w.write(event(i))
+    direct = len(t.writes)
+    assert w.held is not None and direct < 12
+    for i in range(12, 20):
+        w.write(event(i))
+    assert len(t.writes) == direct  # held, not written
+    t.drain()
+    await asyncio.sleep(sse._RETRY_S * 3)  # the retry timer flushes once the client caught up
+    assert w.held is None and len(t.writes) == direct + 1  # one chunk for all the held events
+    w.write(DONE)
+    assert payloads(t.writes) == b"".join(event(i) for i in range(20)) + DONE
+    assert w.alive and not t.aborted
+
+
+async def test_done_flushes_even_when_behind(limits):
+    t = FakeTransport()
+    w = SSEWriter("chatcmpl-1", "m", 0)
+    w.attach(t, event(0))
+    t.buffered = 2000  # over soft, under hard
+    w.write(event(1))
+    w.write(DONE)
+    assert w.held is None
+    assert payloads(t.writes) == event(0) + event(1) + DONE
+
+
+async def test_aborted_past_the_hard_limit(limits):
+    t = FakeTransport()
+    w = SSEWriter("chatcmpl-1", "m", 0)
+    w.attach(t, event(0))
+    t.buffered = 4950
+    w.write(event(1))
+    assert t.aborted and not w.alive and w.held is None
+    n = len(t.writes)
+    w.write(event(2))  # after the abort: dropped, still not alive
+    assert len(t.writes) == n and not w.alive
