@@ -60,7 +60,7 @@ log = logging.getLogger("pyfrontend")
 WORKERS_ENV = "VLLM_PYFRONTEND_WORKERS"
 WORKER_READY_TIMEOUT_S = 120.0
 VLLM_MIN_SHUTDOWN_WAIT_S = 5.0  # vLLM kills the frontend's tree this long after its SIGTERM
-WORKER_KILL_GRACE_S = 1.5  # past the drain window
+WORKER_KILL_GRACE_S = 2.5  # past the drain window (a loaded box exits slowly)
 ROUTER_STOP_TIMEOUT_S = 1.0
 
 # `vllm serve` flags that change what vLLM's own frontend does and that this one does not

@@ -74,7 +74,7 @@ def test_model_must_be_local_or_cached():
 def test_drain_fits_in_vllms_kill_window():
     model = build_tiny_model()
     args = parse_frontend_args(argv(ARGS_JSON), environ={})
-    for timeout, expected in ((0, 0), (5, 2.0), (30, 27.0)):
+    for timeout, expected in ((0, 0), (5, 1.0), (30, 26.0)):
         sup = DropinSupervisor(args, serve_settings({"model_tag": model, "shutdown_timeout": timeout}))
         assert sup.drain_timeout == expected
 
