@@ -69,7 +69,7 @@ def test_both_workers_serve_through_the_router(dropin):
 
 def test_sigterm_stops_the_whole_tree(dropin):
     # Last in this module: the server is gone afterwards.
-    code = dropin.terminate(timeout=60)
+    code = dropin.terminate(timeout=120)
     left = dropin.wait_tree_gone(15)
     log = dropin.log()
     assert code == 0, log[-3000:]
