@@ -1,0 +1,379 @@
+"""A bounded soak of the whole stack on the simulated engine: nothing lost, nothing leaked.
+
+    .venv/bin/python bench/soak.py                       # 2 minutes, 256 clients
+    .venv/bin/python bench/soak.py --duration 600        # the 10-minute soak
+    .venv/bin/python bench/soak.py --json out.json       # figures for docs/RELIABILITY.md
+
+Starts `frontend-supervisor --engine sim` (tests/stack.py), then `--concurrency` clients loop for
+`--duration` seconds, each request drawn at random: streaming or not, a random length, a stop
+string in scripted text (`vllm_xargs.sim_text`), tool-call-like scripted text with `tools`,
+plain sampled text; a fraction is cancelled by the client at a random moment (connection
+closed). Every request ends in exactly one client-side outcome, and the checks are:
+
+- lost = 0: no request ends without a terminal outcome (a response, a 4xx/5xx, `[DONE]` after a
+  finish or an error event, or our own cancellation);
+- duplicated = 0: no choice finishes twice, no `[DONE]` twice, nothing after `[DONE]`;
+- wrong = 0: stop strings cut the scripted text exactly where they should;
+- the server counted the same requests (`http_requests_total` of /metrics) and finished the
+  same successful ones (`vllm:request_success_total`), within the cancellations' race;
+- nothing leaked: the engine ends with 0 running / 0 waiting requests, every worker with 0 in
+  flight (/load), and each process's RSS and open fds at the end are near their start.
+Exit status 0 when every check holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import sys
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import aiohttp  # noqa: E402
+
+from tests.stack import Stack  # noqa: E402
+
+MODEL = "demo:deepseek-v4"
+SERVED = "dsv4"
+STOP_TEXT = "alpha beta gamma delta STOPHERE epsilon zeta eta theta"
+STOP_PREFIX = "alpha beta gamma delta "
+TOOL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}}]
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def _name(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    if b"frontend.server.worker" in argv:
+        cfg = json.loads(argv[argv.index(b"--config-json") + 1])
+        return f"worker {cfg['worker_index']}"
+    if b"supervisor.sim_engine" in argv:
+        return "engine"
+    return "?"
+
+
+def snapshot(stack: Stack) -> dict[str, dict]:
+    """RSS (MiB) and open fds of the supervisor, each worker and the engine."""
+    out = {}
+    for pid in [stack.proc.pid, *_children(stack.proc.pid)]:
+        try:
+            name = "supervisor" if pid == stack.proc.pid else _name(pid)
+            with open(f"/proc/{pid}/status") as f:
+                rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+            out[name] = {"pid": pid, "rss_mib": round(rss / 1024, 1), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+        except (OSError, StopIteration, ValueError):
+            continue
+    return out
+
+
+# -- server-side counts -------------------------------------------------------------------------
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.load(r)
+
+
+def engine_idle(stack: Stack) -> tuple[int, int]:
+    stats = stack.freshest_engine_stats(polls=16) or {}
+    return stats.get("num_running_reqs", -1), stats.get("num_waiting_reqs", -1)
+
+
+def in_flight(stack: Stack, polls: int = 24) -> int:
+    seen: dict[int, int] = {}
+    for _ in range(polls):
+        load = get_json(stack.base_url + "/load")
+        seen[load["worker"]] = load["server_load"]
+    return sum(seen.values())
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:]+)\{([^}]*)\} ([0-9.e+]+)$')
+
+
+def metric_counts(stack: Stack) -> dict[str, float]:
+    """Chat requests by status (http_requests_total) and successes by finish reason."""
+    try:
+        with urllib.request.urlopen(stack.base_url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    counts: Counter = Counter()
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        name, labels, value = m.groups()
+        if name == "http_requests_total" and 'handler="/v1/chat/completions"' in labels:
+            status = re.search(r'status="([^"]+)"', labels)
+            counts[f"http {status.group(1) if status else '?'}"] += float(value)
+        elif name == "vllm:request_success_total":
+            reason = re.search(r'finished_reason="([^"]+)"', labels)
+            counts[f"success {reason.group(1) if reason else '?'}"] += float(value)
+    return dict(counts)
+
+
+# -- the load -----------------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    outcomes: Counter = field(default_factory=Counter)
+    kinds: Counter = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    sent: int = 0
+
+    def problem(self, what: str) -> None:
+        self.outcomes[what] += 1
+        if len(self.problems) < 20:
+            self.problems.append(what)
+
+
+def draw_request(rng: random.Random) -> tuple[str, dict]:
+    kind = rng.choices(["plain", "stop", "tool", "long"], weights=[5, 2, 2, 1])[0]
+    body: dict = {"model": SERVED, "messages": [{"role": "user", "content": f"Tell me something #{rng.randrange(10**6)}"}],
+                  "stream": rng.random() < 0.5}
+    if kind == "plain":
+        body["max_tokens"] = rng.randint(1, 96)
+        body["temperature"] = rng.choice([0.0, 0.7, 1.0])
+    elif kind == "stop":
+        body["max_tokens"] = 64
+        body["stop"] = ["STOPHERE"]
+        body["vllm_xargs"] = {"sim_text": STOP_TEXT}
+    elif kind == "tool":
+        body["max_tokens"] = 128
+        body["tools"] = TOOLS
+        body["vllm_xargs"] = {"sim_text": TOOL_TEXT}
+    else:
+        body["max_tokens"] = rng.randint(200, 600)
+    if body["stream"] and rng.random() < 0.5:
+        body["stream_options"] = {"include_usage": True}
+    return kind, body
+
+
+async def one_request(session: aiohttp.ClientSession, url: str, kind: str, body: dict, tally: Tally) -> str:
+    """Send one request and classify its end; returns the outcome."""
+    tally.sent += 1
+    async with session.post(url, json=body) as resp:
+        if resp.status != 200:
+            text = await resp.text()
+            try:
+                code = json.loads(text)["error"]["code"]
+            except (ValueError, KeyError, TypeError):
+                return f"http {resp.status} without an OpenAI error (lost)"
+            return f"http {code}"
+        if not body["stream"]:
+            data = await resp.json()
+            reason = data["choices"][0]["finish_reason"]
+            content = data["choices"][0]["message"].get("content") or ""
+            if kind == "stop" and (reason != "stop" or content != STOP_PREFIX):
+                return f"wrong: stop cut at {content!r} ({reason})"
+            return f"ok {reason}"
+        finishes, done, error, content = [], 0, None, []
+        async for raw in resp.content:
+            line = raw.decode().rstrip("\n")
+            if not line.startswith("data: "):
+                continue
+            if done:
+                return "duplicated: data after [DONE]"
+            payload = line[6:]
+            if payload == "[DONE]":
+                done += 1
+                continue
+            chunk = json.loads(payload)
+            if "error" in chunk:
+                error = chunk["error"]["code"]
+                continue
+            for choice in chunk.get("choices", []):
+                content.append(choice["delta"].get("content") or "")
+                if choice.get("finish_reason"):
+                    finishes.append(choice["finish_reason"])
+        if not done:
+            return "lost: stream ended without [DONE]"
+        if error is not None:
+            return f"stream error {error}"
+        if len(finishes) != 1:
+            return f"{'duplicated' if finishes else 'lost'}: {len(finishes)} finish events"
+        if kind == "stop" and (finishes[0] != "stop" or "".join(content) != STOP_PREFIX):
+            return f"wrong: stop cut at {''.join(content)!r} ({finishes[0]})"
+        return f"ok {finishes[0]}"
+
+
+async def client_loop(session, url: str, deadline: float, cancel_rate: float, rng: random.Random, tally: Tally):
+    while time.monotonic() < deadline:
+        kind, body = draw_request(rng)
+        tally.kinds[f"{kind} {'stream' if body['stream'] else 'json'}"] += 1
+        task = asyncio.ensure_future(one_request(session, url, kind, body, tally))
+        cancel_after = rng.uniform(0.0, 1.0) if rng.random() < cancel_rate else None
+        try:
+            if cancel_after is None:
+                outcome = await asyncio.wait_for(task, 120)
+            else:
+                done, _ = await asyncio.wait({task}, timeout=cancel_after)
+                if done:
+                    outcome = task.result()
+                else:
+                    task.cancel()  # closes the connection: the server must abort it
+                    try:
+                        await task
+                    except asyncio.CancelledError:
+                        pass
+                    outcome = "cancelled by client"
+        except asyncio.TimeoutError:
+            outcome = "lost: no answer in 120 s"
+        except (aiohttp.ClientError, ConnectionError) as e:
+            outcome = f"lost: {type(e).__name__}: {e}"
+        if outcome.startswith(("lost", "duplicated", "wrong")) or "(lost)" in outcome:
+            tally.problem(outcome)
+        else:
+            tally.outcomes[outcome] += 1
+
+
+async def run_load(base_url: str, duration: float, concurrency: int, cancel_rate: float, seed: int,
+                   sampler) -> Tally:
+    tally = Tally()
+    deadline = time.monotonic() + duration
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        url = base_url + "/v1/chat/completions"
+        clients = [client_loop(session, url, deadline, cancel_rate, random.Random(seed * 100_003 + i), tally)
+                   for i in range(concurrency)]
+        sampling = asyncio.ensure_future(sampler(deadline))
+        await asyncio.gather(*clients)
+        sampling.cancel()
+    return tally
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration", type=float, default=120.0, help="seconds of load (default 120)")
+    p.add_argument("--concurrency", type=int, default=256)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--step-time", type=float, default=0.01, help="simulated engine step (s)")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--cancel-rate", type=float, default=0.2, help="fraction cancelled by the client")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", default=None, help="write the figures here")
+    args = p.parse_args(argv)
+
+    stack = Stack(["--engine", "sim", "--workers", str(args.workers), "--sim-step-time", str(args.step_time),
+                   "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", "4096",
+                   "--served-model-name", SERVED, "--shutdown-timeout", "10", MODEL], ready_timeout=180)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("serving on http" in l for l in list(stack.log)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # Warm up (first requests load lazily created pieces), then take the baseline.
+        asyncio.run(run_load(stack.base_url, 5, 16, 0.0, args.seed + 1, lambda d: asyncio.sleep(0)))
+        time.sleep(2)
+        start = snapshot(stack)
+        metrics0 = metric_counts(stack)
+        peak: dict[str, float] = {k: v["rss_mib"] for k, v in start.items()}
+
+        async def sampler(until: float) -> None:
+            while time.monotonic() < until:
+                await asyncio.sleep(5)
+                for name, v in (await asyncio.to_thread(snapshot, stack)).items():
+                    peak[name] = max(peak.get(name, 0.0), v["rss_mib"])
+
+        print(f"soak: {args.duration:.0f}s, {args.concurrency} clients, cancel rate {args.cancel_rate}", flush=True)
+        t0 = time.monotonic()
+        tally = asyncio.run(run_load(stack.base_url, args.duration, args.concurrency, args.cancel_rate,
+                                     args.seed, sampler))
+        elapsed = time.monotonic() - t0
+
+        # Everything settles: no request in the engine, none in flight in any worker.
+        settle_deadline = time.monotonic() + 30
+        idle = engine_idle(stack)
+        load = in_flight(stack)
+        while (idle != (0, 0) or load != 0) and time.monotonic() < settle_deadline:
+            time.sleep(1)
+            idle, load = engine_idle(stack), in_flight(stack)
+        time.sleep(2)
+        end = snapshot(stack)
+        metrics1 = metric_counts(stack)
+        restarts = sum("restarting worker" in l for l in list(stack.log))
+    finally:
+        code = stack.terminate(timeout=60)
+
+    metrics = {k: metrics1.get(k, 0) - metrics0.get(k, 0) for k in sorted(set(metrics0) | set(metrics1))}
+    lost = sum(v for k, v in tally.outcomes.items() if k.startswith("lost") or "(lost)" in k)
+    duplicated = sum(v for k, v in tally.outcomes.items() if k.startswith("duplicated"))
+    wrong = sum(v for k, v in tally.outcomes.items() if k.startswith("wrong"))
+    server_errors = sum(v for k, v in tally.outcomes.items()
+                        if re.match(r"(http|stream error) 5", k))
+    cancelled = tally.outcomes["cancelled by client"]
+    completed = sum(v for k, v in tally.outcomes.items() if k.startswith("ok"))
+    http_total = sum(v for k, v in metrics.items() if k.startswith("http "))
+    success_total = sum(v for k, v in metrics.items() if k.startswith("success "))
+    http_2xx = metrics.get("http 2xx", 0) + metrics.get("http 200", 0)
+    processes = {
+        name: {"rss_start_mib": start[name]["rss_mib"], "rss_end_mib": end.get(name, {}).get("rss_mib"),
+               "rss_peak_mib": peak.get(name), "fds_start": start[name]["fds"], "fds_end": end.get(name, {}).get("fds")}
+        for name in start
+    }
+    checks = {
+        "lost == 0": lost == 0,
+        "duplicated == 0": duplicated == 0,
+        "wrong stop cuts == 0": wrong == 0,
+        "no 5xx": server_errors == 0,
+        "engine idle at the end (0 running, 0 waiting)": idle == (0, 0),
+        "no request in flight in any worker": load == 0,
+        "no worker restarted": restarts == 0,
+        # Both sides count: a request the client cancelled may never have reached the server,
+        # or have finished there just before the cancel; nothing else may differ.
+        "server saw every request (http_requests_total vs sent, within cancellations)":
+            metrics == {} or 0 <= tally.sent - http_total <= cancelled,
+        "server 2xx == client completions (within cancellations)":
+            metrics == {} or 0 <= http_2xx - completed <= cancelled,
+        "server successes == client completions (vllm:request_success, when reported)":
+            success_total == 0 or 0 <= success_total - completed <= cancelled,
+        "fds flat (end <= start + 4, each process)": all(
+            v["fds_end"] is not None and v["fds_end"] <= v["fds_start"] + 4 for v in processes.values()),
+        "RSS flat (end <= start + 10% + 20 MiB, each process)": all(
+            v["rss_end_mib"] is not None and v["rss_end_mib"] <= v["rss_start_mib"] * 1.1 + 20
+            for v in processes.values()),
+        "supervisor exit 0 on SIGTERM": code == 0,
+    }
+    report = {
+        "duration_s": round(elapsed, 1), "concurrency": args.concurrency, "workers": args.workers,
+        "step_time_s": args.step_time, "cancel_rate": args.cancel_rate,
+        "requests": tally.sent, "completed": completed, "cancelled_by_client": cancelled,
+        "lost": lost, "duplicated": duplicated, "wrong": wrong, "server_errors": server_errors,
+        "requests_per_s": round(tally.sent / elapsed, 1),
+        "outcomes": dict(tally.outcomes.most_common()), "kinds": dict(tally.kinds.most_common()),
+        "server_metrics": metrics, "engine_end": {"running": idle[0], "waiting": idle[1]},
+        "in_flight_end": load, "processes": processes, "checks": checks, "problems": tally.problems,
+    }
+    print(json.dumps(report, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    failed = [k for k, ok in checks.items() if not ok]
+    print("FAILED: " + "; ".join(failed) if failed else "all checks held", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
