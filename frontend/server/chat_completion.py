@@ -99,6 +99,13 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     )
     if stream:
         run.sse = new_sse(state, response_id, model, created, "chat.completion.chunk")
+    if req.echo:
+        # vLLM: the response role is "assistant" with a generation prompt, else the last
+        # message's role; echo repeats the last message's content when its role is that one.
+        role = "assistant" if req.add_generation_prompt else messages[-1]["role"]
+        last = messages[-1]
+        if last.get("role") == role and isinstance(last.get("content"), str):
+            run.echo_text = last["content"]
     sub = Submission(state, run)
     trace = request.get("trace_headers")
     for choice, sampling in zip(run.choices, samplings):

@@ -98,7 +98,7 @@ class ChatFormatter:
             gen = c.gen
             message: dict[str, Any] = {
                 "role": "assistant",
-                "content": "".join(c.content) if (c.content or not c.tool_calls) else None,
+                "content": (run.echo_text or "") + "".join(c.content) if (c.content or not c.tool_calls) else None,
                 "refusal": None,
                 "annotations": None,
                 "audio": None,

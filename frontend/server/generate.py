@@ -96,12 +96,36 @@ def structured_outputs_from(req: Any) -> dict[str, Any] | None:
             raise APIError(400, f"response_format type {kind!r} is not supported.", "response_format")
     if so is None:
         return None
+    if so.get("choice") is not None:
+        choice = so["choice"]
+        if not isinstance(choice, list) or not choice or not all(isinstance(c, str) for c in choice):
+            raise APIError(400, "structured_outputs.choice must be a non-empty list of strings.", "structured_outputs")
+        # As vLLM's frontend does for the xgrammar backend: choices become an EBNF grammar.
+        so = {**so, "choice": None, "grammar": choice_as_grammar(choice)}
     full = {k: so.get(k) for k in STRUCTURED_KEYS}
     full["disable_any_whitespace"] = bool(full["disable_any_whitespace"])
     full["disable_additional_properties"] = bool(full["disable_additional_properties"])
     full["_backend"] = "xgrammar"
     full["_backend_was_auto"] = True
     return full
+
+
+def _ebnf_literal(text: str) -> str:
+    escapes = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    out = []
+    for ch in text:
+        if ch in escapes:
+            out.append(escapes[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def choice_as_grammar(choices: list[str]) -> str:
+    """An EBNF grammar accepting exactly one of `choices`."""
+    return "root ::= " + " | ".join(_ebnf_literal(c) for c in choices)
 
 
 def bad_words_token_ids(encode: Callable[[str], list[int]], words: list[str], vocab_size: int) -> list[list[int]]:
@@ -185,6 +209,8 @@ class Submission:
                 sse = run.sse
                 assert sse is not None
                 first = b"".join(sse.role_chunk(c.index) for c in run.choices) if role_chunks else b""
+                if run.echo_text:
+                    first += b"".join(sse.content_chunk_bytes(c.index, run.echo_text) for c in run.choices)
                 sse.attach(request.transport, first_chunk=first)
                 if not sse.alive:
                     run.cancel()

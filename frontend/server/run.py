@@ -84,6 +84,7 @@ class RequestRun:
         self.continuous_usage = continuous_usage
         self.formatter = formatter
         self.system_fingerprint: str | None = None
+        self.echo_text: str | None = None  # chat `echo`: the last message's content, repeated
         self.want_logprobs = want_logprobs
         self.return_token_ids = return_token_ids
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()

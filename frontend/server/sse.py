@@ -131,11 +131,14 @@ class SSEWriter:
         )
 
     def content_chunk(self, index: int, content: str, usage: dict | None = None) -> None:
+        self.write(self.content_chunk_bytes(index, content, usage))
+
+    def content_chunk_bytes(self, index: int, content: str, usage: dict | None = None) -> bytes:
         data = self.prefix + b'{"index":%d,"delta":{"content":%b},"logprobs":null,"finish_reason":null,"token_ids":null}]' % (
             index,
             _enc(content),
         )
-        self.write(data + (b',"usage":' + _enc(usage) + b"}\n\n" if usage else b"}\n\n"))
+        return data + (b',"usage":' + _enc(usage) + b"}\n\n" if usage else b"}\n\n")
 
     def delta_chunk(
         self,

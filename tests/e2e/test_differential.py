@@ -66,6 +66,13 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("chat_truncate_prompt", "chat", chat(truncate_prompt_tokens=10)),
     ("chat_request_id_priority_salt", "chat", chat(request_id="my-id-1", priority=0, cache_salt="salt", user="u1")),
     ("chat_return_token_ids", "chat", chat(return_token_ids=True, max_tokens=5)),
+    ("chat_echo", "chat", chat(messages=[U, {"role": "assistant", "content": "The sea"}], echo=True, add_generation_prompt=False, continue_final_message=True)),
+    ("chat_stop_string", "chat", chat(stop=["think>"], max_tokens=20)),
+    ("chat_stop_string_included", "chat", chat(stop=["think>"], include_stop_str_in_output=True, max_tokens=20)),
+    ("chat_json_object", "chat", chat(response_format={"type": "json_object"}, max_tokens=20)),
+    ("chat_json_schema", "chat", chat(response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}, max_tokens=20)),
+    ("chat_structured_choice", "chat", chat(structured_outputs={"choice": ["yes", "no"]}, max_tokens=5)),
+    ("chat_continuous_usage", "chat", chat(max_tokens=4)),
     ("comp_basic", "comp", comp()),
     ("comp_token_ids", "comp", comp(prompt=[100, 200, 300, 400])),
     ("comp_list_of_strings", "comp", comp(prompt=["Hello", "Goodbye"], max_tokens=6)),
@@ -76,6 +83,12 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("comp_default_max_tokens", "comp", {"model": MODEL, "prompt": "Once upon a time", "temperature": 0}),
     ("comp_seeded", "comp", comp(temperature=1.0, seed=99)),
     ("comp_min_tokens_ignore_eos", "comp", comp(min_tokens=3, ignore_eos=True, max_tokens=9)),
+    ("comp_structured_regex", "comp", comp(structured_outputs={"regex": "[0-9]{3}"}, max_tokens=6)),
+    ("comp_stop_string", "comp", comp(stop=[" is is"], max_tokens=12)),
+    ("err_json_schema_missing", "chat", chat(response_format={"type": "json_schema"})),
+    ("err_comp_best_of", "comp", comp(best_of=3, n=1, temperature=1)),
+    ("err_bad_role", "chat", chat(messages=[{"role": "wizard", "content": "hi"}])),
+    ("err_logit_bias_key", "chat", chat(logit_bias={"abc": 1})),
     # Errors: status codes must agree.
     ("err_missing_messages", "chat", {"model": MODEL}),
     ("err_unknown_model", "chat", chat(model="nope")),
@@ -102,6 +115,9 @@ VLLM_BUGS = {
     # pydantic's lax mode turns "5" into 5: a string is not an integer, and a typo'd client
     # should learn it. vLLM answers 200.
     "err_max_tokens_string": (400, "a string max_tokens is a type error"),
+    # vLLM ignores best_of silently (the request is served as n); the OpenAI contract is
+    # "generate best_of, return the best n", which no frontend here does: refuse it clearly.
+    "err_comp_best_of": (400, "best_of is refused, not silently ignored"),
 }
 
 
