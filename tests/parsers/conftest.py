@@ -15,4 +15,14 @@ def dsv4_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def tok(dsv4_dir: str) -> Tokenizer:
-    return Tokenizer.load(dsv4_dir)
+    # same ids either way (the fastokens check exists to guarantee it); skip
+    # the check's cost here
+    return Tokenizer.load(dsv4_dir, backend="tokenizers")
+
+
+@pytest.fixture(scope="session")
+def hf(dsv4_dir: str):
+    """transformers tokenizer for vLLM's parsers (with the other formats' markers)."""
+    from tests.parsers.vllm_ref import hf_tokenizer
+
+    return hf_tokenizer(dsv4_dir)

@@ -160,13 +160,6 @@ def test_reasoning_token_count(tok: Tokenizer) -> None:
 
 
 # ------------------------------------------------------------- vs vLLM
-@pytest.fixture(scope="module")
-def hf(dsv4_dir: str):
-    from tests.parsers.vllm_ref import hf_tokenizer
-
-    return hf_tokenizer(dsv4_dir)
-
-
 @pytest.mark.parametrize("name", PARSERS)
 def test_agrees_with_vllm(name: str, hf) -> None:
     """Same split as vLLM's own parser (non-streaming) on every output and

@@ -36,13 +36,6 @@ DOCUMENTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def hf(dsv4_dir: str):
-    from tests.parsers.vllm_ref import hf_tokenizer
-
-    return hf_tokenizer(dsv4_dir)
-
-
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.id)
 def test_against_vllm(case: Case, hf) -> None:
     from tests.parsers.vllm_ref import vllm_tool_calls
