@@ -337,14 +337,16 @@ class RequestMetrics:
         generation_tokens: int,
         *,
         max_tokens: int | None = None,
-        n: int = 1,
+        n: int | None = 1,
         queue_time_s: float | None = None,
         now: float | None = None,
     ) -> None:
         """Record the finished request (idempotent: only the first call counts).
 
-        `finish_reason`: stop | length | abort | error | repetition. `max_tokens`: the request's
-        own max_tokens parameter if it gave one (vLLM observes only explicit values)."""
+        `finish_reason`: stop | length | abort | error | repetition (anything else counts as
+        stop: `tool_calls` is a stop). `max_tokens`: the request's own max_tokens parameter if
+        it gave one (vLLM observes only explicit values). `n`: the request's n, observed once
+        per request — pass None for the 2nd..nth choice of an n > 1 request."""
         if self.finished:
             return
         self.finished = True
@@ -361,7 +363,8 @@ class RequestMetrics:
             c.generation_tokens.inc(generation_tokens)
         c.prompt_hist.observe(prompt_tokens)
         c.generation_hist.observe(generation_tokens)
-        c.n_hist.observe(n)
+        if n is not None:
+            c.n_hist.observe(n)
         if max_tokens:
             c.max_tokens_hist.observe(max_tokens)
         if self.first_token_at is not None:
