@@ -249,7 +249,7 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
 
 
 def router_command(args: FrontendArgs, addresses: Sequence[ClientAddresses],
-                   ready_timeout: float, status_fd: int) -> list[str]:
+                   ready_timeout: float, status_fd: int, engine_info_path: str) -> list[str]:
     argv = [
         sys.executable, "-m", "frontend.router",
         "--input-fd", str(args.input_fd),
@@ -258,6 +258,7 @@ def router_command(args: FrontendArgs, addresses: Sequence[ClientAddresses],
         "--engine-count", str(args.engine_count),
         "--ready-timeout", str(ready_timeout),
         "--status-fd", str(status_fd),
+        "--engine-info-path", engine_info_path,
         "--log-level", args.log_level,
     ]  # fmt: skip
     for a in addresses:
@@ -326,7 +327,8 @@ class DropinSupervisor:
         self._slots = [_Slot(i, a) for i, a in enumerate(self._runtime.client_addresses(self.args.workers))]
         read_fd, write_fd = os.pipe()
         argv = router_command(self.args, [s.addresses for s in self._slots],
-                              self.settings.engine_ready_timeout, write_fd)
+                              self.settings.engine_ready_timeout, write_fd,
+                              self._runtime.engine_info_path)
         try:
             self._router = await Child.spawn(
                 "router", argv, env=self._env,

@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a worker's output address (its PULL); once per worker, in order")
     p.add_argument("--ready-timeout", type=float, default=600.0)
     p.add_argument("--status-fd", type=int, default=None, help='written b"ready\\n" once routing')
+    p.add_argument("--engine-info-path", default=None,
+                   help="write the engines' ready responses here (for restarted workers)")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
@@ -37,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_outputs=args.worker_output,
         ready_timeout=args.ready_timeout,
         status_fd=args.status_fd,
+        engine_info_path=args.engine_info_path,
     )
 
 

@@ -18,6 +18,7 @@ process does nothing else, and one blocking poll per wake-up is cheaper than an 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -28,6 +29,7 @@ from typing import Any
 
 import zmq
 
+from frontend.engine.types import EngineInfo
 from frontend.engine.wire import REQUEST_UTILITY, decode_ready, engine_identity
 
 from .demux import BatchSplitter
@@ -106,6 +108,7 @@ class Router:
         self.num_workers = len(worker_inputs)
         self.splitter = BatchSplitter(self.num_workers)
         self.ready_payloads: dict[int, bytes] = {}
+        self.engine_infos: dict[int, EngineInfo] = {}
         self._pushes: list[zmq.Socket] = []
         # socket -> (worker index, engine identity) for requests coming from the workers.
         self._dealers: dict[zmq.Socket, tuple[int, bytes]] = {}
@@ -137,6 +140,7 @@ class Router:
                 continue
             info = decode_ready(frames[1], engine_index=engine)  # validates the payload
             self.ready_payloads[engine] = frames[1]
+            self.engine_infos[engine] = info
             pending.discard(engine)
             log.info("engine %d ready: vLLM %s, max_model_len %d", engine, info.vllm_version,
                      info.max_model_len)
@@ -233,6 +237,15 @@ class Router:
         self._dealers.clear()
 
 
+def write_engine_infos(path: str, infos: Sequence[EngineInfo]) -> None:
+    """The ready responses, where a restarted worker is told to find them (it gets no replay:
+    the router's DEALERs say "ready" once per connection, to the first worker instance)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump([i.to_json() for i in infos], f)
+    os.replace(tmp, path)
+
+
 def run_router(
     *,
     input_fd: int,
@@ -242,6 +255,7 @@ def run_router(
     worker_outputs: Sequence[str],
     ready_timeout: float,
     status_fd: int | None = None,
+    engine_info_path: str | None = None,
 ) -> int:
     """The router process: adopt vLLM's listeners, wait for the engines, forward until SIGTERM."""
     ctx = zmq.Context()
@@ -254,6 +268,8 @@ def run_router(
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: router.stop())
         router.wait_engines_ready(ready_timeout)
+        if engine_info_path:
+            write_engine_infos(engine_info_path, [router.engine_infos[e] for e in router.engine_indices])
         router.connect_workers()
         if status_fd is not None:
             try:

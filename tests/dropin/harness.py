@@ -66,7 +66,10 @@ class DropinServer:
                     raise AssertionError(f"process {p.args[:3]} exited ({p.returncode}):\n"
                                          + self.log()[-4000:])
             try:
-                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                # /health answers as soon as one worker serves; the frontend's "serving" line
+                # says all of them do.
+                if (httpx.get(self.base_url + "/health", timeout=2).status_code == 200
+                        and "workers behind one engine client)" in self.log()):
                     self.remember_tree()
                     return
             except httpx.HTTPError:

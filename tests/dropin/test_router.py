@@ -318,3 +318,16 @@ async def test_router_over_tcp_listeners_with_two_engines(tmp_path):
                                           scheduler_stats=SchedulerStats(num_running_reqs=3)))
         await until(lambda: any(0 in c.scheduler_stats for c in clients))
         assert sum(0 in c.scheduler_stats for c in clients) == 1
+
+
+def test_engine_infos_recorded_where_restarted_workers_look(tmp_path):
+    from frontend.engine.types import EngineInfo
+    from frontend.engine.wire import decode_ready
+    from frontend.router.router import write_engine_infos
+    from supervisor.runtime import RuntimeDir
+
+    runtime = RuntimeDir(base=str(tmp_path))
+    write_engine_infos(runtime.engine_info_path, [decode_ready(ready_payload(1), engine_index=1)])
+    [info] = [EngineInfo.from_json(d) for d in runtime.read_engine_infos()]
+    assert (info.engine_index, info.max_model_len, info.vllm_version) == (1, 256, "0.32.0")
+    runtime.cleanup()
