@@ -290,12 +290,18 @@ def main(argv: list[str] | None = None) -> int:
         start = snapshot(stack)
         metrics0 = metric_counts(stack)
         peak: dict[str, float] = {k: v["rss_mib"] for k, v in start.items()}
+        series: dict[str, list[float]] = {k: [v["rss_mib"]] for k, v in start.items()}
 
         async def sampler(until: float) -> None:
+            """Peak RSS, and a sample every 30 s (does growth level off?)."""
+            n = 0
             while time.monotonic() < until:
                 await asyncio.sleep(5)
+                n += 1
                 for name, v in (await asyncio.to_thread(snapshot, stack)).items():
                     peak[name] = max(peak.get(name, 0.0), v["rss_mib"])
+                    if n % 6 == 0:
+                        series.setdefault(name, []).append(v["rss_mib"])
 
         print(f"soak: {args.duration:.0f}s, {args.concurrency} clients, cancel rate {args.cancel_rate}", flush=True)
         t0 = time.monotonic()
@@ -330,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     http_2xx = metrics.get("http 2xx", 0) + metrics.get("http 200", 0)
     processes = {
         name: {"rss_start_mib": start[name]["rss_mib"], "rss_end_mib": end.get(name, {}).get("rss_mib"),
-               "rss_peak_mib": peak.get(name), "fds_start": start[name]["fds"], "fds_end": end.get(name, {}).get("fds")}
+               "rss_peak_mib": peak.get(name), "rss_every_30s_mib": series.get(name),
+               "fds_start": start[name]["fds"], "fds_end": end.get(name, {}).get("fds")}
         for name in start
     }
     checks = {
