@@ -196,6 +196,10 @@ class ThinkReasoningParser:
         while self._buf:
             buf = self._buf
             markers = (st.start, st.end) + (self.implicit_ends if self.in_reasoning else ())
+            if not any(m[0] in buf for m in markers):
+                self._emit(buf)  # fast path: no marker can start in this text
+                self._buf = ""
+                return
             j, m = find_first(buf, markers)
             if j == -1:
                 cut = len(buf) if eof else partial_tail(buf, markers)

@@ -94,6 +94,8 @@ class SectionToolParser:
         self.fmt = fmt
         self.tools = list(tools or [])
         self._starts: tuple[str, ...] = tuple(fmt.sections)
+        # fast path: text without any marker's first character is plain content
+        self._firsts = frozenset(m[0] for m in self._starts)
         all_markers = list(self._starts)
         for sec in fmt.sections.values():
             all_markers.extend(sec.ends)
@@ -210,7 +212,7 @@ class SectionToolParser:
                     return False
                 starts = ()
                 self._text_seen = True
-        if not starts:
+        if not starts or not any(c in buf for c in self._firsts):
             self._release(buf)
             self._buf = ""
             return False
