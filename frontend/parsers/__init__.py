@@ -1,0 +1,18 @@
+"""Reasoning and tool-call parsing of model output (streaming).
+
+Layout:
+- ``combinators.py``: three-way (Ok / NEED / Fail) parser combinators over a
+  growing buffer, a validating JSON scanner that returns raw slices, and
+  ``safe_text`` (the longest prefix that cannot be part of a marker).
+- ``special.py``: tells real marker tokens from lookalike text using the
+  step's token ids.
+- ``tool/``: the section engine (``base.py``), the formats (``json_calls.py``,
+  ``xml_calls.py``) and the registry by vLLM names (``get_tool_parser``).
+- ``reasoning/``: ``<think>`` parsers and their registry (``get_reasoning_parser``).
+- ``pipeline.py``: ``make_assistant_stream`` composes both for one choice; its
+  docstring is the contract for the chat pipeline.
+
+Every parser is an incremental transformer ``feed(text, token_ids=None) ->
+AssistantDelta | None`` / ``finish() -> AssistantDelta | None`` whose
+accumulated result does not depend on how the output was chunked.
+"""
