@@ -68,3 +68,46 @@ def vllm_reasoning(
     parser = cls(hf, chat_template_kwargs=kwargs or {})
     reasoning, content = parser.extract_reasoning(text, chat_request(None, kwargs))
     return reasoning or "", content or ""
+
+
+def vllm_tool_calls_streaming(
+    name: str, hf: Any, tools: list[dict[str, Any]], chunks: list[str], chunk_ids: list[list[int]]
+) -> tuple[str, list[tuple[str, str]]]:
+    """vLLM's streaming result, accumulated the way a client does:
+    (content, [(name, arguments text)])."""
+    from vllm.tool_parsers import ToolParserManager
+
+    parser = ToolParserManager.get_tool_parser(name)(hf, tools)
+    request = chat_request(tools)
+    prev_text = ""
+    prev_ids: list[int] = []
+    content = ""
+    calls: dict[int, list[str]] = {}
+
+    def take(delta: Any) -> None:
+        nonlocal content
+        if delta is None:
+            return
+        content += delta.content or ""
+        for tc in delta.tool_calls or []:
+            slot = calls.setdefault(tc.index, ["", ""])
+            if tc.function is not None:
+                slot[0] += tc.function.name or ""
+                slot[1] += tc.function.arguments or ""
+
+    for text, ids in zip(chunks, chunk_ids):
+        cur_text = prev_text + text
+        cur_ids = prev_ids + ids
+        try:
+            take(
+                parser.extract_tool_calls_streaming(
+                    prev_text, cur_text, text, prev_ids, cur_ids, ids, request
+                )
+            )
+        except Exception as exc:  # a crash is a result too
+            content += f"<vLLM raised {type(exc).__name__}>"
+        prev_text, prev_ids = cur_text, cur_ids
+    finish = getattr(parser, "finish_streaming", None)
+    if finish is not None:
+        take(finish())
+    return content, [(n, a) for _, (n, a) in sorted(calls.items())]
