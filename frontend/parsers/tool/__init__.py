@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from frontend.parsers.special import SpecialGate
 from frontend.parsers.tool.base import SectionToolParser, ToolFormat
+from frontend.parsers.tool.forced import NamedCall, RequiredCalls
 from frontend.parsers.tool.json_calls import (
     DeepSeekV3,
     DeepSeekV31,
@@ -52,6 +53,14 @@ def get_tool_parser(
             f"unknown tool parser {name!r}; known: {', '.join(tool_parser_names())}"
         ) from None
     return SectionToolParser(factory(list(tools or [])), tokenizer=tokenizer, tools=tools, gate=gate)
+
+
+def forced_tool_parser(tool_choice_name: str | None) -> SectionToolParser:
+    """Parser for output forced by structured outputs: ``tool_choice`` "required"
+    (``tool_choice_name=None``) or a named function. Not a ``--tool-call-parser``:
+    with a forced choice the model's own call syntax is not used (as in vLLM)."""
+    fmt = RequiredCalls() if tool_choice_name is None else NamedCall(tool_choice_name)
+    return SectionToolParser(fmt)
 
 
 def tool_markers(name: str) -> list[str]:

@@ -1,0 +1,54 @@
+"""Outputs forced by ``tool_choice`` through structured outputs (JSON schema).
+
+vLLM's schemas (vllm/tool_parsers/utils.py ``get_json_schema_from_tools``):
+``"required"`` makes the whole output a JSON array of
+``{"name": ..., "parameters": {...}}`` (``maxItems: 1`` without parallel
+calls); a named function makes the whole output that function's arguments
+object. The same streaming engine parses both, so a truncated output (max
+tokens) comes back as content rather than as a broken call.
+"""
+
+from __future__ import annotations
+
+from frontend.parsers.combinators import fmap, json_value, lit, many, seq, ws
+from frontend.parsers.tool.base import Call, Section, ToolFormat
+from frontend.parsers.tool.json_calls import call_object
+
+
+class RequiredCalls(ToolFormat):
+    """``[{"name": "f", "parameters": {...}}, ...]`` (tool_choice "required")."""
+
+    only_at_start = True
+    sections = {
+        "[": Section(
+            body=fmap(
+                seq(
+                    lit("["),
+                    ws(),
+                    many(call_object("parameters", "arguments"), sep=seq(ws(), lit(","), ws()), minimum=1),
+                    ws(),
+                    lit("]"),
+                    ws(),
+                ),
+                lambda v: v[2],
+            ),
+            keep_start=True,
+        )
+    }
+
+
+class NamedCall(ToolFormat):
+    """``{...}``: the arguments of the one function the request named."""
+
+    only_at_start = True
+
+    def __init__(self, name: str) -> None:
+        self.sections = {
+            "{": Section(
+                body=fmap(
+                    seq(json_value("{"), ws()),
+                    lambda v: [Call(name=name, arguments=v[0])],
+                ),
+                keep_start=True,
+            )
+        }
