@@ -128,3 +128,16 @@ def test_tool_only_and_reasoning_only(tok: Tokenizer) -> None:
     p = make_assistant_stream("deepseek_r1", None, tok, None, None, None)
     r, _ = collect([p.feed("a</think>b " + CALL), p.finish()])
     assert (r.reasoning, r.content) == ("a", "b " + CALL)
+
+
+def test_think_after_the_answer_began_is_text(tok: Tokenizer, prompt_ids: list[int]) -> None:
+    """``<think>`` in the answer (code, prose, a tool argument) does not reopen
+    reasoning; the call after it still parses."""
+    call = CALL.replace("杭州", "<think>杭州")
+    out = "r</think>Use <think> tags.\n" + call
+    r = run_chunks(stream(tok, prompt_ids), list(out))
+    assert r.reasoning == "r"
+    assert r.content == "Use <think> tags."
+    assert [(n, json.loads(a)) for n, a, _ in r.calls] == [
+        ("get_weather", {"city": "<think>杭州", "days": 3})
+    ]

@@ -9,9 +9,13 @@ falls back to the chat-template kwargs (``thinking`` / ``enable_thinking`` /
 
 In REASONING, text up to ``</think>`` is reasoning; a duplicate ``<think>`` is
 absorbed; a tool-call start marker (passed in as ``implicit_ends``) ends
-reasoning and stays in the text, for the tool parser. In CONTENT, ``<think>``
-opens reasoning again and a stray ``</think>`` is absorbed. Markers must be
-real tokens when token ids are supplied (special.py).
+reasoning and stays in the text, for the tool parser. In CONTENT, a stray
+``</think>`` token is absorbed (as vLLM does), and ``<think>`` opens reasoning
+only before the answer has begun: once reasoning has ended or answer text has
+been released, a ``<think>`` (in a tool call's arguments, a code sample) is
+text, not a new reasoning block. Markers must be real tokens when token ids
+are supplied (special.py): the ``</think>`` written inside code is ordinary
+tokens and stays.
 """
 
 from __future__ import annotations
@@ -120,6 +124,7 @@ class ThinkReasoningParser:
         self.reasoning_tokens = 0
         self._buf = ""
         self._held_ws = ""  # reasoning whitespace that may precede the end marker
+        self._settled = False  # the answer has begun: no more reasoning markers
         self._reasoning: list[str] = []
         self._content: list[str] = []
 
@@ -175,6 +180,8 @@ class ThinkReasoningParser:
     def _out(self, text: str) -> None:
         if not self.in_reasoning:
             self._content.append(text)
+            if not self._settled and not text.isspace():
+                self._settled = True
             return
         if not self.style.strip_reasoning_tail:
             self._reasoning.append(text)
@@ -190,12 +197,18 @@ class ThinkReasoningParser:
             self._reasoning.append(self._held_ws)
         self._held_ws = ""
         self.in_reasoning = False
+        self._settled = True
 
     def _run(self, eof: bool) -> None:
         st = self.style
         while self._buf:
             buf = self._buf
-            markers = (st.start, st.end) + (self.implicit_ends if self.in_reasoning else ())
+            if self.in_reasoning:
+                markers = (st.start, st.end) + self.implicit_ends
+            elif self._settled:
+                markers = (st.end,)
+            else:
+                markers = (st.start, st.end)
             if not any(m[0] in buf for m in markers):
                 self._emit(buf)  # fast path: no marker can start in this text
                 self._buf = ""
@@ -208,6 +221,8 @@ class ThinkReasoningParser:
                 return
             self._emit(buf[:j])
             self._buf = buf[j:]
+            if self._settled and not self.in_reasoning and m != st.end:
+                continue  # the answer began before this marker: it is text
             if m in self.implicit_ends and m not in (st.start, st.end):
                 # a tool call begins inside reasoning: reasoning is over, the
                 # marker belongs to the content (and the tool parser)
