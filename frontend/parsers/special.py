@@ -42,6 +42,9 @@ _PIECES: "weakref.WeakKeyDictionary[object, dict[tuple[str, ...], dict[int, str]
 )
 
 
+_MIN_PIECE = 3
+
+
 def _pieces_for(tokenizer: TokenizerLike, markers: tuple[str, ...]) -> dict[int, str]:
     try:
         per_tok = _PIECES.setdefault(tokenizer, {})
@@ -50,10 +53,12 @@ def _pieces_for(tokenizer: TokenizerLike, markers: tuple[str, ...]) -> dict[int,
     found = per_tok.get(markers)
     if found is None:
         added = getattr(tokenizer, "added_token_ids", {}) or {}
+        # Very short added tokens ("<", "=") also occur inside ordinary
+        # tokens' text, so their counts would not match: they are not gated.
         found = {
             tid: content
             for tid, content in added.items()
-            if content and any(content in m for m in markers)
+            if len(content) >= _MIN_PIECE and any(content in m for m in markers)
         }
         per_tok[markers] = found
     return found
