@@ -89,8 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--generation-config", default="auto")
     p.add_argument("--engine-ready-timeout", type=float, default=600.0)
     p.add_argument(
+        "--on-engine-death", choices=("exit", "restart"), default="exit",
+        help="when the engine dies: fail in-flight requests and exit 1 (default; let a process "
+        "manager restart the deployment), or restart the engine and the workers in place",
+    )
+    p.add_argument(
         "--engine-timeout", type=float, default=60.0,
-        help="seconds an engine with requests in flight may stay silent (no output, no answer "
+        help="seconds an engine may stay silent (no output, no answer "
         "to a liveness probe) before its requests fail with 503 and /health turns 503; 0: never",
     )
     p.add_argument("--worker-ready-timeout", type=float, default=120.0)
@@ -262,6 +267,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         chat_template=ns.chat_template,
         engine_ready_timeout=ns.engine_ready_timeout,
         engine_timeout=ns.engine_timeout,
+        on_engine_death=ns.on_engine_death,
         worker_ready_timeout=ns.worker_ready_timeout,
         log_level=ns.log_level,
         generation_config=ns.generation_config,

@@ -50,6 +50,11 @@ BACKOFF_MAX_S = 10.0
 # drain by shutdown_timeout; this covers their exit).
 WORKER_KILL_GRACE_S = 5.0
 ENGINE_STOP_TIMEOUT_S = 20.0
+# --on-engine-death restart: an engine that dies within ENGINE_FAST_DEATH_S of its start
+# counts toward MAX_ENGINE_FAST_DEATHS in a row, after which the supervisor exits 1.
+ENGINE_FAST_DEATH_S = 60.0
+MAX_ENGINE_FAST_DEATHS = 3
+_RESTART = -1  # _event_loop's "restart the deployment" result
 ENGINE_GROUP_GRACE_S = 5.0
 HANDSHAKE_JOIN_S = 5.0
 
@@ -173,6 +178,10 @@ class Supervisor:
         self._stopping = False
         self._serving = False
         self._engine_died = False
+        self._restarting = False
+        self._signal_during_restart: int | None = None
+        self._engine_started_at = 0.0
+        self._engine_fast_deaths = 0
         self._env = child_env()
         # The loop holds tasks weakly: keep our background tasks alive until they finish.
         self._tasks: set[asyncio.Future] = set()
@@ -193,10 +202,15 @@ class Supervisor:
         try:
             try:
                 self._prepare_port()
-                await self._start_engines()
-                await self._spawn_workers()
-                assert self._handshake is not None
-                code = await self._event_loop(self._handshake)
+                while True:
+                    await self._start_engines()
+                    await self._spawn_workers()
+                    assert self._handshake is not None
+                    code = await self._event_loop(self._handshake)
+                    if code != _RESTART or not await self._stop_for_restart():
+                        break
+                if code == _RESTART:
+                    code = 0  # a signal arrived while the deployment was being restarted
             except _Fatal as e:
                 log.error("%s", e)
                 code = 1
@@ -265,6 +279,7 @@ class Supervisor:
             except OSError as e:
                 raise _Fatal(f"cannot start {launch.name}: {e}") from None
             self._engines.append(child)
+            self._engine_started_at = time.monotonic()
             self._watch(child, Event("engine_exit", child=child))
         if opts.local_engine_count < opts.data_parallel_size:
             log.info(
@@ -436,16 +451,25 @@ class Supervisor:
 
             elif ev.kind == "engine_exit":
                 assert ev.child is not None
+                if not any(ev.child is e for e in self._engines):
+                    continue  # an engine of a deployment already restarted
                 self._engine_died = True
                 handshake.abort.set()
                 await ev.child.flush_output()
                 log.error("%s exited (%s)", ev.child.name, describe_exit(ev.child.returncode))
+                if opts.on_engine_death == "restart":
+                    lived = time.monotonic() - self._engine_started_at
+                    self._engine_fast_deaths = self._engine_fast_deaths + 1 if lived < ENGINE_FAST_DEATH_S else 1
+                    if self._engine_fast_deaths <= MAX_ENGINE_FAST_DEATHS:
+                        return _RESTART
+                    log.error("the engine died %d times in a row within %.0fs of starting; giving up",
+                              self._engine_fast_deaths, ENGINE_FAST_DEATH_S)
                 return 1
 
             elif ev.kind == "worker_exit":
                 slot = ev.slot
                 assert slot is not None and ev.child is not None
-                if ev.child is not slot.child:
+                if ev.child is not slot.child or not any(slot is s for s in self._slots):
                     continue
                 await ev.child.flush_output(0.2)
                 self._forget_worker_metrics(ev.child)
@@ -459,7 +483,7 @@ class Supervisor:
             elif ev.kind == "worker_ready":
                 slot = ev.slot
                 assert slot is not None
-                if ev.child is not slot.child or slot.ready:
+                if ev.child is not slot.child or slot.ready or not any(slot is s for s in self._slots):
                     continue
                 slot.ready = True
                 if self._serving:
@@ -503,7 +527,9 @@ class Supervisor:
         A repeated SIGTERM is not an escalation: wrappers such as `timeout` or a process
         manager signalling the whole group deliver it twice.
         """
-        if not self._stopping:
+        if self._restarting and self._signal_during_restart is None:
+            self._signal_during_restart = sig  # stop instead of starting again
+        elif not self._stopping:
             self._stopping = True
             self._events.put_nowait(Event("signal", value=sig))
         elif sig == signal.SIGINT and not self._hurry.is_set():
@@ -511,6 +537,27 @@ class Supervisor:
             self._hurry.set()
         else:
             log.info("%s: already shutting down", signal.Signals(sig).name)
+
+    # ---------------------------------------------------------------- engine restart
+
+    async def _stop_for_restart(self) -> bool:
+        """--on-engine-death restart: stop the workers (their in-flight requests end with an
+        error event and [DONE]) and what is left of the engines, then start the deployment
+        again from the handshake. False if a signal arrived meanwhile (stop instead)."""
+        self._restarting = True
+        self._signal_during_restart = None
+        await self._shutdown(engine_dead=True)
+        if self._handshake is not None:
+            self._close_handshake(self._handshake)
+        self._handshake = None
+        self._engines, self._slots = [], []
+        self._engine_died = self._serving = self._stopping = False
+        self._restarting = False
+        if self._signal_during_restart is not None:
+            log.info("%s during the restart: shutting down", signal.Signals(self._signal_during_restart).name)
+            return False
+        log.warning("restarting the engine and the workers (--on-engine-death restart)")
+        return True
 
     # ---------------------------------------------------------------- shutdown
 

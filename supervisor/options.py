@@ -23,6 +23,7 @@ class SupervisorOptions:
     chat_template: str | None = None
     engine_ready_timeout: float = 600.0
     engine_timeout: float = 60.0  # request deadline for an engine that stops answering
+    on_engine_death: str = "exit"  # "exit" (code 1) | "restart" (engine and workers again)
     worker_ready_timeout: float = 120.0
     log_level: str = "info"
     generation_config: str = "auto"

@@ -236,3 +236,30 @@ def test_engine_stops_answering():
     finally:
         code = stack.terminate(timeout=60)
     assert code == 0, stack.logs()
+
+
+def test_engine_killed_restart_policy():
+    """`--on-engine-death restart`: the streams in flight end with a 503 error event and
+    `[DONE]`, then the supervisor starts the engine and the workers again and serves."""
+    stack = Stack(sim_args("--on-engine-death", "restart", step=0.01, max_model_len=8192), ready_timeout=120)
+    try:
+        wait_all_serving(stack)
+        s = open_stream(stack, chat_body(stream=True, max_tokens=6000))
+        read_until(s, b"}\n\n")
+        (engine,) = engines_of(stack)
+        old_workers = set(workers_of(stack))
+        os.kill(engine, signal.SIGKILL)
+        s.settimeout(30)
+        events = sse_events(read_until(s, b"[DONE]"))
+        s.close()
+        assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["code"] == 503, events[-3:]
+        wait_for(lambda: "restarting the engine" in stack.logs(), 30, "restart", stack)
+        wait_for(lambda: stack.health() == 200 and sum("serving on http" in l for l in list(stack.log)) >= 2,
+                 120, "serving again", stack, every=0.5)
+        assert_serves(stack)
+        (engine2,) = engines_of(stack)
+        assert engine2 != engine and not (set(workers_of(stack)) & old_workers)
+        assert stack.proc.poll() is None
+    finally:
+        code = stack.terminate(timeout=60)
+    assert code == 0, stack.logs()
