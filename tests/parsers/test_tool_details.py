@@ -117,3 +117,11 @@ def test_long_section_with_many_lookalike_end_markers() -> None:
     chunks = [text[k : k + 3] for k in range(0, len(text), 3)]
     r = run_chunks(lambda: get_tool_parser("hermes"), chunks)
     assert r.decoded_calls() == [("f", {"code": code.replace("\\n", "\n")})]
+
+
+def test_section_without_calls_is_text() -> None:
+    """Found by fuzzing: ``[TOOL_CALLS][]`` called nothing and vanished."""
+    text = "[TOOL_CALLS][] rest"
+    assert calls("mistral", text) == (text, [], [])
+    text = f"<{D}tool_calls>\n</{D}tool_calls>"
+    assert calls("deepseek_v4", text) == (text, [], [])

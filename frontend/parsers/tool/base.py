@@ -283,6 +283,9 @@ class SectionToolParser:
         return False
 
     def _close(self, calls: list[Call], consumed: int) -> bool:
+        if not calls:  # a section that calls nothing is not a tool call
+            assert self._in_section is not None
+            return self._recover(self._in_section)
         self.gate.passed(self._buf[:consumed])
         self._buf = self._buf[consumed:]
         self._in_section = None
