@@ -162,7 +162,8 @@ def test_kubernetes_manifests_parse_and_fit_together(tmp_path):
     file_text = configmap["data"][os.path.basename(config_path)]
     opts = parse_args(["--config", write(tmp_path, file_text)])
     # The drain window fits in the pod's grace period.
-    assert opts.shutdown_timeout < pod["spec"]["terminationGracePeriodSeconds"]
+    pre_stop = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert pre_stop + opts.shutdown_timeout < pod["spec"]["terminationGracePeriodSeconds"]
 
 
 def test_prometheus_config_parses():
