@@ -35,3 +35,20 @@ def test_fuzz(fmt: str) -> None:
             assert want.content == text
         for _ in range(4):
             assert run_chunks(make, random_char_splits(text, rng)).key() == want.key(), text
+
+
+@pytest.mark.parametrize("reasoning", ["deepseek_r1", "deepseek_v4", "qwen3"])
+@pytest.mark.parametrize("fmt", ["deepseek_v4", "hermes", "qwen3_coder"])
+def test_fuzz_pipeline(reasoning: str, fmt: str) -> None:
+    """Reasoning + tool parsing composed stays chunking-invariant."""
+    from frontend.parsers.pipeline import make_assistant_stream
+
+    rng = random.Random(reasoning + fmt)
+    alphabet = _alphabet(fmt) + ["<think>", "</think>", "\n\n"]
+    for kwargs in (None, {"thinking": False, "enable_thinking": False}):
+        make = lambda: make_assistant_stream(reasoning, fmt, None, None, kwargs, TOOLS)  # noqa: E731
+        for _ in range(60):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+            want = run_whole(make, text)
+            for _ in range(3):
+                assert run_chunks(make, random_char_splits(text, rng)).key() == want.key(), text
