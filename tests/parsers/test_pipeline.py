@@ -76,10 +76,14 @@ def test_v4_reasoning_then_call(tok: Tokenizer, prompt_ids: list[int]) -> None:
 def test_v4_call_inside_reasoning_ends_it(tok: Tokenizer, prompt_ids: list[int]) -> None:
     out = "Need the tool.\n\n" + CALL
     pieces, ids = token_pieces(tok, out)
-    r = run_chunks(stream(tok, prompt_ids), pieces, [[i] for i in ids])
+    p = stream(tok, prompt_ids)()
+    r, _ = collect([p.feed(t, [i]) for t, i in zip(pieces, ids)] + [p.finish()])
     assert r.reasoning == "Need the tool."
     assert r.content == ""
     assert [n for n, _, _ in r.calls] == ["get_weather"]
+    # the call's tokens are not reasoning tokens (the "<" before ｜DSML｜ is
+    # counted: the count stops at the first added token of the marker)
+    assert p.reasoning_tokens == len(tok.encode("Need the tool.\n\n<"))
 
 
 def _ordinary_ids(tok: Tokenizer, text: str) -> list[int]:

@@ -121,6 +121,13 @@ class ThinkReasoningParser:
         self._start_id = tokenizer.token_to_id(style.start) if tokenizer is not None else None
         self._end_id = tokenizer.token_to_id(style.end) if tokenizer is not None else None
         self._count_state = self.in_reasoning
+        # a tool call opening inside reasoning ends it (implicit_ends): their
+        # added tokens stop the count too
+        self._tool_ids: frozenset[int] = frozenset(
+            SpecialGate(tokenizer, self.implicit_ends)._piece_of_id
+            if tokenizer is not None and self.implicit_ends
+            else ()
+        )
         self.reasoning_tokens = 0
         self._buf = ""
         self._held_ws = ""  # reasoning whitespace that may precede the end marker
@@ -157,7 +164,7 @@ class ThinkReasoningParser:
         for tid in ids:
             if tid == self._start_id:
                 self._count_state = True
-            elif tid == self._end_id:
+            elif tid == self._end_id or tid in self._tool_ids:
                 self._count_state = False
             elif self._count_state:
                 self.reasoning_tokens += 1
