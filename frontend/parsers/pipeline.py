@@ -67,9 +67,11 @@ class AssistantPipeline:
             if not reasoning and not content:
                 return None
             return AssistantDelta(content=content, reasoning=reasoning)
+        if ids is not None:
+            self.tool.gate.note_ids(ids)  # before spending: ids precede their text
         if reasoning:
             self.tool.gate.passed(reasoning)  # spend credits of tokens in reasoning
-        t = self.tool.feed(content or "", ids)
+        t = self.tool.feed(content or "")
         if final:
             t2 = self.tool.finish()
             t = _merge(t, t2)
