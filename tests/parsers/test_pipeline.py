@@ -145,3 +145,15 @@ def test_think_after_the_answer_began_is_text(tok: Tokenizer, prompt_ids: list[i
     assert [(n, json.loads(a)) for n, a, _ in r.calls] == [
         ("get_weather", {"city": "<think>杭州", "days": 3})
     ]
+
+
+def test_lookalike_dsml_inside_reasoning_stays_reasoning(tok: Tokenizer, prompt_ids: list[int]) -> None:
+    """Reasoning that quotes the call syntax in ordinary tokens does not end
+    reasoning; the real call after </think> is the only call."""
+    quote = "I could write " + CALL + " but first"
+    ids = _ordinary_ids(tok, quote) + tok.encode("</think>Ok.") + tok.encode(CALL)
+    pieces = [tok.decode([i], skip_special_tokens=False) for i in ids]
+    r = run_chunks(stream(tok, prompt_ids), pieces, [[i] for i in ids])
+    assert r.reasoning == quote
+    assert r.content == "Ok."
+    assert len(r.calls) == 1

@@ -117,7 +117,7 @@ class ThinkReasoningParser:
             self.in_reasoning = False
         self._initial = self.in_reasoning
         self.implicit_ends = tuple(implicit_ends)
-        self.gate = SpecialGate(tokenizer, (style.start, style.end))
+        self.gate = SpecialGate(tokenizer, (style.start, style.end) + self.implicit_ends)
         self._start_id = tokenizer.token_to_id(style.start) if tokenizer is not None else None
         self._end_id = tokenizer.token_to_id(style.end) if tokenizer is not None else None
         self._count_state = self.in_reasoning
@@ -231,6 +231,12 @@ class ThinkReasoningParser:
             if self._settled and not self.in_reasoning and m != st.end:
                 continue  # the answer began before this marker: it is text
             if m in self.implicit_ends and m not in (st.start, st.end):
+                if not self.gate.is_real(m):
+                    # the syntax quoted in ordinary tokens: still reasoning
+                    self.gate.passed(m)
+                    self._out(m)
+                    self._buf = self._buf[len(m) :]
+                    continue
                 # a tool call begins inside reasoning: reasoning is over, the
                 # marker belongs to the content (and the tool parser)
                 self._leave_reasoning(drop_ws=True)
