@@ -79,6 +79,11 @@ class SpecialGate:
         self._credit: dict[str, int] = {p: 0 for p in self.pieces}
         self.strict = False  # becomes True on the first ids received
 
+    @property
+    def token_ids(self) -> frozenset[int]:
+        """Ids of the added tokens that occur inside this gate's markers."""
+        return frozenset(self._piece_of_id)
+
     def note_ids(self, token_ids: Iterable[int]) -> None:
         self.strict = True
         for tid in token_ids:

@@ -115,7 +115,6 @@ class ThinkReasoningParser:
         self.in_reasoning = from_prompt if from_prompt is not None else kw_thinking
         if self.identity:
             self.in_reasoning = False
-        self._initial = self.in_reasoning
         self.implicit_ends = tuple(implicit_ends)
         self.gate = SpecialGate(tokenizer, (style.start, style.end) + self.implicit_ends)
         self._start_id = tokenizer.token_to_id(style.start) if tokenizer is not None else None
@@ -123,10 +122,10 @@ class ThinkReasoningParser:
         self._count_state = self.in_reasoning
         # a tool call opening inside reasoning ends it (implicit_ends): their
         # added tokens stop the count too
-        self._tool_ids: frozenset[int] = frozenset(
-            SpecialGate(tokenizer, self.implicit_ends)._piece_of_id
+        self._tool_ids: frozenset[int] = (
+            SpecialGate(tokenizer, self.implicit_ends).token_ids
             if tokenizer is not None and self.implicit_ends
-            else ()
+            else frozenset()
         )
         self.reasoning_tokens = 0
         self._buf = ""
