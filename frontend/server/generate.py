@@ -163,12 +163,14 @@ class Submission:
         self.state = state
         self.run = run
         self.requests: list[tuple[EngineRequest, Generation]] = []
+        self.arrival = time.monotonic()
 
     def add_choice(self, choice: Choice, prompt_ids: list[int], sampling: dict[str, Any], *,
                    external_id: str, priority: int, cache_salt: str | None, trace_headers=None) -> None:
         engine_id = make_request_id(self.run.response_id.split("-", 1)[0], self.state.worker_index)
         gen = Generation(engine_id, choice.index, self.run, self.state.engine, len(prompt_ids))
         choice.gen = gen
+        choice.metrics = self.state.metrics.start_request(arrival=self.arrival)
         req = EngineRequest(
             request_id=engine_id,
             prompt_token_ids=prompt_ids,
@@ -231,6 +233,19 @@ class Submission:
             if not run.done.done():
                 run.cancel()
             state.request_finished()
+            self.record_metrics()
+
+    def record_metrics(self) -> None:
+        """Per engine request, at its end (frontend/metrics: nothing is observed per token)."""
+        run = self.run
+        for i, (req, gen) in enumerate(self.requests):
+            m = run.choices[gen.index].metrics
+            if m is None:
+                continue
+            reason = "error" if run.error is not None else (gen.finish_reason or "abort")
+            m.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
+                          max_tokens=req.sampling_params.get("max_tokens"),
+                          n=len(self.requests) if i == 0 else None)
 
 
 def check_n(n: int | None, temperature_is_greedy: bool) -> int:

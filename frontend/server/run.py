@@ -23,7 +23,7 @@ from frontend.text.text_stream import TextStream
 class Choice:
     __slots__ = (
         "index", "gen", "text", "assistant", "content", "reasoning", "tool_calls",
-        "logprobs", "token_ids", "finished", "tools_called",
+        "logprobs", "token_ids", "finished", "tools_called", "metrics",
     )  # fmt: skip
 
     def __init__(self, index: int, text: TextStream, assistant):
@@ -38,6 +38,7 @@ class Choice:
         self.token_ids: list[int] = []
         self.finished = False
         self.tools_called = False
+        self.metrics = None  # frontend.metrics.RequestMetrics of this choice's engine request
 
 
 class Formatter(Protocol):
@@ -104,6 +105,8 @@ class RequestRun:
         choice = self.choices[gen.index]
         if choice.finished:
             return
+        if token_ids and choice.metrics is not None:
+            choice.metrics.on_output()
         engine_stopped = finish_reason == "stop"
         text, matched = choice.text.feed(token_ids, engine_stopped)
         if matched is not None:
