@@ -8,7 +8,6 @@ client gets, whitespace and escapes included.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from frontend.parsers.combinators import (
     P,
@@ -128,10 +127,7 @@ def _mistral_array() -> P:
 
 
 def _mistral_named() -> P:
-    # v11+ tokenizers: name[ARGS]{...} (optionally name[CALL_ID]id[ARGS]{...})
-    def build(v: list[Any]) -> list[Call]:
-        return [Call(name=_name_ok(v[0]), arguments=v[3], id=None)]
-
+    """v11+ tokenizers: ``name[ARGS]{...}`` (or ``name[CALL_ID]id[ARGS]{...}``)."""
     return fmap(
         seq(
             take_until("[ARGS]", "[CALL_ID]", "{", "["),
@@ -139,7 +135,7 @@ def _mistral_named() -> P:
             lit("[ARGS]"),
             json_value("{"),
         ),
-        lambda v: build([v[0], v[1], v[2], v[3]]),
+        lambda v: [Call(name=_name_ok(v[0]), arguments=v[3])],
     )
 
 
