@@ -59,6 +59,10 @@ class WorkerConfig:
     enable_log_requests: bool = False
     max_log_len: int | None = None
     trust_request_chat_template: bool = False
+    # Reasoning and tool-call parsing (vLLM's flags; names from frontend/parsers registries).
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
 
     def to_json(self) -> str:
         d = asdict(self)

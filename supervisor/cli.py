@@ -137,6 +137,14 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-log-len", type=int, default=None, help="truncate logged values to this length")
     p.add_argument("--trust-request-chat-template", action=bool_flag, default=False,
                    help="accept a chat_template in requests (refused by default)")
+    # Reasoning and tool calls (vLLM's names; the parsers run in the workers, not the engine).
+    p.add_argument("--enable-auto-tool-choice", action=bool_flag, default=False,
+                   help='let the model call tools with tool_choice "auto" (needs --tool-call-parser)')
+    p.add_argument("--tool-call-parser", default=None,
+                   help="hermes, qwen3_xml, qwen3_coder, deepseek_v3, deepseek_v31, deepseek_v32, "
+                        "deepseek_v4, llama3_json, mistral, kimi_k2, glm45, minimax_m2, or auto")
+    p.add_argument("--reasoning-parser", default=None,
+                   help="deepseek_r1, qwen3, deepseek_v3, deepseek_v4, glm45, kimi_k2, minimax_m2, or auto")
 
 
 def split_argv(
@@ -290,6 +298,9 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         enable_log_requests=ns.enable_log_requests,
         max_log_len=ns.max_log_len,
         trust_request_chat_template=ns.trust_request_chat_template,
+        enable_auto_tool_choice=ns.enable_auto_tool_choice,
+        tool_call_parser=ns.tool_call_parser,
+        reasoning_parser=ns.reasoning_parser,
     )
 
 

@@ -66,7 +66,7 @@ ROUTER_STOP_TIMEOUT_S = 1.0
 # `vllm serve` flags that change what vLLM's own frontend does and that this one does not
 # implement (yet): reported at startup so a silently different server is not a surprise.
 _UNSUPPORTED_FRONTEND_ARGS = (
-    "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "response_role",
+    "response_role",
     "chat_template_content_format", "lora_modules", "ssl_keyfile", "ssl_certfile", "root_path",
     "middleware", "return_tokens_as_token_ids",
 )  # fmt: skip
@@ -180,6 +180,9 @@ class ServeSettings:
     enable_log_requests: bool = False
     max_log_len: int | None = None
     trust_request_chat_template: bool = False
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
 
 
 def _str_list(value: Any) -> list[str]:
@@ -242,6 +245,9 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
         enable_log_requests=bool(args.get("enable_log_requests")),
         max_log_len=args.get("max_log_len"),
         trust_request_chat_template=bool(args.get("trust_request_chat_template")),
+        enable_auto_tool_choice=bool(args.get("enable_auto_tool_choice")),
+        tool_call_parser=args.get("tool_call_parser") or None,
+        reasoning_parser=args.get("reasoning_parser") or None,
     )
 
 
@@ -392,6 +398,9 @@ class DropinSupervisor:
             enable_log_requests=s.enable_log_requests,
             max_log_len=s.max_log_len,
             trust_request_chat_template=s.trust_request_chat_template,
+            enable_auto_tool_choice=s.enable_auto_tool_choice,
+            tool_call_parser=s.tool_call_parser,
+            reasoning_parser=s.reasoning_parser,
         )
 
     def _worker_env(self) -> dict[str, str]:

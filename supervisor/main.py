@@ -361,6 +361,9 @@ class Supervisor:
             enable_log_requests=opts.enable_log_requests,
             max_log_len=opts.max_log_len,
             trust_request_chat_template=opts.trust_request_chat_template,
+            enable_auto_tool_choice=opts.enable_auto_tool_choice,
+            tool_call_parser=opts.tool_call_parser,
+            reasoning_parser=opts.reasoning_parser,
         )
 
     def _worker_env(self) -> dict[str, str]:

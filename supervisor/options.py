@@ -48,6 +48,9 @@ class SupervisorOptions:
     enable_log_requests: bool = False
     max_log_len: int | None = None
     trust_request_chat_template: bool = False
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
 
     @property
     def local_engine_count(self) -> int:

@@ -26,7 +26,10 @@ class AssistantStream:
 
     __slots__ = ()
 
-    def feed(self, text: str) -> AssistantDelta | None:
+    reasoning_tokens = 0
+    n_tool_calls = 0
+
+    def feed(self, text: str, token_ids=None) -> AssistantDelta | None:
         return AssistantDelta(content=text) if text else None
 
     def finish(self) -> AssistantDelta | None:

@@ -11,12 +11,14 @@ import time
 
 from aiohttp import web
 
+from frontend.chat.tools import ToolChoiceError, plan_tools
 from frontend.llm.request_ids import make_request_id
 from frontend.server.errors import APIError
 from frontend.server.formatters import ChatFormatter
 from frontend.server.generate import (
     Submission,
     bad_words_token_ids,
+    forced_json,
     check_n,
     is_greedy,
     lower_for_choices,
@@ -54,6 +56,13 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
             "chat_template",
         )
     n = check_n(req.n, is_greedy(state, req.temperature))
+    try:
+        plan = plan_tools(
+            req.tools, req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
+            auto_enabled=state.config.enable_auto_tool_choice, has_parser=state.tool_parser is not None,
+        )
+    except ToolChoiceError as e:
+        raise APIError(400, e.message, e.param) from None
     messages = normalize_messages(req.messages)
     template_kwargs = dict(req.chat_template_kwargs or {})
     if req.reasoning_effort is not None:
@@ -74,11 +83,18 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     opts = options_from(
         req, req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     )
+    if state.uses_parsers(plan):
+        # Markers are special tokens for some models: the parsers must see them as text.
+        opts.skip_special_tokens = False
+    structured = structured_outputs_from(req)
+    if plan.schema is not None:
+        # "required" / named tool choice: the engine's structured outputs enforce the call.
+        structured = {**(structured or {}), **forced_json(plan.schema)}
     bad = bad_words_token_ids(state.tokenizer.encode, req.bad_words, state.tokenizer.vocab_size) if req.bad_words else None
     samplings = lower_for_choices(
         state, opts, len(prompt_ids), n,
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
-        structured=structured_outputs_from(req), bad_words=bad,
+        structured=structured, bad_words=bad,
     )  # fmt: skip
 
     stream, include_usage, continuous = stream_flags(req)
@@ -88,7 +104,11 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         response_id=response_id,
         model=model,
         created=created,
-        choices=[new_choice(state, i, prompt_ids, opts, state.new_assistant_stream()) for i in range(n)],
+        choices=[
+            new_choice(state, i, prompt_ids, opts,
+                       state.new_assistant_stream(plan, prompt_ids, template_kwargs, req.tools))
+            for i in range(n)
+        ],
         num_prompt_tokens=len(prompt_ids),
         stream=stream,
         include_usage=include_usage,
@@ -99,6 +119,9 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     )
     if stream:
         run.sse = new_sse(state, response_id, model, created, "chat.completion.chunk")
+    run.include_reasoning = req.include_reasoning
+    run.parallel_tool_calls = plan.parallel
+    run.named_tool_choice = plan.mode == "named"
     if req.echo:
         # vLLM: the response role is "assistant" with a generation prompt, else the last
         # message's role; echo repeats the last message's content when its role is that one.

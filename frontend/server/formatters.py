@@ -105,6 +105,8 @@ class ChatFormatter:
                 "function_call": None,
                 "reasoning": "".join(c.reasoning) if c.reasoning else None,
             }
+            if c.reasoning:
+                message["reasoning_content"] = message["reasoning"]  # the older name
             if c.tool_calls:
                 message["tool_calls"] = _collect_tool_calls(c.tool_calls)
             choices.append({
@@ -139,6 +141,7 @@ def _delta_dict(delta: AssistantDelta | None) -> dict[str, Any]:
     if delta is not None:
         if delta.reasoning:
             d["reasoning"] = delta.reasoning
+            d["reasoning_content"] = delta.reasoning  # the older name, for older clients
         if delta.content is not None:
             d["content"] = delta.content
         if delta.tool_calls:

@@ -110,6 +110,14 @@ def structured_outputs_from(req: Any) -> dict[str, Any] | None:
     return full
 
 
+def forced_json(schema: dict[str, Any]) -> dict[str, Any]:
+    """A structured-outputs map that forces `schema` (a tool choice), in the engine's full form."""
+    full: dict[str, Any] = {k: None for k in STRUCTURED_KEYS}
+    full.update(json=schema, disable_any_whitespace=False, disable_additional_properties=False,
+                _backend="xgrammar", _backend_was_auto=True)
+    return full
+
+
 def _ebnf_literal(text: str) -> str:
     escapes = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
     out = []

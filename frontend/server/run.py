@@ -86,6 +86,9 @@ class RequestRun:
         self.formatter = formatter
         self.system_fingerprint: str | None = None
         self.echo_text: str | None = None  # chat `echo`: the last message's content, repeated
+        self.include_reasoning = True
+        self.parallel_tool_calls = True
+        self.named_tool_choice = False  # vLLM: a named tool choice finishes with "stop"
         self.want_logprobs = want_logprobs
         self.return_token_ids = return_token_ids
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -114,11 +117,13 @@ class RequestRun:
             finish_reason, stop_reason = "stop", matched
         elif finish_reason is not None and not engine_stopped:
             text += choice.text.finish()
-        delta = choice.assistant.feed(text)
+        delta = choice.assistant.feed(text, token_ids)
         if finish_reason is not None:
             tail = choice.assistant.finish()
             if tail is not None:
                 delta = _merge(delta, tail)
+        if delta is not None:
+            delta = self._shape_delta(delta)
         if delta is not None and delta.tool_calls:
             choice.tools_called = True
         lp = None
@@ -148,6 +153,18 @@ class RequestRun:
         if finish_reason is not None:
             self._choice_done(choice)
 
+    def _shape_delta(self, delta: AssistantDelta) -> AssistantDelta | None:
+        """Request options applied to parser output: include_reasoning, parallel_tool_calls,
+        and one item per tool call and delta (id, name and arguments together)."""
+        if delta.reasoning and not self.include_reasoning:
+            delta = AssistantDelta(content=delta.content, tool_calls=delta.tool_calls)
+        if delta.tool_calls:
+            calls = _fold_calls(delta.tool_calls)
+            if not self.parallel_tool_calls:
+                calls = [c for c in calls if c.get("index", 0) == 0]
+            delta = AssistantDelta(content=delta.content, reasoning=delta.reasoning, tool_calls=calls)
+        return None if delta.is_empty() else delta
+
     def on_error(self, gen: Generation, message: str) -> None:
         if self.choices[gen.index].finished:
             return
@@ -170,7 +187,7 @@ class RequestRun:
     def finish_reason_of(self, choice: Choice) -> str:
         gen = choice.gen
         reason = gen.finish_reason if gen is not None and gen.finish_reason else "stop"
-        if reason == "stop" and choice.tools_called:
+        if reason == "stop" and choice.tools_called and not self.named_tool_choice:
             return "tool_calls"
         return reason
 
@@ -208,6 +225,27 @@ class RequestRun:
                 c.gen.cancel()
         if not self.done.done():
             self.done.set_result(None)
+
+
+def _fold_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge the items of one delta that share a call index (header + argument pieces)."""
+    out: dict[int, dict[str, Any]] = {}
+    for item in items:
+        idx = item.get("index", 0)
+        cur = out.get(idx)
+        if cur is None:
+            cur = out[idx] = {k: v for k, v in item.items() if k != "function"}
+            cur["function"] = dict(item.get("function") or {})
+            continue
+        for k, v in item.items():
+            if k != "function" and k not in cur:
+                cur[k] = v
+        fn = item.get("function") or {}
+        if fn.get("name") and not cur["function"].get("name"):
+            cur["function"]["name"] = fn["name"]
+        if "arguments" in fn:
+            cur["function"]["arguments"] = cur["function"].get("arguments", "") + (fn["arguments"] or "")
+    return [out[i] for i in sorted(out)]
 
 
 def _merge(a: AssistantDelta | None, b: AssistantDelta) -> AssistantDelta:
