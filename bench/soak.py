@@ -13,7 +13,8 @@ closed). Every request ends in exactly one client-side outcome, and the checks a
 - lost = 0: no request ends without a terminal outcome (a response, a 4xx/5xx, `[DONE]` after a
   finish or an error event, or our own cancellation);
 - duplicated = 0: no choice finishes twice, no `[DONE]` twice, nothing after `[DONE]`;
-- wrong = 0: stop strings cut the scripted text exactly where they should;
+- wrong = 0: stop strings cut the scripted text exactly where they should, and the scripted
+  DSML tool call comes back as one parsed `get_weather` call (streamed or not);
 - the server counted the same requests (`http_requests_total` of /metrics) and finished the
   same successful ones (`vllm:request_success_total`), within the cancellations' race;
 - nothing leaked: the engine ends with 0 running / 0 waiting requests, every worker with 0 in
@@ -46,7 +47,12 @@ MODEL = "demo:deepseek-v4"
 SERVED = "dsv4"
 STOP_TEXT = "alpha beta gamma delta STOPHERE epsilon zeta eta theta"
 STOP_PREFIX = "alpha beta gamma delta "
-TOOL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+_D = "｜DSML｜"
+# DeepSeek V4's tool-call markup, parsed by `--tool-call-parser deepseek_v4` in the workers.
+TOOL_TEXT = (f'<{_D}tool_calls>\n<{_D}invoke name="get_weather">\n'
+             f'<{_D}parameter name="city" string="true">Paris</{_D}parameter>\n'
+             f'</{_D}invoke>\n</{_D}tool_calls>')
+TOOL_ARGS = {"city": "Paris"}
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}}]
@@ -186,8 +192,14 @@ async def one_request(session: aiohttp.ClientSession, url: str, kind: str, body:
             content = data["choices"][0]["message"].get("content") or ""
             if kind == "stop" and (reason != "stop" or content != STOP_PREFIX):
                 return f"wrong: stop cut at {content!r} ({reason})"
+            if kind == "tool":
+                calls = data["choices"][0]["message"].get("tool_calls") or []
+                if reason != "tool_calls" or len(calls) != 1 or calls[0]["function"]["name"] != "get_weather" \
+                        or json.loads(calls[0]["function"]["arguments"]) != TOOL_ARGS:
+                    return f"wrong: tool call {calls!r} ({reason})"
             return f"ok {reason}"
         finishes, done, error, content = [], 0, None, []
+        calls: dict[int, dict] = {}
         async for raw in resp.content:
             line = raw.decode().rstrip("\n")
             if not line.startswith("data: "):
@@ -204,6 +216,11 @@ async def one_request(session: aiohttp.ClientSession, url: str, kind: str, body:
                 continue
             for choice in chunk.get("choices", []):
                 content.append(choice["delta"].get("content") or "")
+                for tc in choice["delta"].get("tool_calls") or []:
+                    cur = calls.setdefault(tc["index"], {"name": None, "arguments": ""})
+                    fn = tc.get("function") or {}
+                    cur["name"] = fn.get("name") or cur["name"]
+                    cur["arguments"] += fn.get("arguments") or ""
                 if choice.get("finish_reason"):
                     finishes.append(choice["finish_reason"])
         if not done:
@@ -214,6 +231,14 @@ async def one_request(session: aiohttp.ClientSession, url: str, kind: str, body:
             return f"{'duplicated' if finishes else 'lost'}: {len(finishes)} finish events"
         if kind == "stop" and (finishes[0] != "stop" or "".join(content) != STOP_PREFIX):
             return f"wrong: stop cut at {''.join(content)!r} ({finishes[0]})"
+        if kind == "tool":
+            try:
+                ok = (finishes[0] == "tool_calls" and len(calls) == 1 and calls[0]["name"] == "get_weather"
+                      and json.loads(calls[0]["arguments"]) == TOOL_ARGS)
+            except (ValueError, KeyError):
+                ok = False
+            if not ok:
+                return f"wrong: streamed tool call {calls!r} ({finishes[0]})"
         return f"ok {finishes[0]}"
 
 
@@ -279,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stack = Stack(["--engine", "sim", "--workers", str(args.workers), "--sim-step-time", str(args.step_time),
                    "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", "4096",
+                   "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4",
                    "--served-model-name", SERVED, "--shutdown-timeout", "10", MODEL], ready_timeout=180)
     try:
         deadline = time.monotonic() + 60
