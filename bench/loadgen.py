@@ -28,7 +28,7 @@ def bench_serve(base_url: str, tokenizer_dir: str, workload: Workload, num_promp
         argv = [str(vllm_rs_binary()), "bench", "serve", "--backend", "openai-chat",
                 "--base-url", base_url, "--endpoint", "/v1/chat/completions",
                 "--model", SERVED_NAME, "--tokenizer", tokenizer_dir,
-                *workload.bench_args(),
+                *workload.bench_args(tokenizer_dir),
                 "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
                 "--request-rate", "inf", "--seed", str(seed),
                 "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",

@@ -113,3 +113,32 @@ class RssPeak:
         self._stop.set()
         self._thread.join(5)
         self.peak = max(self.peak, tree_rss(self.root))
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy seconds summed over all CPUs, wall seconds) from /proc/stat, for the share of the
+    machine in use by anything during a run (the machine is shared; this says how much)."""
+    import time
+
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
+    return (sum(vals[:8]) - idle) / _TICK, time.monotonic()
+
+
+def busy_cores(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """Average number of CPUs busy between two `machine_busy()` samples."""
+    return (after[0] - before[0]) / max(after[1] - before[1], 1e-9)
+
+
+def listen_overflows() -> int:
+    """Machine-wide TcpExtListenOverflows: SYNs dropped because a listen queue was full. A
+    frontend whose accept backlog is smaller than the burst of new connections shows up here
+    (and as TTFT in whole seconds: the client's SYN retransmits after 1 s, 3 s, 7 s...)."""
+    with open("/proc/net/netstat") as f:
+        lines = f.read().splitlines()
+    for head, vals in zip(lines[::2], lines[1::2]):
+        if head.startswith("TcpExt:"):
+            table = dict(zip(head.split()[1:], vals.split()[1:]))
+            return int(table.get("ListenOverflows", 0))
+    return 0

@@ -76,6 +76,14 @@ def _pct(result: dict, metric: str, p: int) -> float | None:
     return None
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this script's reaped children (each bench serve run, once it exited)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def start_py_spy(pid: int, duration: float, out: Path) -> subprocess.Popen | None:
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(exe).exists():
@@ -84,6 +92,18 @@ def start_py_spy(pid: int, duration: float, out: Path) -> subprocess.Popen | Non
     argv = [exe, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--rate", "100",
             "--duration", str(int(duration)), "--format", "raw", "-o", str(out)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _summarise_profile(raw: Path) -> None:
+    """profile-X.txt (py-spy raw) -> profile-X.svg (flame graph) + profile-X-summary.txt."""
+    from bench.profile_summary import flamegraph_svg, load, summarise
+
+    if not raw.exists():
+        print(f"py-spy wrote no {raw}", file=sys.stderr)
+        return
+    stacks = load(raw)
+    raw.with_name(raw.stem + "-summary.txt").write_text(summarise(stacks, 30) + "\n")
+    raw.with_suffix(".svg").write_text(flamegraph_svg(stacks, f"py-spy, ours: {raw.stem}"))
 
 
 def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
@@ -100,19 +120,30 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
         row["startup_s"] = round(time.monotonic() - t0, 1)
         row["probe"] = probe(base, wl)
         with procstat.RssPeak(fe.pid) as rss:
-            warm = bench_serve(base, model, wl, args.warmup or args.concurrency, args.concurrency,
-                               bench_log, timeout=args.bench_timeout)
+            warm = bench_serve(base, model, wl, args.warmup or min(args.concurrency, 128),
+                               args.concurrency, bench_log, timeout=args.bench_timeout)
             rate = warm["completed"] / max(warm["duration"], 1e-6)
-            n = max(args.concurrency, int(rate * args.duration))
+            # ~duration seconds at the warm-up rate; more (up to min_waves x concurrency) when that
+            # fits in max_duration, so fast frontends reach a steady state past the first wave.
+            n = max(int(rate * args.duration),
+                    min(int(args.min_waves * args.concurrency), int(rate * args.max_duration)), 32)
             before = procstat.sample_cpu(fe.pid)
+            sim_before, kids_before = procstat.sample_cpu(sim.pid), _children_cpu()
+            busy_before, load_before = procstat.machine_busy(), os.getloadavg()[0]
+            overflows_before = procstat.listen_overflows()
             spy = None
             if args.py_spy and name == "ours":
                 est = n / max(rate, 1e-6)
                 spy = start_py_spy(fe.pid, max(5, est * 0.8), RESULTS / f"profile-{wl.name}.txt")
             result = bench_serve(base, model, wl, n, args.concurrency, bench_log, timeout=args.bench_timeout)
             after = procstat.sample_cpu(fe.pid)
+            sim_cpu = procstat.cpu_delta(sim_before, procstat.sample_cpu(sim.pid))
+            loadgen_cpu = _children_cpu() - kids_before  # the finished bench serve process
+            busy_after = procstat.machine_busy()
+            overflows = procstat.listen_overflows() - overflows_before
             if spy is not None:
                 spy.wait(120)
+                _summarise_profile(RESULTS / f"profile-{wl.name}.txt")
         cpu = procstat.cpu_delta(before, after)
         gone = sorted(set(before.per_pid) - set(after.per_pid))
         out_tokens = result["total_output_tokens"]
@@ -135,6 +166,13 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
             "cpu_ms_per_request": cpu / done * 1e3 if done else None,
             "cpu_util_cores": cpu / result["duration"],
             "peak_rss_mib": rss.peak / 2**20,
+            "sim_engine_cpu_s": sim_cpu,
+            "loadgen_cpu_s": loadgen_cpu,
+            "machine_cpu_busy_cores": procstat.busy_cores(busy_before, busy_after),
+            "loadavg_1m_before": load_before,
+            "tcp_listen_overflows": overflows,
+            "steady_req_per_s": (result.get("steady_state") or {}).get("request_throughput"),
+            "steady_out_tok_per_s": (result.get("steady_state") or {}).get("output_throughput"),
             "tree_pids": len(after.per_pid),
             "pids_exited_during_run": gone,
             "steady_state": result.get("steady_state"),
@@ -155,12 +193,13 @@ def fmt(v, spec: str = ".1f") -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| workload | frontend | req/s | out tok/s | TTFT p50/p90/p99 ms | TPOT p50/p90/p99 ms "
-            "| CPU µs/out tok | CPU ms/req | CPU cores busy | peak RSS MiB | failed |")
+            "| CPU µs/out tok | CPU ms/req | frontend cores | peak RSS MiB | failed | steady req/s "
+            "| SYN overflows | box busy cores |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if not r.get("ok"):
             lines.append(f"| {r['workload']} | {r['frontend']} | error: {r.get('error', '')[:80]} |"
-                         + " |" * 9)
+                         + " |" * 12)
             continue
         t, p = r["ttft_ms"], r["tpot_ms"]
         lines.append(
@@ -168,7 +207,9 @@ def table(rows: list[dict]) -> str:
             f"| {fmt(t[50], '.0f')} / {fmt(t[90], '.0f')} / {fmt(t[99], '.0f')} "
             f"| {fmt(p[50])} / {fmt(p[90])} / {fmt(p[99])} "
             f"| {fmt(r['cpu_us_per_out_token'])} | {fmt(r['cpu_ms_per_request'], '.2f')} "
-            f"| {fmt(r['cpu_util_cores'], '.2f')} | {fmt(r['peak_rss_mib'], '.0f')} | {r['failed']} |")
+            f"| {fmt(r['cpu_util_cores'], '.2f')} | {fmt(r['peak_rss_mib'], '.0f')} | {r['failed']} "
+            f"| {fmt(r.get('steady_req_per_s'))} | {r.get('tcp_listen_overflows', '-')} "
+            f"| {fmt(r['machine_cpu_busy_cores'], '.2f')} |")
     return "\n".join(lines)
 
 
@@ -234,6 +275,14 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _write(path: Path, doc: dict) -> None:
+    """Written after every row too, so an interrupted run keeps what it measured."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="decode,preprocess,stop,toolcall",
@@ -241,7 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frontends", default=",".join(FRONTENDS))
     ap.add_argument("--concurrency", type=int, default=1024)
     ap.add_argument("--duration", type=float, default=30.0, help="target seconds per measured run")
-    ap.add_argument("--warmup", type=int, default=0, help="warm-up requests (default: --concurrency)")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="warm-up requests, whose rate sizes the measured run (default: min(concurrency, 128))")
+    ap.add_argument("--min-waves", type=float, default=2.0,
+                    help="measured run has up to this many x --concurrency requests (if that fits in "
+                         "--max-duration at the warm-up rate), to reach a steady state past the "
+                         "first all-at-once wave")
+    ap.add_argument("--max-duration", type=float, default=60.0)
     ap.add_argument("--workers", type=int, default=os.cpu_count(),
                     help="frontend processes (ours, vllm-python) / runtime threads (vllm-rust)")
     ap.add_argument("--step-time", type=float, default=0.01)
@@ -268,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench] {wl.name} / {fe} ...", file=sys.stderr, flush=True)
             row = run_one(fe, wl, args, model, logs)
             rows.append(row)
+            _write(Path(args.out), {**info, "results": rows, "partial": True})
             brief = (f"{row['req_per_s']:.1f} req/s, {row['cpu_us_per_out_token']:.1f} µs/tok"
                      if row.get("ok") else row.get("error"))
             print(f"[bench] {wl.name} / {fe}: {brief}", file=sys.stderr, flush=True)
@@ -276,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
            "results": rows, "ratios": ratios(rows)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2, default=str))
+    _write(out, doc)
     m = info["machine"]
     title = (f"{m['cpus']} cores ({m['cpu_model']}), sim engine step {args.step_time * 1000:.0f} ms, "
              f"{args.concurrency} concurrent streams, workers={args.workers}; {info['started']}")

@@ -52,6 +52,9 @@ class Workload:
     output_len: int  # max_tokens
     ignore_eos: bool
     extra_body: dict = field(default_factory=dict)
+    # >0: prompts come from a cached pool of this many distinct prompts (bench/prompts.py)
+    # instead of `bench serve`'s own random dataset, which is slow to build for long prompts.
+    prompt_pool: int = 0
 
     def request_extra(self) -> dict:
         """Fields merged into every request. `bench serve` always sends ignore_eos=true for the
@@ -62,9 +65,16 @@ class Workload:
         return {"ignore_eos": self.ignore_eos, "chat_template_kwargs": {"thinking": False},
                 **self.extra_body}
 
-    def bench_args(self) -> list[str]:
-        args = ["--dataset-name", "random", "--random-input-len", str(self.input_len),
-                "--random-output-len", str(self.output_len)]
+    def bench_args(self, model_dir: str) -> list[str]:
+        if self.prompt_pool:
+            from bench.prompts import prompt_pool
+
+            path = prompt_pool(model_dir, self.input_len, self.prompt_pool)
+            args = ["--dataset-name", "custom", "--dataset-path", str(path),
+                    "--custom-output-len", str(self.output_len)]
+        else:
+            args = ["--dataset-name", "random", "--random-input-len", str(self.input_len),
+                    "--random-output-len", str(self.output_len)]
         if self.ignore_eos:
             args.append("--ignore-eos")
         return args + ["--extra-body", json.dumps(self.request_extra())]
@@ -74,7 +84,8 @@ WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload("decode", "decode-heavy: 32 in / 512 out, ignore_eos", 32, 512, True),
-        Workload("preprocess", "preprocess-heavy: 10,000 in / 16 out, ignore_eos", 10000, 16, True),
+        Workload("preprocess", "preprocess-heavy: 10,000 in / 16 out, ignore_eos (pool of 2048 "
+                 "distinct random-token prompts)", 10000, 16, True, prompt_pool=2048),
         Workload("stop", f"stop string: 32 in, scripted text hits stop {STOP_STRING!r} at ~250 tokens "
                  "(max 512)", 32, 512, False,
                  {"stop": [STOP_STRING, "</answer>"], "vllm_xargs": {"sim_text": STOP_SCRIPT}}),
