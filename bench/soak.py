@@ -360,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     http_total = sum(v for k, v in metrics.items() if k.startswith("http "))
     success_total = sum(v for k, v in metrics.items() if k.startswith("success "))
     http_2xx = metrics.get("http 2xx", 0) + metrics.get("http 200", 0)
+    success_abort = metrics.get("success abort", 0)
     processes = {
         name: {"rss_start_mib": start[name]["rss_mib"], "rss_end_mib": end.get(name, {}).get("rss_mib"),
                "rss_peak_mib": peak.get(name), "rss_every_30s_mib": series.get(name),
@@ -380,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
             metrics == {} or 0 <= tally.sent - http_total <= cancelled,
         "server 2xx == client completions (within cancellations)":
             metrics == {} or 0 <= http_2xx - completed <= cancelled,
-        "server successes == client completions (vllm:request_success, when reported)":
-            success_total == 0 or 0 <= success_total - completed <= cancelled,
+        # vllm:request_success counts every finish, aborts included (as vLLM's does).
+        "server finishes: non-abort == client completions, all == requests (within cancellations)":
+            success_total == 0 or (0 <= success_total - success_abort - completed <= cancelled
+                                   and 0 <= tally.sent - success_total <= cancelled),
         "fds flat (end <= start + 4, each process)": all(
             v["fds_end"] is not None and v["fds_end"] <= v["fds_start"] + 4 for v in processes.values()),
         "RSS flat (end <= start + 10% + 20 MiB, each process)": all(
