@@ -15,7 +15,7 @@ import msgspec
 
 from frontend.chat.assistant import AssistantDelta
 from frontend.engine.types import Logprobs
-from frontend.server.run import Choice, RequestRun
+from frontend.server.run import Choice, RequestRun, fold_tool_calls
 
 _enc = msgspec.json.encode
 
@@ -108,7 +108,9 @@ class ChatFormatter:
             if c.reasoning:
                 message["reasoning_content"] = message["reasoning"]  # the older name
             if c.tool_calls:
-                message["tool_calls"] = _collect_tool_calls(c.tool_calls)
+                message["tool_calls"] = [
+                    {k: v for k, v in call.items() if k != "index"} for call in fold_tool_calls(c.tool_calls)
+                ]
             choices.append({
                 "index": c.index,
                 "message": message,
@@ -149,25 +151,6 @@ def _delta_dict(delta: AssistantDelta | None) -> dict[str, Any]:
     if not d:
         d["content"] = ""
     return d
-
-
-def _collect_tool_calls(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fold streaming tool-call deltas (id/name first, argument pieces after) into calls."""
-    calls: dict[int, dict[str, Any]] = {}
-    for d in deltas:
-        idx = d.get("index", len(calls))
-        call = calls.get(idx)
-        fn = d.get("function") or {}
-        if call is None:
-            call = calls[idx] = {
-                "id": d.get("id"),
-                "type": "function",
-                "function": {"name": fn.get("name"), "arguments": ""},
-            }
-        if fn.get("name") and not call["function"]["name"]:
-            call["function"]["name"] = fn["name"]
-        call["function"]["arguments"] += fn.get("arguments") or ""
-    return [calls[i] for i in sorted(calls)]
 
 
 class CompletionFormatter:

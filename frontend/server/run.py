@@ -159,7 +159,7 @@ class RequestRun:
         if delta.reasoning and not self.include_reasoning:
             delta = AssistantDelta(content=delta.content, tool_calls=delta.tool_calls)
         if delta.tool_calls:
-            calls = _fold_calls(delta.tool_calls)
+            calls = fold_tool_calls(delta.tool_calls)
             if not self.parallel_tool_calls:
                 calls = [c for c in calls if c.get("index", 0) == 0]
             delta = AssistantDelta(content=delta.content, reasoning=delta.reasoning, tool_calls=calls)
@@ -227,7 +227,7 @@ class RequestRun:
             self.done.set_result(None)
 
 
-def _fold_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def fold_tool_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Merge the items of one delta that share a call index (header + argument pieces)."""
     out: dict[int, dict[str, Any]] = {}
     for item in items:

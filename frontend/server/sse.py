@@ -140,26 +140,5 @@ class SSEWriter:
         )
         return data + (b',"usage":' + _enc(usage) + b"}\n\n" if usage else b"}\n\n")
 
-    def delta_chunk(
-        self,
-        index: int,
-        delta: dict[str, Any],
-        finish_reason: str | None,
-        stop_reason: int | str | None,
-        final: bool,
-        usage: dict | None = None,
-    ) -> None:
-        data = self.prefix + b'{"index":%d,"delta":%b,"logprobs":null,"finish_reason":%b' % (
-            index,
-            _enc(delta),
-            _enc(finish_reason),
-        )
-        if final:
-            data += b',"stop_reason":' + _enc(stop_reason)
-        data += b"}]"
-        if usage:
-            data += b',"usage":' + _enc(usage)
-        self.write(data + b"}\n\n")
-
     def usage_chunk(self, usage: dict) -> None:
         self.write(self.usage_prefix + _enc(usage) + self.usage_suffix)
