@@ -215,7 +215,11 @@ class Submission:
                     status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
                 )
                 resp.enable_chunked_encoding()
-                await resp.prepare(request)
+                try:
+                    await resp.prepare(request)
+                except ConnectionError:  # the client left before the headers went out
+                    run.cancel()
+                    return resp
                 sse = run.sse
                 assert sse is not None
                 first = b"".join(sse.role_chunk(c.index) for c in run.choices) if role_chunks else b""

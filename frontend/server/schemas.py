@@ -170,6 +170,8 @@ def decode_body(body: bytes, cls: type) -> Any:
         return _raise(text, param)
     except msgspec.DecodeError as e:
         raise APIError(400, f"Invalid JSON in request body: {e}") from None
+    except RecursionError:
+        raise APIError(400, "The request body is nested too deeply.") from None
 
 
 def _raise(text: str, param: str | None):
