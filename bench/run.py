@@ -201,7 +201,9 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['workload']} | {r['frontend']} | error: {r.get('error', '')[:80]} |"
                          + " |" * 12)
             continue
-        t, p = r["ttft_ms"], r["tpot_ms"]
+        # int keys in memory, str keys once read back from JSON
+        t = {int(k): v for k, v in r["ttft_ms"].items()}
+        p = {int(k): v for k, v in r["tpot_ms"].items()}
         lines.append(
             f"| {r['workload']} | {r['frontend']} | {fmt(r['req_per_s'])} | {fmt(r['out_tok_per_s'], '.0f')} "
             f"| {fmt(t[50], '.0f')} / {fmt(t[90], '.0f')} / {fmt(t[99], '.0f')} "
