@@ -65,7 +65,8 @@ def frontend_spec(name: str, model: str, workers: int) -> FrontendSpec:
               "--max-model-len", str(MAX_MODEL_LEN)]
     if name == "ours":
         argv = [str(Path(PY).parent / "frontend-supervisor"), "--workers", str(workers),
-                *common, *join, model]
+                *common, *join, "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4",
+                model]
         return FrontendSpec(name, argv, http, rpc)
     if name == "vllm-python":
         argv = [PY, "-c",

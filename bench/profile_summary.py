@@ -30,6 +30,16 @@ def _frame(f: str) -> str:
     return f"{func} ({'/'.join(path.split('/')[-2:])})"
 
 
+def _short_process(frame: str) -> str:
+    """`process 123:"python -m frontend.server.worker --config-json {...}"` -> short label."""
+    m = re.match(r'process (\d+):"(.*)"?$', frame)
+    if not m:
+        return frame[:80]
+    pid, cmd = m.groups()
+    idx = re.search(r'"worker_index": (\d+)', cmd)
+    return f"pid {pid} " + (f"worker {idx.group(1)}" if idx else cmd[:70])
+
+
 def load(path: Path) -> list[tuple[list[str], int]]:
     stacks = []
     for line in path.read_text(errors="replace").splitlines():
@@ -49,8 +59,9 @@ def summarise(stacks: list[tuple[list[str], int]], top: int) -> str:
         self_t[frames[-1]] += c
         for f in set(frames):
             incl[f] += c
-        if frames and frames[0].startswith("process "):
-            procs[frames[0][:60]] += c
+        owners = [f for f in frames if f.startswith("process ")]  # nested: supervisor;worker;...
+        if owners:
+            procs[_short_process(owners[-1])] += c
     out = [f"samples: {total}"]
     if procs:
         out.append("\nper process:")
