@@ -32,6 +32,7 @@ from frontend.text.tokenizer import Tokenizer
 log = logging.getLogger("frontend.worker")
 
 ENGINE_INFO_FILE = "engine-info.json"
+LISTEN_BACKLOG = 4096
 
 
 def make_listen_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -42,7 +43,7 @@ def make_listen_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(addr)
-    sock.listen(4096)
+    sock.listen(LISTEN_BACKLOG)
     sock.setblocking(False)
     return sock
 
@@ -98,7 +99,9 @@ async def run_worker(config: WorkerConfig) -> int:
         sock.setblocking(False)
     else:
         sock = make_listen_socket(config.host, config.port, config.reuse_port)
-    site = web.SockSite(runner, sock)
+    # aiohttp listen()s again with its own backlog (128 by default): bursts of connections
+    # (1024 streams opening at once) would overflow it and wait for SYN retransmits.
+    site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
     await site.start()
 
     stop = asyncio.Event()
