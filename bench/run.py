@@ -258,14 +258,17 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
     width = 0.8 / max(len(fes), 1)
     for ax, (key, label) in zip(axes.flat, panels):
         for i, fe in enumerate(fes):
-            xs, ys = [], []
+            xs, ys, labels = [], [], []
             for j, wl in enumerate(wls):
                 r = by.get((wl, fe))
                 if r and r.get(key) is not None:
                     xs.append(j + (i - (len(fes) - 1) / 2) * width)
                     ys.append(r[key])
+                    # a throughput with failed requests is not comparable: say so on the bar
+                    failed = f"\n{r['failed']} failed" if r.get("failed") and key == "req_per_s" else ""
+                    labels.append(f"{r[key]:.3g}{failed}")
             bars = ax.bar(xs, ys, width, label=fe, color=colors.get(fe))
-            ax.bar_label(bars, fmt="%.3g", fontsize=7)
+            ax.bar_label(bars, labels=labels, fontsize=7)
         ax.set_xticks(range(len(wls)), wls)
         ax.set_title(label, fontsize=10)
         if key in ("cpu_us_per_out_token", "cpu_ms_per_request"):
