@@ -33,6 +33,8 @@ def _clamp(v: float) -> float:
 
 
 class ChatFormatter:
+    plain_content_chunks = True  # RequestRun may write content chunks itself (SSEWriter.content_chunk_bytes)
+
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int):
         self.token_text = token_text
         self.top = top_logprobs

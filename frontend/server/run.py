@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from frontend.chat.assistant import AssistantDelta
+from frontend.chat.assistant import AssistantDelta, AssistantStream
 from frontend.engine.types import Logprobs
 from frontend.llm.generation import Generation
 from frontend.server.errors import APIError
@@ -23,7 +23,7 @@ from frontend.text.text_stream import TextStream
 class Choice:
     __slots__ = (
         "index", "gen", "text", "assistant", "content", "reasoning", "tool_calls",
-        "logprobs", "token_ids", "finished", "tools_called", "metrics",
+        "logprobs", "token_ids", "finished", "tools_called", "metrics", "plain",
     )  # fmt: skip
 
     def __init__(self, index: int, text: TextStream, assistant):
@@ -38,6 +38,7 @@ class Choice:
         self.token_ids: list[int] = []
         self.finished = False
         self.tools_called = False
+        self.plain = type(assistant) is AssistantStream  # no parser: text is content
         self.metrics = None  # frontend.metrics.RequestMetrics of this choice's engine request
 
 
@@ -95,6 +96,9 @@ class RequestRun:
         self.error: APIError | None = None
         self.sse: SSEWriter | None = None
         self._remaining = len(choices)
+        # Plain content chunks may skip the assistant/formatter layers (see on_delta).
+        self._fast = (stream and getattr(formatter, "plain_content_chunks", False) and not want_logprobs
+                      and not return_token_ids and not continuous_usage)
 
     # -- GenerationConsumer -------------------------------------------------------------
     def on_delta(
@@ -117,6 +121,15 @@ class RequestRun:
             finish_reason, stop_reason = "stop", matched
         elif finish_reason is not None and not engine_stopped:
             text += choice.text.finish()
+        if finish_reason is None and choice.plain and self._fast and self.sse is not None:
+            # The common case, one call per token: plain streamed content, nothing per chunk
+            # but the text. Same bytes as the general path below.
+            if text:
+                sse = self.sse
+                sse.write(sse.content_chunk_bytes(choice.index, text))
+                if not sse.alive:
+                    self.cancel()
+            return
         delta = choice.assistant.feed(text, token_ids)
         if finish_reason is not None:
             tail = choice.assistant.finish()
