@@ -64,6 +64,15 @@ class WorkerConfig:
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
 
+    # Settings a launcher copies verbatim from its own options (same attribute names) into every
+    # worker's config: see supervisor.main.policy_settings.
+    POLICY_FIELDS = (
+        "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
+        "enable_request_id_headers", "enable_log_requests", "max_log_len",
+        "trust_request_chat_template", "enable_auto_tool_choice", "tool_call_parser",
+        "reasoning_parser",
+    )  # fmt: skip
+
     def to_json(self) -> str:
         d = asdict(self)
         d["api_keys"] = []  # secrets travel in the environment, not on the command line

@@ -41,16 +41,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from frontend.config import API_KEYS_ENV, WorkerConfig
+from frontend.config import WorkerConfig
 from supervisor.cli import default_workers, human_readable_int
 from supervisor.main import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
     FAST_CRASH_S,
     MAX_FAST_CRASHES,
-    METRICS_DIR_ENV,
     child_env,
     default_worker_command,
+    policy_settings,
+    worker_env,
 )
 from supervisor.process import Child, describe_exit, wait_all
 from supervisor.runtime import ClientAddresses, RuntimeDir
@@ -390,28 +391,11 @@ class DropinSupervisor:
             log_level=self.args.log_level,
             generation_config=s.generation_config,
             engine_client_index=0,
-            allowed_origins=s.allowed_origins,
-            allowed_methods=s.allowed_methods,
-            allowed_headers=s.allowed_headers,
-            allow_credentials=s.allow_credentials,
-            enable_request_id_headers=s.enable_request_id_headers,
-            enable_log_requests=s.enable_log_requests,
-            max_log_len=s.max_log_len,
-            trust_request_chat_template=s.trust_request_chat_template,
-            enable_auto_tool_choice=s.enable_auto_tool_choice,
-            tool_call_parser=s.tool_call_parser,
-            reasoning_parser=s.reasoning_parser,
+            **policy_settings(s),
         )
 
     def _worker_env(self) -> dict[str, str]:
-        """As under frontend-supervisor: the shared Prometheus multiprocess directory (read at
-        import, so set before the worker starts) and the API keys (never on a command line)."""
-        env = dict(self._env)
-        env[METRICS_DIR_ENV] = self._metrics_dir
-        env.pop(API_KEYS_ENV, None)
-        if self.settings.api_keys:
-            env[API_KEYS_ENV] = json.dumps(self.settings.api_keys)
-        return env
+        return worker_env(self._env, self._metrics_dir, self.settings.api_keys)
 
     async def _spawn_worker(self, slot: _Slot) -> None:
         config = self._worker_config(slot)

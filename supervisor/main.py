@@ -353,29 +353,11 @@ class Supervisor:
             log_level=opts.log_level,
             generation_config=opts.generation_config,
             metrics_require_api_key=opts.metrics_require_api_key,
-            allowed_origins=opts.allowed_origins,
-            allowed_methods=opts.allowed_methods,
-            allowed_headers=opts.allowed_headers,
-            allow_credentials=opts.allow_credentials,
-            enable_request_id_headers=opts.enable_request_id_headers,
-            enable_log_requests=opts.enable_log_requests,
-            max_log_len=opts.max_log_len,
-            trust_request_chat_template=opts.trust_request_chat_template,
-            enable_auto_tool_choice=opts.enable_auto_tool_choice,
-            tool_call_parser=opts.tool_call_parser,
-            reasoning_parser=opts.reasoning_parser,
+            **policy_settings(opts),
         )
 
     def _worker_env(self) -> dict[str, str]:
-        """The workers' environment: the shared metrics directory (prometheus_client reads it
-        at import, so it must be there when the process starts) and the API keys (never on
-        the command line, which every local user can read)."""
-        env = dict(self._env)
-        env[METRICS_DIR_ENV] = self._metrics_dir
-        env.pop(API_KEYS_ENV, None)
-        if self.options.api_keys:
-            env[API_KEYS_ENV] = json.dumps(self.options.api_keys)
-        return env
+        return worker_env(self._env, self._metrics_dir, self.options.api_keys)
 
     async def _spawn_worker(self, slot: WorkerSlot) -> None:
         config = self._worker_config(slot)
@@ -627,3 +609,21 @@ def example_curl(host: str, port: int, model: str) -> str:
         f"curl -s http://{host}:{port}/v1/chat/completions "
         f"-H 'Content-Type: application/json' -d '{body}'"
     )
+
+
+def policy_settings(src: Any) -> dict[str, Any]:
+    """WorkerConfig keyword arguments for the settings copied as they are (POLICY_FIELDS)
+    from a launcher's options object."""
+    return {name: getattr(src, name) for name in WorkerConfig.POLICY_FIELDS}
+
+
+def worker_env(base: dict[str, str], metrics_dir: str, api_keys: list[str]) -> dict[str, str]:
+    """A worker's environment: the shared metrics directory (prometheus_client reads it at
+    import, so it must be there when the process starts) and the API keys (never on the
+    command line, which every local user can read)."""
+    env = dict(base)
+    env[METRICS_DIR_ENV] = metrics_dir
+    env.pop(API_KEYS_ENV, None)
+    if api_keys:
+        env[API_KEYS_ENV] = json.dumps(api_keys)
+    return env
