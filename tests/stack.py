@@ -17,6 +17,28 @@ from collections import deque
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def stop_process_group(proc: subprocess.Popen, timeout: float) -> int | None:
+    """SIGTERM the process group (started with start_new_session), SIGKILL whatever is left
+    after `timeout` (stragglers in the group included); the leader's exit code, or None."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        return proc.wait(10)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import openai
 import pytest
 
 from tests.e2e.tiny_model import ENGINE_ARGS, build_tiny_model
-from tests.stack import REPO, Stack, free_port
+from tests.stack import REPO, Stack, free_port, stop_process_group
 
 pytestmark = pytest.mark.real_engine
 
@@ -152,13 +151,7 @@ class VLLMServer:
         raise TimeoutError(f"vllm serve not healthy after {timeout}s: see {self.log_path}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_process_group(self.proc, 30)
         self.log.close()
 
 

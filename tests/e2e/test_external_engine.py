@@ -8,7 +8,6 @@ and the project's simulated engine.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ import openai
 import pytest
 
 from tests.e2e.tiny_model import build_tiny_model
-from tests.stack import REPO, Stack, free_port
+from tests.stack import REPO, Stack, free_port, stop_process_group
 
 MESSAGES = [{"role": "user", "content": "Say something."}]
 
@@ -24,18 +23,6 @@ MESSAGES = [{"role": "user", "content": "Say something."}]
 def _start(cmd: list[str]) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def _serve_through_joined_engine(engine_cmd, model: str, rpc_port: int, ready_timeout: float) -> None:
@@ -56,7 +43,7 @@ def _serve_through_joined_engine(engine_cmd, model: str, rpc_port: int, ready_ti
             models = client.models.list()
             assert models.data[0].id == "m"
     finally:
-        _kill(engine)
+        stop_process_group(engine, 30)
 
 
 def test_sim_engine_joins_over_tcp():

@@ -10,7 +10,6 @@ against it (our frontend, benchmarks) is measured against the real wire format.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from tests.e2e.tiny_model import REPO_ROOT, build_tiny_model, free_port
+from tests.stack import stop_process_group
 
 MAX_MODEL_LEN = 4096
 START_TIMEOUT_S = 240
@@ -32,27 +32,6 @@ def _spawn(argv: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-
-
-def _stop(proc: subprocess.Popen, timeout: float) -> int | None:
-    """SIGTERM the process group, then SIGKILL it if it is not gone within `timeout`."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers in the group, if any
-    except ProcessLookupError:
-        pass
-    try:
-        return proc.wait(10)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +79,8 @@ def served(tmp_path_factory):
             time.sleep(0.5)
         yield {"base_url": base_url, "model": model, "engine": engine, "frontend": frontend}
     finally:
-        frontend_code = _stop(frontend, 30)
-        engine_code = _stop(engine, 15)
+        frontend_code = stop_process_group(frontend, 30)
+        engine_code = stop_process_group(engine, 15)
     assert frontend_code == 0, f"frontend exit {frontend_code}; logs in {logs}"
     assert engine_code == 0, f"sim engine exit {engine_code}; logs in {logs}"
 
