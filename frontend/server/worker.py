@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -54,6 +55,25 @@ def _write_engine_infos(runtime_dir: str, infos: list[EngineInfo]) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump([i.to_json() for i in infos], f)
     os.replace(tmp, path)
+
+
+# Young-generation threshold of the cyclic garbage collector (CPython's default is 700).
+GC_GEN0_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Keep the cyclic collector off the per-token path. Everything built at startup (tokenizer
+    tables, the chat template, parsers, the aiohttp app: ~80k objects) is frozen out of its reach,
+    and the young generation is collected every 50k net container allocations instead of 700.
+    Per-token work allocates short-lived lists and dicts that reference counting frees; with the
+    default threshold the collector still ran hundreds of times a second under 1024 streams and
+    promoted each stream's objects into the old generation, whose full collections took 80-140 ms
+    each (16 per worker in a 25 s decode run), stalling every stream of the worker. Cyclic
+    garbage is still collected, just in larger batches."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 async def run_worker(config: WorkerConfig) -> int:
@@ -104,6 +124,7 @@ async def run_worker(config: WorkerConfig) -> int:
     site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
     await site.start()
 
+    tune_gc()
     stop = asyncio.Event()
 
     def on_term() -> None:
