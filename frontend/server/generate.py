@@ -230,7 +230,7 @@ class Submission:
                     run.cancel()
                 await run.done
                 if sse.alive:
-                    await resp.write_eof()
+                    await resp.write_eof(sse.last_frame())
                 return resp
             await run.done
             if run.error is not None:

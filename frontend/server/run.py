@@ -16,7 +16,7 @@ from frontend.chat.assistant import AssistantDelta, AssistantStream
 from frontend.engine.types import Logprobs
 from frontend.llm.generation import Generation
 from frontend.server.errors import APIError
-from frontend.server.sse import DONE, SSEWriter
+from frontend.server.sse import SSEWriter
 from frontend.text.text_stream import TextStream
 
 
@@ -209,15 +209,15 @@ class RequestRun:
         choice.finished = True
         self._remaining -= 1
         if self._remaining == 0:
-            if self.stream and self.sse is not None:
-                if self.include_usage:
-                    self.formatter.stream_usage(self)
-                self.sse.write(DONE)
+            if self.stream and self.sse is not None and self.include_usage:
+                self.formatter.stream_usage(self)
+            # [DONE] goes out with the end of the body, from the handler (SSEWriter.last_frame).
             if not self.done.done():
                 self.done.set_result(None)
 
     def fail(self, error: APIError) -> None:
-        """End the whole request with an error (mid-stream: error event then [DONE])."""
+        """End the whole request with an error (mid-stream: error event, then [DONE] from the
+        handler)."""
         if self.done.done():
             return
         self.error = error
@@ -227,7 +227,6 @@ class RequestRun:
                 c.gen.cancel()
         if self.stream and self.sse is not None:
             self.sse.write(b"data: " + error.to_bytes() + b"\n\n")
-            self.sse.write(DONE)
         self.done.set_result(None)
 
     def cancel(self) -> None:

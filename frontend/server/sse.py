@@ -79,10 +79,22 @@ class SSEWriter:
         held += data
         if buffered + len(held) > HARD_LIMIT:
             self.abort()
-        elif buffered <= SOFT_LIMIT or data is DONE:
-            self._flush()  # the client caught up, or this is the end: out it goes, as one frame
+        elif buffered <= SOFT_LIMIT:
+            self._flush()  # the client caught up: out it goes, as one frame
         elif self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(_RETRY_S, self._retry_flush)
+
+    def last_frame(self) -> bytes:
+        """The end of the stream, for `StreamResponse.write_eof(...)`: whatever is still held for
+        a slow client, then `data: [DONE]`. aiohttp writes it together with the chunked
+        terminator in one transport write, so a client never sees [DONE] without the end of the
+        response body: HTTP clients that reuse the connection once they have read [DONE] would
+        otherwise queue their next request behind a body that has not ended yet."""
+        held, self.held = self.held, None
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        return bytes(held) + DONE if held else DONE
 
     def _flush(self) -> None:
         held, self.held = self.held, None

@@ -70,20 +70,23 @@ async def test_coalesced_while_behind_then_flushed(limits):
     t.drain()
     await asyncio.sleep(sse._RETRY_S * 3)  # the retry timer flushes once the client caught up
     assert w.held is None and len(t.writes) == direct + 1  # one chunk for all the held events
-    w.write(DONE)
-    assert payloads(t.writes) == b"".join(event(i) for i in range(20)) + DONE
+    assert w.last_frame() == DONE  # nothing held any more
+    assert payloads(t.writes) == b"".join(event(i) for i in range(20))
     assert w.alive and not t.aborted
 
 
-async def test_done_flushes_even_when_behind(limits):
+async def test_last_frame_carries_what_is_held(limits):
+    """The end of the stream takes the held events with [DONE] (the handler passes it to
+    write_eof, which adds the chunked terminator in the same write), even when behind."""
     t = FakeTransport()
     w = SSEWriter("chatcmpl-1", "m", 0)
     w.attach(t, event(0))
     t.buffered = 2000  # over soft, under hard
     w.write(event(1))
-    w.write(DONE)
-    assert w.held is None
-    assert payloads(t.writes) == event(0) + event(1) + DONE
+    assert w.held is not None
+    assert w.last_frame() == event(1) + DONE
+    assert w.held is None and w._retry is None
+    assert payloads(t.writes) == event(0)
 
 
 async def test_aborted_past_the_hard_limit(limits):
