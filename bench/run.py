@@ -120,7 +120,7 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
         row["startup_s"] = round(time.monotonic() - t0, 1)
         row["probe"] = probe(base, wl)
         with procstat.RssPeak(fe.pid) as rss:
-            warm = bench_serve(base, model, wl, args.warmup or min(args.concurrency, 128),
+            warm = bench_serve(base, model, wl, args.warmup or min(args.concurrency, 512),
                                args.concurrency, bench_log, timeout=args.bench_timeout)
             rate = warm["completed"] / max(warm["duration"], 1e-6)
             # ~duration seconds at the warm-up rate; more (up to min_waves x concurrency) when that
@@ -187,6 +187,48 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
     return row
 
 
+_MEDIAN_KEYS = ("req_per_s", "out_tok_per_s", "cpu_us_per_out_token", "cpu_ms_per_request",
+                "cpu_util_cores", "peak_rss_mib", "machine_cpu_busy_cores", "steady_req_per_s",
+                "duration_s", "sim_engine_cpu_s", "loadgen_cpu_s")
+
+
+def _median(xs: list) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def aggregate(trials: list[dict]) -> list[dict]:
+    """One row per (workload, frontend): the median of each metric over its successful trials
+    (trials of different frontends are interleaved, so slow phases of a shared machine hit all
+    of them alike), with every trial's req/s kept in `trials_req_per_s`. A frontend with no
+    successful trial gets its first error."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in trials:
+        groups.setdefault((r["workload"], r["frontend"]), []).append(r)
+    out = []
+    for (wl, fe), rs in groups.items():
+        ok = [r for r in rs if r.get("ok")]
+        if not ok:
+            out.append(rs[0])
+            continue
+        row = dict(ok[0])
+        row.pop("trial", None)
+        row["trials"] = len(ok)
+        row["trials_req_per_s"] = [round(r["req_per_s"], 1) for r in ok]
+        row["failed"] = sum(r["failed"] for r in ok)
+        row["tcp_listen_overflows"] = sum(r.get("tcp_listen_overflows", 0) for r in ok)
+        for key in _MEDIAN_KEYS:
+            row[key] = _median([r.get(key) for r in ok])
+        for key in ("ttft_ms", "tpot_ms", "itl_ms"):
+            row[key] = {p: _median([{int(k): v for k, v in r[key].items()}.get(p) for r in ok])
+                        for p in (50, 90, 99)}
+        out.append(row)
+    return out
+
+
 def fmt(v, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -194,12 +236,12 @@ def fmt(v, spec: str = ".1f") -> str:
 def table(rows: list[dict]) -> str:
     head = ("| workload | frontend | req/s | out tok/s | TTFT p50/p90/p99 ms | TPOT p50/p90/p99 ms "
             "| CPU µs/out tok | CPU ms/req | frontend cores | peak RSS MiB | failed | steady req/s "
-            "| SYN overflows | box busy cores |")
+            "| SYN overflows | box busy cores | req/s of each trial |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if not r.get("ok"):
             lines.append(f"| {r['workload']} | {r['frontend']} | error: {r.get('error', '')[:80]} |"
-                         + " |" * 12)
+                         + " |" * 13)
             continue
         # int keys in memory, str keys once read back from JSON
         t = {int(k): v for k, v in r["ttft_ms"].items()}
@@ -211,7 +253,8 @@ def table(rows: list[dict]) -> str:
             f"| {fmt(r['cpu_us_per_out_token'])} | {fmt(r['cpu_ms_per_request'], '.2f')} "
             f"| {fmt(r['cpu_util_cores'], '.2f')} | {fmt(r['peak_rss_mib'], '.0f')} | {r['failed']} "
             f"| {fmt(r.get('steady_req_per_s'))} | {r.get('tcp_listen_overflows', '-')} "
-            f"| {fmt(r['machine_cpu_busy_cores'], '.2f')} |")
+            f"| {fmt(r['machine_cpu_busy_cores'], '.2f')} "
+            f"| {' / '.join(str(x) for x in r.get('trials_req_per_s', [round(r['req_per_s'], 1)]))} |")
     return "\n".join(lines)
 
 
@@ -296,8 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=1024)
     ap.add_argument("--duration", type=float, default=30.0, help="target seconds per measured run")
     ap.add_argument("--warmup", type=int, default=0,
-                    help="warm-up requests, whose rate sizes the measured run (default: min(concurrency, 128))")
-    ap.add_argument("--min-waves", type=float, default=2.0,
+                    help="warm-up requests, whose rate sizes the measured run (default: min(concurrency, 512))")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="trials per frontend, interleaved (ours, peers, ours, ...); the table shows "
+                         "each metric's median over the trials and every trial's req/s")
+    ap.add_argument("--min-waves", type=float, default=4.0,
                     help="measured run has up to this many x --concurrency requests (if that fits in "
                          "--max-duration at the warm-up rate), to reach a steady state past the "
                          "first all-at-once wave")
@@ -321,26 +367,32 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine(), "argv": sys.argv, "concurrency": args.concurrency,
             "workers": args.workers, "step_time": args.step_time, "duration_target_s": args.duration,
             "load_generator": "vllm-rs bench serve (vllm 0.33.0 wheel), openai-chat, streaming"}
-    rows: list[dict] = []
+    info["repeat"] = args.repeat
+    trials: list[dict] = []
     for wl_name in args.workload.split(","):
         wl = WORKLOADS[wl_name]
-        for fe in args.frontends.split(","):
-            print(f"[bench] {wl.name} / {fe} ...", file=sys.stderr, flush=True)
-            row = run_one(fe, wl, args, model, logs)
-            rows.append(row)
-            _write(Path(args.out), {**info, "results": rows, "partial": True})
-            brief = (f"{row['req_per_s']:.1f} req/s, {row['cpu_us_per_out_token']:.1f} µs/tok"
-                     if row.get("ok") else row.get("error"))
-            print(f"[bench] {wl.name} / {fe}: {brief}", file=sys.stderr, flush=True)
+        for trial in range(args.repeat):
+            for fe in args.frontends.split(","):
+                print(f"[bench] {wl.name} / {fe} (trial {trial + 1}/{args.repeat}) ...",
+                      file=sys.stderr, flush=True)
+                row = run_one(fe, wl, args, model, logs)
+                row["trial"] = trial
+                trials.append(row)
+                _write(Path(args.out), {**info, "trials": trials, "partial": True})
+                brief = (f"{row['req_per_s']:.1f} req/s, {row['cpu_us_per_out_token']:.1f} µs/tok"
+                         if row.get("ok") else row.get("error"))
+                print(f"[bench] {wl.name} / {fe}: {brief}", file=sys.stderr, flush=True)
+    rows = aggregate(trials)
     info["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     doc = {**info, "workloads": {w: WORKLOADS[w].description for w in args.workload.split(",")},
-           "results": rows, "ratios": ratios(rows)}
+           "results": rows, "ratios": ratios(rows), "trials": trials}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     _write(out, doc)
     m = info["machine"]
     title = (f"{m['cpus']} cores ({m['cpu_model']}), sim engine step {args.step_time * 1000:.0f} ms, "
-             f"{args.concurrency} concurrent streams, workers={args.workers}; {info['started']}")
+             f"{args.concurrency} concurrent streams, workers={args.workers}, median of "
+             f"{args.repeat} trial(s); {info['started']}")
     chart(rows, out.with_suffix(".png"), title)
     print(table(rows))
     print()
