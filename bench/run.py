@@ -134,7 +134,8 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
             spy = None
             if args.py_spy and name == "ours":
                 est = n / max(rate, 1e-6)
-                spy = start_py_spy(fe.pid, max(5, est * 0.8), RESULTS / f"profile-{wl.name}.txt")
+                spy = start_py_spy(fe.pid, args.py_spy_seconds or max(5, est * 0.8),
+                                   RESULTS / f"profile-{wl.name}{args.py_spy_tag}.txt")
             result = bench_serve(base, model, wl, n, args.concurrency, bench_log, timeout=args.bench_timeout)
             after = procstat.sample_cpu(fe.pid)
             sim_cpu = procstat.cpu_delta(sim_before, procstat.sample_cpu(sim.pid))
@@ -143,7 +144,7 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
             overflows = procstat.listen_overflows() - overflows_before
             if spy is not None:
                 spy.wait(120)
-                _summarise_profile(RESULTS / f"profile-{wl.name}.txt")
+                _summarise_profile(RESULTS / f"profile-{wl.name}{args.py_spy_tag}.txt")
         cpu = procstat.cpu_delta(before, after)
         gone = sorted(set(before.per_pid) - set(after.per_pid))
         out_tokens = result["total_output_tokens"]
@@ -355,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ready-timeout", type=float, default=300)
     ap.add_argument("--bench-timeout", type=float, default=600)
     ap.add_argument("--py-spy", action="store_true", help="profile ours during the measured run")
+    ap.add_argument("--py-spy-seconds", type=float, default=0,
+                    help="profile only the first N seconds of the measured run (e.g. the first wave)")
+    ap.add_argument("--py-spy-tag", default="", help="suffix of the profile file names")
     ap.add_argument("--out", default=str(RESULTS / "latest.json"))
     args = ap.parse_args(argv)
 

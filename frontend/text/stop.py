@@ -16,11 +16,13 @@ of the output anyway), as in vLLM.
 
 from __future__ import annotations
 
+import functools
+
 
 class StopStringMatcher:
     """Per-request matcher; feed it detokenized deltas in order."""
 
-    __slots__ = ("_stops", "_include", "_max_len", "_tail", "_held", "_done")
+    __slots__ = ("_stops", "_include", "_max_len", "_tail", "_held", "_done", "_prefixes")
 
     def __init__(self, stops: list[str], include_stop_str_in_output: bool) -> None:
         # Empty stop strings never match (vLLM's str.find would match "" at
@@ -28,6 +30,7 @@ class StopStringMatcher:
         self._stops: list[str] = [s for s in stops if s]
         self._include = include_stop_str_in_output
         self._max_len = max((len(s) for s in self._stops), default=0)
+        self._prefixes = _prefixes_by_last_char(tuple(self._stops))
         # Last (max_len - 1) characters seen: the overlap searched together
         # with the next delta.
         self._tail = ""
@@ -95,12 +98,22 @@ class StopStringMatcher:
 
     def _possible_prefix_len(self, text: str) -> int:
         """Length of the longest suffix of ``text`` that is a proper prefix of a stop."""
-        best = 0
-        n = len(text)
-        for stop in self._stops:
-            # Longest k < len(stop) with text ending in stop[:k].
-            for k in range(min(len(stop) - 1, n), best, -1):
-                if text.endswith(stop[:k]):
-                    best = k
-                    break
-        return best
+        if not text:
+            return 0
+        # Only prefixes ending in text's last character can match (longest first); usually
+        # there are none or one, so this is one dict lookup per delta.
+        for prefix in self._prefixes.get(text[-1], ()):
+            if text.endswith(prefix):
+                return len(prefix)
+        return 0
+
+
+@functools.lru_cache(maxsize=256)
+def _prefixes_by_last_char(stops: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Every proper prefix of the stops, grouped by its last character, longest first.
+    Cached: requests of one deployment mostly share their stop lists."""
+    groups: dict[str, set[str]] = {}
+    for stop in stops:
+        for k in range(1, len(stop)):
+            groups.setdefault(stop[k - 1], set()).add(stop[:k])
+    return {c: tuple(sorted(ps, key=len, reverse=True)) for c, ps in groups.items()}

@@ -136,3 +136,18 @@ def test_all_split_product_small_alphabet() -> None:
                 want = vllm_final(text, stops, include)
                 for chunks in splits(text):
                     assert run(chunks, stops, include) == want
+
+
+def test_held_suffix_is_the_longest_stop_prefix() -> None:
+    """What is held back is exactly the longest suffix that could still start a stop string
+    (checked against a brute-force search over every suffix)."""
+    rng = random.Random(11)
+
+    def longest(text: str, stops: list[str]) -> int:
+        return max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+    for _ in range(3000):
+        stops = ["".join(rng.choice("ab#<") for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 3))]
+        text = "".join(rng.choice("ab#< ") for _ in range(rng.randint(0, 12)))
+        m = StopStringMatcher(stops, False)
+        assert m._possible_prefix_len(text) == longest(text, stops), (text, stops)
