@@ -234,29 +234,39 @@ def fmt(v, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def table(rows: list[dict]) -> str:
-    head = ("| workload | frontend | req/s | out tok/s | TTFT p50/p90/p99 ms | TPOT p50/p90/p99 ms "
-            "| CPU µs/out tok | CPU ms/req | frontend cores | peak RSS MiB | failed | steady req/s "
-            "| SYN overflows | box busy cores | req/s of each trial |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+def md_table(columns: list[str], rows: list[dict], keys: list[str], cells) -> str:
+    """A markdown table: the `keys` columns of each row, then `cells(row)` (or its error)."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
-        if not r.get("ok"):
-            lines.append(f"| {r['workload']} | {r['frontend']} | error: {r.get('error', '')[:80]} |"
-                         + " |" * 13)
-            continue
+        head = [str(r[k]) for k in keys]
+        if r.get("ok"):
+            rest = cells(r)
+        else:
+            rest = [f"error: {r.get('error', '')[:80]}"] + [""] * (len(columns) - len(keys) - 1)
+        lines.append("| " + " | ".join(head + rest) + " |")
+    return "\n".join(lines)
+
+
+def table(rows: list[dict]) -> str:
+    columns = ["workload", "frontend", "req/s", "out tok/s", "TTFT p50/p90/p99 ms",
+               "TPOT p50/p90/p99 ms", "CPU µs/out tok", "CPU ms/req", "frontend cores",
+               "peak RSS MiB", "failed", "steady req/s", "SYN overflows", "box busy cores",
+               "req/s of each trial"]
+
+    def cells(r: dict) -> list[str]:
         # int keys in memory, str keys once read back from JSON
         t = {int(k): v for k, v in r["ttft_ms"].items()}
         p = {int(k): v for k, v in r["tpot_ms"].items()}
-        lines.append(
-            f"| {r['workload']} | {r['frontend']} | {fmt(r['req_per_s'])} | {fmt(r['out_tok_per_s'], '.0f')} "
-            f"| {fmt(t[50], '.0f')} / {fmt(t[90], '.0f')} / {fmt(t[99], '.0f')} "
-            f"| {fmt(p[50])} / {fmt(p[90])} / {fmt(p[99])} "
-            f"| {fmt(r['cpu_us_per_out_token'])} | {fmt(r['cpu_ms_per_request'], '.2f')} "
-            f"| {fmt(r['cpu_util_cores'], '.2f')} | {fmt(r['peak_rss_mib'], '.0f')} | {r['failed']} "
-            f"| {fmt(r.get('steady_req_per_s'))} | {r.get('tcp_listen_overflows', '-')} "
-            f"| {fmt(r['machine_cpu_busy_cores'], '.2f')} "
-            f"| {' / '.join(str(x) for x in r.get('trials_req_per_s', [round(r['req_per_s'], 1)]))} |")
-    return "\n".join(lines)
+        return [fmt(r["req_per_s"]), fmt(r["out_tok_per_s"], ".0f"),
+                f"{fmt(t[50], '.0f')} / {fmt(t[90], '.0f')} / {fmt(t[99], '.0f')}",
+                f"{fmt(p[50])} / {fmt(p[90])} / {fmt(p[99])}",
+                fmt(r["cpu_us_per_out_token"]), fmt(r["cpu_ms_per_request"], ".2f"),
+                fmt(r["cpu_util_cores"], ".2f"), fmt(r["peak_rss_mib"], ".0f"), str(r["failed"]),
+                fmt(r.get("steady_req_per_s")), str(r.get("tcp_listen_overflows", "-")),
+                fmt(r["machine_cpu_busy_cores"], ".2f"),
+                " / ".join(str(x) for x in r.get("trials_req_per_s", [round(r["req_per_s"], 1)]))]
+
+    return md_table(columns, rows, ["workload", "frontend"], cells)
 
 
 def ratios(rows: list[dict]) -> dict:

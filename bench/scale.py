@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import procstat  # noqa: E402
 from bench.frontends import frontend_spec, sim_argv, spawn, stop, wait_ready  # noqa: E402
 from bench.loadgen import bench_serve  # noqa: E402
-from bench.run import RESULTS, bench_model_dir, fmt, machine  # noqa: E402
+from bench.run import RESULTS, bench_model_dir, fmt, machine, md_table  # noqa: E402
 from bench.workloads import WORKLOADS  # noqa: E402
 
 WARMUP_CONCURRENCY = 16
@@ -85,20 +85,12 @@ def run_point(name: str, concurrency: int, args, model: str, logs: Path) -> dict
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| frontend | streams | engine step ms | out tok/s | TPOT p50 ms | CPU µs/out tok "
-            "| idle RSS MiB | peak RSS MiB | KiB per open stream | failed |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for r in rows:
-        if not r.get("ok"):
-            lines.append(f"| {r['frontend']} | {r['concurrency']} | error: {r.get('error', '')[:80]} |"
-                         + " |" * 7)
-            continue
-        lines.append(
-            f"| {r['frontend']} | {r['concurrency']} | {r['step_time_s'] * 1000:.0f} "
-            f"| {fmt(r['out_tok_per_s'], '.0f')} | {fmt(r['tpot_p50_ms'])} "
-            f"| {fmt(r['cpu_us_per_out_token'])} | {fmt(r['idle_rss_mib'], '.0f')} "
-            f"| {fmt(r['peak_rss_mib'], '.0f')} | {fmt(r['kib_per_open_stream'], '.0f')} | {r['failed']} |")
-    return "\n".join(lines)
+    columns = ["frontend", "streams", "engine step ms", "out tok/s", "TPOT p50 ms", "CPU µs/out tok",
+               "idle RSS MiB", "peak RSS MiB", "KiB per open stream", "failed"]
+    return md_table(columns, rows, ["frontend", "concurrency"], lambda r: [
+        f"{r['step_time_s'] * 1000:.0f}", fmt(r["out_tok_per_s"], ".0f"), fmt(r["tpot_p50_ms"]),
+        fmt(r["cpu_us_per_out_token"]), fmt(r["idle_rss_mib"], ".0f"), fmt(r["peak_rss_mib"], ".0f"),
+        fmt(r["kib_per_open_stream"], ".0f"), str(r["failed"])])
 
 
 def chart(rows: list[dict], path: Path, title: str) -> None:
