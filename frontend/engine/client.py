@@ -24,7 +24,7 @@ import asyncio
 import logging
 import secrets
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import zmq
 
@@ -105,6 +105,9 @@ class EngineClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reader_fd: int | None = None
         self._drain_scheduled = False
+        # Called around each drain of the output socket (one or more engine steps' outputs):
+        # the server gathers a stream's writes of one drain into one (frontend.server.sse).
+        self.drain_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
 
         self._started = False
         self._closed = False
@@ -595,6 +598,17 @@ class EngineClient:
         sock = self._output
         if sock is None:
             return
+        hooks = self.drain_hooks
+        if hooks is None:
+            self._drain(sock)
+            return
+        hooks[0]()
+        try:
+            self._drain(sock)
+        finally:
+            hooks[1]()
+
+    def _drain(self, sock: zmq.Socket) -> None:
         recv = sock.recv_multipart
         for _ in range(_DRAIN_BUDGET):
             try:

@@ -37,8 +37,34 @@ HARD_LIMIT = _env_bytes("FRONTEND_SSE_HARD_LIMIT", 8 * 1024 * 1024)
 _RETRY_S = 0.05  # how often held events retry while the writer waits for the client
 
 
+class _Drain:
+    """Writes made while the engine client processes one drain of its output socket are gathered
+    per stream and written at the drain's end (EngineClient.drain_hooks): one write per stream
+    per drain. A drain is usually one engine step, so nothing changes while the worker keeps up;
+    when it falls behind (several steps queued), a stream gets one write for all of them instead
+    of one per step, and the `send()` per token that dominates the worker's time shrinks just
+    when it is overloaded (the first burst of 1024 streams, a slow moment)."""
+
+    active = False
+    dirty: list[SSEWriter] = []
+
+
+def begin_drain() -> None:
+    _Drain.active = True
+
+
+def end_drain() -> None:
+    _Drain.active = False
+    dirty, _Drain.dirty = _Drain.dirty, []
+    for w in dirty:
+        out, w.out = w.out, None
+        if out:
+            w._write_now(out)
+
+
 class SSEWriter:
-    __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry")
+    __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
+                 "out")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -51,6 +77,7 @@ class SSEWriter:
         self.alive = True
         self.held: bytearray | None = None  # coalesced events waiting for a slow client
         self._retry: asyncio.TimerHandle | None = None
+        self.out: bytearray | None = None  # this drain's events, written at its end
 
     def attach(self, transport, first_chunk: bytes) -> None:
         """The response headers are out: write the role chunk, then anything held."""
@@ -65,6 +92,17 @@ class SSEWriter:
         if self.pending is not None:
             self.pending.append(data)
             return
+        if _Drain.active:
+            out = self.out
+            if out is None:
+                self.out = bytearray(data)
+                _Drain.dirty.append(self)
+            else:
+                out += data
+            return
+        self._write_now(data)
+
+    def _write_now(self, data: bytes | bytearray) -> None:
         t = self.transport
         if t is None or t.is_closing():
             self._dead()
@@ -91,10 +129,11 @@ class SSEWriter:
         response body: HTTP clients that reuse the connection once they have read [DONE] would
         otherwise queue their next request behind a body that has not ended yet."""
         held, self.held = self.held, None
+        out, self.out = self.out, None  # (normally written already, at the end of the drain)
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
-        return bytes(held) + DONE if held else DONE
+        return bytes(held or b"") + bytes(out or b"") + DONE
 
     def _flush(self) -> None:
         held, self.held = self.held, None

@@ -27,6 +27,7 @@ from frontend.engine.types import EngineInfo
 from frontend.llm.sampling import GenerationDefaults
 from frontend.metrics import install_stats_tap
 from frontend.server.app import build_app
+from frontend.server.sse import begin_drain, end_drain
 from frontend.server.state import ServerState
 from frontend.text.tokenizer import Tokenizer
 
@@ -92,6 +93,7 @@ async def run_worker(config: WorkerConfig) -> int:
         vocab_size=tokenizer.vocab_size,
         engine_timeout=config.engine_timeout,
     )
+    engine.drain_hooks = (begin_drain, end_drain)  # one write per stream per drain
     known = [EngineInfo.from_json(d) for d in config.engine_infos] if config.engine_infos else None
     infos = await engine.start(engine_infos=known, timeout=config.engine_ready_timeout)
     try:
