@@ -13,8 +13,6 @@ the tree's CPU and memory are the frontend's alone.
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +21,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from supervisor.runtime import free_tcp_port
+
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 SERVED_NAME = "m"
 MAX_MODEL_LEN = 16384
 VLLM_RS_DEFAULT = REPO / ".cache" / "vllm033" / "vllm-rs"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def vllm_rs_binary() -> Path:
@@ -58,7 +52,7 @@ class FrontendSpec:
 
 def frontend_spec(name: str, model: str, workers: int) -> FrontendSpec:
     """Command line for frontend `name` with `workers` processes (or threads, for Rust)."""
-    http, rpc = free_port(), free_port()
+    http, rpc = free_tcp_port(), free_tcp_port()
     join = ["--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
             "--data-parallel-rpc-port", str(rpc)]
     common = ["--host", "127.0.0.1", "--port", str(http), "--served-model-name", SERVED_NAME,
@@ -101,27 +95,6 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subp
                                 start_new_session=True, env={**os.environ, **(env or {})})
     finally:
         out.close()
-
-
-def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    """SIGTERM the process group; SIGKILL whatever is left after `timeout`."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def wait_ready(base_url: str, procs: dict[str, subprocess.Popen], timeout: float) -> None:

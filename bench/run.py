@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import procstat  # noqa: E402
 from bench.frontends import (  # noqa: E402
-    REPO, frontend_spec, sim_argv, spawn, stop, vllm_rs_binary, wait_ready)
+    REPO, frontend_spec, sim_argv, spawn, vllm_rs_binary, wait_ready)
 from bench.loadgen import bench_serve, probe  # noqa: E402
 from bench.workloads import WORKLOADS, Workload  # noqa: E402
+from tests.stack import stop_process_group  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 FRONTENDS = ("ours", "vllm-python", "vllm-rust")
@@ -183,8 +184,8 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
     except Exception as e:  # noqa: BLE001 - one frontend failing must not lose the others' rows
         row.update({"ok": False, "error": f"{type(e).__name__}: {e}"})
     finally:
-        stop(fe)
-        stop(sim)
+        stop_process_group(fe, 20)
+        stop_process_group(sim, 20)
     return row
 
 

@@ -31,10 +31,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import procstat  # noqa: E402
-from bench.frontends import frontend_spec, sim_argv, spawn, stop, wait_ready  # noqa: E402
+from bench.frontends import frontend_spec, sim_argv, spawn, wait_ready  # noqa: E402
 from bench.loadgen import bench_serve  # noqa: E402
 from bench.run import RESULTS, bench_model_dir, fmt, machine, md_table  # noqa: E402
 from bench.workloads import WORKLOADS  # noqa: E402
+from tests.stack import stop_process_group  # noqa: E402
 
 WARMUP_CONCURRENCY = 16
 WARMUP_REQUESTS = 16
@@ -79,8 +80,8 @@ def run_point(name: str, concurrency: int, args, model: str, logs: Path) -> dict
     except Exception as e:  # noqa: BLE001 - one point failing must not lose the others
         row.update({"ok": False, "error": f"{type(e).__name__}: {e}"})
     finally:
-        stop(fe)
-        stop(sim)
+        stop_process_group(fe, 20)
+        stop_process_group(sim, 20)
     return row
 
 

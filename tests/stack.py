@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,8 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+
+from supervisor.runtime import free_tcp_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,9 +41,7 @@ def stop_process_group(proc: subprocess.Popen, timeout: float) -> int | None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_tcp_port("127.0.0.1")
 
 
 class Stack:
