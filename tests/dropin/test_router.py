@@ -29,6 +29,7 @@ from vllm.v1.outputs import LogprobsLists
 from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 
 from frontend.engine.client import EngineClient
+from tests.fake_engine import engine_sockets
 from frontend.engine.types import EngineRequest
 from frontend.engine.wire import encode_utility
 from frontend.llm.request_ids import make_request_id
@@ -183,13 +184,7 @@ class FakeEngine:
     """An engine's two sockets, connected to the listeners vLLM bound (DEALER in, PUSH out)."""
 
     def __init__(self, ctx: zmq.Context, index: int, input_address: str, output_address: str):
-        self.dealer = ctx.socket(zmq.DEALER)
-        self.dealer.setsockopt(zmq.IDENTITY, index.to_bytes(2, "little"))
-        self.dealer.setsockopt(zmq.LINGER, 0)
-        self.dealer.connect(input_address)
-        self.push = ctx.socket(zmq.PUSH)
-        self.push.setsockopt(zmq.LINGER, 0)
-        self.push.connect(output_address)
+        self.dealer, self.push = engine_sockets(ctx, index, input_address, output_address)
         self.dealer.send(ready_payload(index))  # the engine's ready response, as on connect
 
     async def recv(self, timeout: float = 10.0) -> list[bytes]:

@@ -28,6 +28,7 @@ from vllm.v1.outputs import LogprobsLists
 from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 
 from frontend.engine.client import EngineClient, UtilityError
+from tests.fake_engine import engine_sockets
 from frontend.engine.types import (
     FINISH_ERROR,
     EngineDeadError,
@@ -58,13 +59,7 @@ async def until(cond, timeout: float = 5.0) -> None:
 class FakeEngine:
     def __init__(self, ctx: zmq.Context, index: int, input_address: str, output_address: str):
         self.index = index
-        self.dealer = ctx.socket(zmq.DEALER)
-        self.dealer.setsockopt(zmq.IDENTITY, index.to_bytes(2, "little"))
-        self.dealer.setsockopt(zmq.LINGER, 0)
-        self.dealer.connect(input_address)
-        self.push = ctx.socket(zmq.PUSH)
-        self.push.setsockopt(zmq.LINGER, 0)
-        self.push.connect(output_address)
+        self.dealer, self.push = engine_sockets(ctx, index, input_address, output_address)
         self.encoder = MsgpackEncoder()
         self.add_decoder = MsgpackDecoder(EngineCoreRequest)
         self.decoder = MsgpackDecoder()
