@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from supervisor.runtime import free_tcp_port
+from vllm_pyfrontend.supervisor.runtime import free_tcp_port
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -64,7 +64,7 @@ def frontend_spec(name: str, model: str, workers: int) -> FrontendSpec:
         return FrontendSpec(name, argv, http, rpc)
     if name == "vllm-python":
         argv = [PY, "-c",
-                "import sys; from supervisor.vllm_engine import run_vllm_cli; run_vllm_cli(sys.argv[1:])",
+                "import sys; from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli(sys.argv[1:])",
                 "serve", model, "--api-server-count", str(workers), *common, *join,
                 # The access log is vLLM's default but costs a log line per request; off, so the
                 # comparison is not charged for it. Tool parsing on, as the tool workload needs it.
@@ -81,7 +81,7 @@ def frontend_spec(name: str, model: str, workers: int) -> FrontendSpec:
 def sim_argv(model: str, rpc_port: int, step_time: float, max_num_seqs: int) -> list[str]:
     """The simulated engine, identical for every frontend. Prefill is not rate-limited by a token
     budget (max-num-batched-tokens is huge) so preprocess-heavy runs measure the frontend."""
-    return [PY, "-m", "supervisor.sim_engine", "--handshake-address", f"tcp://127.0.0.1:{rpc_port}",
+    return [PY, "-m", "vllm_pyfrontend.supervisor.sim", "--handshake-address", f"tcp://127.0.0.1:{rpc_port}",
             "--engine-index", "0", "--model", model, "--step-time", str(step_time),
             "--max-num-seqs", str(max_num_seqs), "--max-model-len", str(MAX_MODEL_LEN),
             "--max-num-batched-tokens", str(1 << 24), "--num-gpu-blocks", str(1 << 22)]

@@ -31,7 +31,7 @@ def _frame(f: str) -> str:
 
 
 def _short_process(frame: str) -> str:
-    """`process 123:"python -m frontend.server.worker --config-json {...}"` -> short label."""
+    """`process 123:"python -m vllm_pyfrontend.server.worker --config-json {...}"` -> short label."""
     m = re.match(r'process (\d+):"(.*)"?$', frame)
     if not m:
         return frame[:80]

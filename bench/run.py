@@ -44,7 +44,7 @@ FRONTENDS = ("ours", "vllm-python", "vllm-rust")
 def bench_model_dir() -> str:
     """The bench's own copy of the DeepSeek V4 tokenizer dir (config.json, tokenizer.json,
     tokenizer_config.json with the chat template). All three frontends parse it as is."""
-    from frontend.text.bundled import materialize_deepseek_v4
+    from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 
     return materialize_deepseek_v4(str(REPO / ".cache" / "bench-deepseek-v4"))
 

@@ -15,10 +15,10 @@ import ormsgpack
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from frontend.text.bundled import materialize_deepseek_v4  # noqa: E402
-from supervisor.sim import wire  # noqa: E402
-from supervisor.sim.scheduler import Scheduler  # noqa: E402
-from supervisor.sim.tokens import TokenSource  # noqa: E402
+from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4  # noqa: E402
+from vllm_pyfrontend.supervisor.sim import wire  # noqa: E402
+from vllm_pyfrontend.supervisor.sim.scheduler import Scheduler  # noqa: E402
+from vllm_pyfrontend.supervisor.sim.tokens import TokenSource  # noqa: E402
 
 
 def main() -> None:

@@ -71,10 +71,10 @@ def _children(pid: int) -> list[int]:
 def _name(pid: int) -> str:
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = f.read().split(b"\0")
-    if b"frontend.server.worker" in argv:
+    if b"vllm_pyfrontend.server.worker" in argv:
         cfg = json.loads(argv[argv.index(b"--config-json") + 1])
         return f"worker {cfg['worker_index']}"
-    if b"supervisor.sim_engine" in argv:
+    if b"vllm_pyfrontend.supervisor.sim" in argv:
         return "engine"
     return "?"
 

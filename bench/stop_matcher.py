@@ -12,7 +12,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.workloads import STOP_SCRIPT, STOP_STRING  # noqa: E402
-from frontend.text.stop import StopStringMatcher  # noqa: E402
+from vllm_pyfrontend.text.stop import StopStringMatcher  # noqa: E402
 
 
 def main(rounds: int = 2000) -> None:

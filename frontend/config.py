@@ -65,7 +65,7 @@ class WorkerConfig:
     reasoning_parser: str | None = None
 
     # Settings a launcher copies verbatim from its own options (same attribute names) into every
-    # worker's config: see supervisor.main.policy_settings.
+    # worker's config: see vllm_pyfrontend.supervisor.deployment.policy_settings.
     POLICY_FIELDS = (
         "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
         "enable_request_id_headers", "enable_log_requests", "max_log_len",

@@ -1,4 +1,4 @@
-"""`frontend-supervisor`: command line parsing, then `supervisor.main.run`.
+"""`frontend-supervisor`: command line parsing, then `vllm_pyfrontend.supervisor.deployment.run`.
 
     frontend-supervisor [--workers N] [--host H] [--port P] [--engine vllm|sim] ...
                         <model> [vLLM engine flags]
@@ -20,9 +20,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from supervisor.config_file import split_with_config
-from supervisor.options import DEFAULT_DP_RPC_PORT, SupervisorOptions
-from supervisor.vllm_flags import MULTI_VALUE_FLAGS, OPTIONAL_VALUE_FLAGS, normalize_flag, takes_value
+from vllm_pyfrontend.supervisor.config_file import split_with_config
+from vllm_pyfrontend.supervisor.options import DEFAULT_DP_RPC_PORT, SupervisorOptions
+from vllm_pyfrontend.supervisor.vllm_flags import MULTI_VALUE_FLAGS, OPTIONAL_VALUE_FLAGS, normalize_flag, takes_value
 
 DEMO_MODELS = ("demo:deepseek-v4",)
 
@@ -316,7 +316,7 @@ def resolve_model(model_arg: str, engine: str) -> str:
             raise ValueError(f"unknown demo model {model_arg!r} (known: {', '.join(DEMO_MODELS)})")
         if engine != "sim":
             raise ValueError(f"{model_arg} has no weights: use it with --engine sim")
-        from frontend.text.bundled import materialize_deepseek_v4
+        from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 
         return materialize_deepseek_v4(os.path.join(cache_dir(), "deepseek-v4"))
     if not os.path.isdir(model_arg):
@@ -329,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already printed by argparse
         return e.code if isinstance(e.code, int) else 2
-    from supervisor.main import configure_logging, run
+    from vllm_pyfrontend.supervisor.deployment import configure_logging, run
 
     configure_logging(options.log_level)
     try:

@@ -15,8 +15,8 @@ With those variables vLLM starts the engines, performs the engine handshake itse
 Process tree under vLLM's API launcher:
 
     vllm-pyfrontend frontend ...        this module: spawns, watches, restarts, stops
-     ├─ router (python -m frontend.router)   owns the two ZMQ fds = the one client slot
-     └─ worker 0 … N-1 (frontend.server.worker)  share the inherited HTTP listener fd
+     ├─ router (python -m vllm_pyfrontend.router)   owns the two ZMQ fds = the one client slot
+     └─ worker 0 … N-1 (vllm_pyfrontend.server.worker)  share the inherited HTTP listener fd
 
 The router waits for the engines' ready responses, then the workers start; each binds its own
 ipc ROUTER/PULL pair in a private runtime directory, which the router connects to while playing
@@ -41,9 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from frontend.config import WorkerConfig
-from supervisor.cli import default_workers, human_readable_int
-from supervisor.main import (
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.supervisor.cli import default_workers, human_readable_int
+from vllm_pyfrontend.supervisor.deployment import (
     BACKOFF_BASE_S,
     BACKOFF_MAX_S,
     FAST_CRASH_S,
@@ -53,8 +53,8 @@ from supervisor.main import (
     policy_settings,
     worker_env,
 )
-from supervisor.process import Child, describe_exit, wait_all
-from supervisor.runtime import ClientAddresses, RuntimeDir
+from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
+from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir
 
 log = logging.getLogger("pyfrontend")
 
@@ -258,7 +258,7 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
 def router_command(args: FrontendArgs, addresses: Sequence[ClientAddresses],
                    ready_timeout: float, status_fd: int, engine_info_path: str) -> list[str]:
     argv = [
-        sys.executable, "-m", "frontend.router",
+        sys.executable, "-m", "vllm_pyfrontend.router",
         "--input-fd", str(args.input_fd),
         "--output-fd", str(args.output_fd),
         "--engine-start-index", str(args.engine_start_index),

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 
-from supervisor.runtime import free_tcp_port
+from vllm_pyfrontend.supervisor.runtime import free_tcp_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,7 +50,7 @@ class Stack:
     def __init__(self, args: list[str], *, port: int | None = None, ready_timeout: float = 120.0, env=None):
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-c", "import sys; from supervisor.cli import main; sys.exit(main())",
+        cmd = [sys.executable, "-c", "import sys; from vllm_pyfrontend.supervisor.cli import main; sys.exit(main())",
                "--host", "127.0.0.1", "--port", str(self.port), *args]
         self.log: deque[str] = deque(maxlen=400)
         self.proc = subprocess.Popen(

@@ -42,7 +42,7 @@ from typing import Any
 
 import minijinja
 
-from frontend.text.tokenizer import read_model_chat_template
+from vllm_pyfrontend.text.tokenizer import read_model_chat_template
 
 BASE_FUEL = 5_000_000
 FUEL_PER_MESSAGE = 200_000
@@ -50,11 +50,7 @@ FUEL_PER_INPUT_CHAR = 50
 DEFAULT_MAX_OUTPUT_CHARS = 32 * 1024 * 1024
 
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
-_BUNDLED_DIR = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "configs",
-    "chat_templates",
-)
+_BUNDLED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 _RESERVED = ("messages", "tools", "documents", "add_generation_prompt")
 
 
@@ -307,7 +303,7 @@ class ChatTemplate:
 
 
 def bundled_template_path(name: str) -> str:
-    """Path of a template shipped in configs/chat_templates (``name`` w/o .jinja)."""
+    """Path of a template shipped in chat/templates/ (``name`` w/o .jinja)."""
     return os.path.join(_BUNDLED_DIR, f"{name}.jinja")
 
 

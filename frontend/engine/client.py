@@ -106,7 +106,7 @@ class EngineClient:
         self._reader_fd: int | None = None
         self._drain_scheduled = False
         # Called around each drain of the output socket (one or more engine steps' outputs):
-        # the server gathers a stream's writes of one drain into one (frontend.server.sse).
+        # the server gathers a stream's writes of one drain into one (vllm_pyfrontend.server.sse).
         self.drain_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
 
         self._started = False

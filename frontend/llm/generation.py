@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from frontend.engine.types import (
+from vllm_pyfrontend.engine.types import (
     FINISH_ABORT,
     FINISH_ERROR,
     FINISH_REASON_NAMES,

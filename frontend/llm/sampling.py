@@ -2,7 +2,7 @@
 
 The lowering mirrors what vLLM's `ChatCompletionRequest.to_sampling_params` +
 `SamplingParams.update_from_generation_config` produce, so the engine sees the same values
-whichever frontend sent the request. Ranges are checked again by `frontend.engine.validate`
+whichever frontend sent the request. Ranges are checked again by `vllm_pyfrontend.engine.validate`
 just before encoding; this module decides *values* (defaults, EOS handling, max_tokens).
 """
 

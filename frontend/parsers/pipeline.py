@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from frontend.chat.assistant import AssistantDelta
-from frontend.parsers.reasoning import get_reasoning_parser
-from frontend.parsers.reasoning.think import ThinkReasoningParser
-from frontend.parsers.tool import get_tool_parser
-from frontend.parsers.tool.base import SectionToolParser
+from vllm_pyfrontend.chat.assistant import AssistantDelta
+from vllm_pyfrontend.parsers.reasoning import get_reasoning_parser
+from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser
+from vllm_pyfrontend.parsers.tool import get_tool_parser
+from vllm_pyfrontend.parsers.tool.base import SectionToolParser
 
 
 class AssistantPipeline:

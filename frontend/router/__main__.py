@@ -1,6 +1,6 @@
-"""`python -m frontend.router`: the router process of the drop-in launch (see router.py).
+"""`python -m vllm_pyfrontend.router`: the router process of the drop-in launch (see router.py).
 
-Started by `supervisor.dropin`, which passes it vLLM's two pre-bound ZMQ listener fds.
+Started by `vllm_pyfrontend.supervisor.dropin`, which passes it vLLM's two pre-bound ZMQ listener fds.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .router import run_router
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m frontend.router")
+    p = argparse.ArgumentParser(prog="python -m vllm_pyfrontend.router")
     p.add_argument("--input-fd", type=int, required=True, help="vLLM's input ROUTER listener")
     p.add_argument("--output-fd", type=int, required=True, help="vLLM's output PULL listener")
     p.add_argument("--engine-start-index", type=int, default=0)

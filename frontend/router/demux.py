@@ -2,7 +2,7 @@
 
 vLLM gives the drop-in frontend a single engine client slot, so every output of every worker's
 requests arrives on one PULL socket. Each engine request id carries the index of the worker
-that made it (`frontend.llm.request_ids`), so the owner of an output is read off its id: no
+that made it (`vllm_pyfrontend.llm.request_ids`), so the owner of an output is read off its id: no
 table of in-flight requests, nothing to clean up when a request ends.
 
 The batch is never fully decoded. msgspec decodes the outer array into `Raw` spans (one per
@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from frontend.llm.request_ids import worker_of
+from vllm_pyfrontend.llm.request_ids import worker_of
 
 log = logging.getLogger(__name__)
 

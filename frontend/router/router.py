@@ -29,12 +29,12 @@ from typing import Any
 
 import zmq
 
-from frontend.engine.types import EngineInfo
-from frontend.engine.wire import REQUEST_UTILITY, decode_ready, engine_identity
+from vllm_pyfrontend.engine.types import EngineInfo
+from vllm_pyfrontend.engine.wire import REQUEST_UTILITY, decode_ready, engine_identity
 
 from .demux import BatchSplitter
 
-log = logging.getLogger("frontend.router")
+log = logging.getLogger("vllm_pyfrontend.router")
 
 _DRAIN_BUDGET = 256  # messages taken from one socket before looking at the others
 _IDLE_POLL_MS = 200  # how often an idle router notices a stop request

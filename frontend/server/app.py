@@ -8,18 +8,18 @@ import time
 import msgspec
 from aiohttp import web
 
-from frontend import __version__
-from frontend.server.chat_completion import handle_chat_completions
-from frontend.server.completion import handle_completions
-from frontend.server.tokenize import handle_detokenize, handle_tokenize
-from frontend.server.errors import APIError
-from frontend.server.middleware import build_middlewares
-from frontend.server.middleware import install as install_middleware_hooks
-from frontend.server.ops import add_routes as add_ops_routes
-from frontend.server.openapi import openapi_bytes
-from frontend.server.state import ServerState
+from vllm_pyfrontend import __version__
+from vllm_pyfrontend.server.chat_completion import handle_chat_completions
+from vllm_pyfrontend.server.completion import handle_completions
+from vllm_pyfrontend.server.tokenize import handle_detokenize, handle_tokenize
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.middleware import build_middlewares
+from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
+from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
+from vllm_pyfrontend.server.openapi import openapi_bytes
+from vllm_pyfrontend.server.state import ServerState
 
-log = logging.getLogger("frontend.server")
+log = logging.getLogger("vllm_pyfrontend.server")
 _json = msgspec.json.encode
 
 

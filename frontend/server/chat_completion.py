@@ -11,11 +11,11 @@ import time
 
 from aiohttp import web
 
-from frontend.chat.tools import ToolChoiceError, plan_tools
-from frontend.llm.request_ids import make_request_id
-from frontend.server.errors import APIError
-from frontend.server.formatters import ChatFormatter
-from frontend.server.generate import (
+from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
+from vllm_pyfrontend.llm.request_ids import make_request_id
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.formatters import ChatFormatter
+from vllm_pyfrontend.server.generate import (
     Submission,
     bad_words_token_ids,
     forced_json,
@@ -29,8 +29,8 @@ from frontend.server.generate import (
     structured_outputs_from,
     truncate_prompt,
 )
-from frontend.server.run import RequestRun
-from frontend.server.schemas import ChatCompletionRequest, decode_body, normalize_messages
+from vllm_pyfrontend.server.request_pipeline import RequestRun
+from vllm_pyfrontend.server.schemas import ChatCompletionRequest, decode_body, normalize_messages
 
 
 async def handle_chat_completions(request: web.Request) -> web.StreamResponse:

@@ -6,11 +6,11 @@ import time
 
 from aiohttp import web
 
-from frontend.chat.assistant import AssistantStream
-from frontend.llm.request_ids import make_request_id
-from frontend.server.errors import APIError
-from frontend.server.formatters import CompletionFormatter
-from frontend.server.generate import (
+from vllm_pyfrontend.chat.assistant import AssistantStream
+from vllm_pyfrontend.llm.request_ids import make_request_id
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.formatters import CompletionFormatter
+from vllm_pyfrontend.server.generate import (
     Submission,
     bad_words_token_ids,
     check_n,
@@ -23,8 +23,8 @@ from frontend.server.generate import (
     structured_outputs_from,
     truncate_prompt,
 )
-from frontend.server.run import RequestRun
-from frontend.server.schemas import CompletionRequest, decode_body
+from vllm_pyfrontend.server.request_pipeline import RequestRun
+from vllm_pyfrontend.server.schemas import CompletionRequest, decode_body
 
 
 def _is_ids(x) -> bool:

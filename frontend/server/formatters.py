@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import msgspec
 
-from frontend.chat.assistant import AssistantDelta
-from frontend.engine.types import Logprobs
-from frontend.server.run import Choice, RequestRun, fold_tool_calls
+from vllm_pyfrontend.chat.assistant import AssistantDelta
+from vllm_pyfrontend.engine.types import Logprobs
+from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun, fold_tool_calls
 
 _enc = msgspec.json.encode
 

@@ -11,14 +11,14 @@ from typing import Any, Callable
 import msgspec
 from aiohttp import web
 
-from frontend.engine.types import EngineDeadError, EngineRequest, InvalidEngineRequest
-from frontend.llm.generation import Generation
-from frontend.llm.request_ids import make_request_id
-from frontend.llm.sampling import ContextLengthError, SamplingOptions, lower_sampling, resolve_max_tokens
-from frontend.server.errors import APIError
-from frontend.server.run import Choice, RequestRun
-from frontend.server.sse import SSEWriter
-from frontend.text.text_stream import TextStream
+from vllm_pyfrontend.engine.types import EngineDeadError, EngineRequest, InvalidEngineRequest
+from vllm_pyfrontend.llm.generation import Generation
+from vllm_pyfrontend.llm.request_ids import make_request_id
+from vllm_pyfrontend.llm.sampling import ContextLengthError, SamplingOptions, lower_sampling, resolve_max_tokens
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
+from vllm_pyfrontend.server.sse import SSEWriter
+from vllm_pyfrontend.text.text_stream import TextStream
 
 _json = msgspec.json.encode
 _MAX_BAD_WORDS = 128  # vLLM's VLLM_MAX_NUM_BAD_WORDS default

@@ -32,9 +32,9 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from aiohttp import web
 
-from frontend.config import WorkerConfig
-from frontend.metrics import UNINSTRUMENTED_ROUTES, WorkerMetrics
-from frontend.server.errors import APIError
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.metrics import UNINSTRUMENTED_ROUTES, WorkerMetrics
+from vllm_pyfrontend.server.errors import APIError
 
 request_log = logging.getLogger("frontend.requests")
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-from frontend import __version__
-from frontend.server import schemas
+from vllm_pyfrontend import __version__
+from vllm_pyfrontend.server import schemas
 
 _REF = "#/components/schemas/{name}"
 

@@ -14,7 +14,7 @@ import asyncio
 import msgspec
 from aiohttp import web
 
-from frontend.metrics import CONTENT_TYPE_LATEST
+from vllm_pyfrontend.metrics import CONTENT_TYPE_LATEST
 
 _json = msgspec.json.encode
 

@@ -10,19 +10,19 @@ from typing import Any
 
 from aiohttp import web
 
-from frontend.chat.assistant import AssistantStream
-from frontend.chat.template import ChatTemplate, ChatTemplateError
-from frontend.chat.tools import ToolPlan
-from frontend.parsers.auto import auto_reasoning_parser, auto_tool_parser
-from frontend.parsers.pipeline import make_assistant_stream
-from frontend.parsers.reasoning import reasoning_parser_names
-from frontend.parsers.tool import forced_tool_parser, tool_parser_names
-from frontend.config import WorkerConfig
-from frontend.engine.client import EngineClient
-from frontend.llm.sampling import GenerationDefaults
-from frontend.metrics import WorkerMetrics
-from frontend.server.errors import APIError
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.chat.assistant import AssistantStream
+from vllm_pyfrontend.chat.template import ChatTemplate, ChatTemplateError
+from vllm_pyfrontend.chat.tools import ToolPlan
+from vllm_pyfrontend.parsers.auto import auto_reasoning_parser, auto_tool_parser
+from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
+from vllm_pyfrontend.parsers.reasoning import reasoning_parser_names
+from vllm_pyfrontend.parsers.tool import forced_tool_parser, tool_parser_names
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.engine.client import EngineClient
+from vllm_pyfrontend.llm.sampling import GenerationDefaults
+from vllm_pyfrontend.metrics import WorkerMetrics
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
 class ServerState:

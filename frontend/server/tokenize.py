@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from frontend.server.errors import APIError
-from frontend.server.schemas import DetokenizeRequest, TokenizeRequest, decode_body, normalize_messages
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.schemas import DetokenizeRequest, TokenizeRequest, decode_body, normalize_messages
 
 _json = msgspec.json.encode
 

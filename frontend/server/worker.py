@@ -1,6 +1,6 @@
 """A worker process: one aiohttp server on a shared port + one engine client slot.
 
-Started by the supervisor as `python -m frontend.server.worker --config-json '<WorkerConfig>'`.
+Started by the supervisor as `python -m vllm_pyfrontend.server.worker --config-json '<WorkerConfig>'`.
 Signals: SIGTERM/SIGINT drain (stop accepting, let in-flight requests finish up to
 `shutdown_timeout`, then cancel the rest, which aborts them in the engine); SIGUSR1 means the
 supervisor saw the engine die (fail in-flight requests, /health turns 503).
@@ -20,16 +20,16 @@ import sys
 
 from aiohttp import web
 
-from frontend.chat.template import load_chat_template
-from frontend.config import API_KEYS_ENV, WorkerConfig
-from frontend.engine.client import EngineClient
-from frontend.engine.types import EngineInfo
-from frontend.llm.sampling import GenerationDefaults
-from frontend.metrics import install_stats_tap
-from frontend.server.app import build_app
-from frontend.server.sse import begin_drain, end_drain
-from frontend.server.state import ServerState
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.chat.template import load_chat_template
+from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
+from vllm_pyfrontend.engine.client import EngineClient
+from vllm_pyfrontend.engine.types import EngineInfo
+from vllm_pyfrontend.llm.sampling import GenerationDefaults
+from vllm_pyfrontend.metrics import install_stats_tap
+from vllm_pyfrontend.server.app import build_app
+from vllm_pyfrontend.server.sse import begin_drain, end_drain
+from vllm_pyfrontend.server.state import ServerState
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 log = logging.getLogger("frontend.worker")
 
@@ -176,7 +176,7 @@ def _setup_logging(config: WorkerConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="frontend.server.worker")
+    parser = argparse.ArgumentParser(prog="vllm_pyfrontend.server.worker")
     parser.add_argument("--config-json", required=True)
     args = parser.parse_args(argv)
     config = WorkerConfig.from_json(args.config_json)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import tokenizers.decoders
 
 if TYPE_CHECKING:
-    from frontend.text.tokenizer import Tokenizer
+    from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 _INVALID_PREFIX = "Invalid prefix encountered"
 _REPLACEMENT = "\ufffd"

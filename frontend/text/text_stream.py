@@ -7,8 +7,8 @@ only once `min_tokens` tokens exist; text that could begin a stop string is held
 
 from __future__ import annotations
 
-from frontend.text.detokenizer import IncrementalDetokenizer
-from frontend.text.stop import StopStringMatcher
+from vllm_pyfrontend.text.detokenizer import IncrementalDetokenizer
+from vllm_pyfrontend.text.stop import StopStringMatcher
 
 
 class TextStream:

@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import tokenizers
 
-from frontend.text.bytelevel import build_token_bytes, is_pure_byte_level
-from frontend.text.detokenizer import IncrementalDetokenizer
+from vllm_pyfrontend.text.bytelevel import build_token_bytes, is_pure_byte_level
+from vllm_pyfrontend.text.detokenizer import IncrementalDetokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -31,11 +31,11 @@ from typing import Any
 import msgspec
 import zmq
 
-from supervisor.sim import wire
-from supervisor.sim.scheduler import FatalEngineError, Scheduler
-from supervisor.sim.tokens import TokenSource
+from vllm_pyfrontend.supervisor.sim import wire
+from vllm_pyfrontend.supervisor.sim.scheduler import FatalEngineError, Scheduler
+from vllm_pyfrontend.supervisor.sim.tokens import TokenSource
 
-logger = logging.getLogger("supervisor.sim")
+logger = logging.getLogger("vllm_pyfrontend.supervisor.sim")
 
 _IDLE_POLL_MS = 100  # how often an idle engine looks at its stop flag
 

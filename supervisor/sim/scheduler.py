@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from supervisor.sim import wire
-from supervisor.sim.tokens import TokenSource
+from vllm_pyfrontend.supervisor.sim import wire
+from vllm_pyfrontend.supervisor.sim.tokens import TokenSource
 
 
 class FatalEngineError(RuntimeError):

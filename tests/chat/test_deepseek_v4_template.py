@@ -1,4 +1,4 @@
-"""configs/chat_templates/deepseek_v4.jinja equals vLLM's DeepSeek V4 encoding.
+"""frontend/chat/templates/deepseek_v4.jinja equals vLLM's DeepSeek V4 encoding.
 
 Reference: vLLM's chat parser (content_format "openai", as its DeepSeek V4
 renderer uses) followed by the DeepSeek V4 tokenizer wrapper's
@@ -14,9 +14,9 @@ import pytest
 from vllm.renderers import chat_utils
 from vllm.tokenizers.deepseek_v4 import get_deepseek_v4_tokenizer
 
-from frontend.chat.template import ChatTemplate, ChatTemplateError, load_chat_template
-from frontend.text.bundled import deepseek_v4_template_path, materialize_deepseek_v4
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.chat.template import ChatTemplate, ChatTemplateError, load_chat_template
+from vllm_pyfrontend.supervisor.demo_model import deepseek_v4_template_path, materialize_deepseek_v4
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
 class _TextOnlyParser:

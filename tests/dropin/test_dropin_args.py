@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from supervisor.dropin import DropinSupervisor, main, parse_frontend_args, serve_settings
+from vllm_pyfrontend.supervisor.dropin import DropinSupervisor, main, parse_frontend_args, serve_settings
 from tests.e2e.tiny_model import build_tiny_model
 
 # As logged by `vllm serve` 0.32 ("Launching Rust frontend: ..."), trimmed.

@@ -36,7 +36,7 @@ def dropin(tmp_path_factory):
     )  # fmt: skip
     with open(logs / "sim.log", "wb") as out:
         engine = subprocess.Popen(
-            [sys.executable, "-m", "supervisor.sim_engine",
+            [sys.executable, "-m", "vllm_pyfrontend.supervisor.sim",
              "--handshake-address", f"tcp://127.0.0.1:{rpc_port}", "--engine-index", "0",
              "--model", model, "--max-model-len", "4096", "--step-time", "0.005"],
             cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -64,7 +64,7 @@ def test_launched_by_vllm_with_workers_behind_a_router(dropin):
     assert "Launching Rust frontend:" in log and "vllm-pyfrontend frontend --listen-fd" in log
     assert "(2 workers behind one engine client)" in log
     names = " ".join(" ".join(p.cmdline()) for p in dropin.remember_tree())
-    assert "-m frontend.router" in names and names.count("frontend.server.worker") == 2
+    assert "-m vllm_pyfrontend.router" in names and names.count("vllm_pyfrontend.server.worker") == 2
 
 
 def test_chat_completions_streaming_and_not(client):
@@ -91,7 +91,7 @@ def test_vllm_api_key_flag_guards_v1_routes(dropin):
                     headers={"Authorization": f"Bearer {API_KEY}"})
     assert ok.status_code == 200
     assert API_KEY not in " ".join(" ".join(p.cmdline()) for p in dropin.remember_tree()
-                                   if "frontend.server.worker" in " ".join(p.cmdline()))
+                                   if "vllm_pyfrontend.server.worker" in " ".join(p.cmdline()))
 
 
 def test_requests_land_on_both_workers(dropin):

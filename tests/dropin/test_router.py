@@ -28,13 +28,13 @@ from vllm.v1.metrics.stats import SchedulerStats
 from vllm.v1.outputs import LogprobsLists
 from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 
-from frontend.engine.client import EngineClient
+from vllm_pyfrontend.engine.client import EngineClient
 from tests.fake_engine import engine_sockets
-from frontend.engine.types import EngineRequest
-from frontend.engine.wire import encode_utility
-from frontend.llm.request_ids import make_request_id
-from frontend.router.demux import ENGINE_CORE_DEAD, BatchSplitter, array_header
-from frontend.router.router import Router, adopt_listener
+from vllm_pyfrontend.engine.types import EngineRequest
+from vllm_pyfrontend.engine.wire import encode_utility
+from vllm_pyfrontend.llm.request_ids import make_request_id
+from vllm_pyfrontend.router.demux import ENGINE_CORE_DEAD, BatchSplitter, array_header
+from vllm_pyfrontend.router.router import Router, adopt_listener
 
 ENCODER = MsgpackEncoder()
 DECODER = MsgpackDecoder(EngineCoreOutputs)
@@ -316,10 +316,10 @@ async def test_router_over_tcp_listeners_with_two_engines(tmp_path):
 
 
 def test_engine_infos_recorded_where_restarted_workers_look(tmp_path):
-    from frontend.engine.types import EngineInfo
-    from frontend.engine.wire import decode_ready
-    from frontend.router.router import write_engine_infos
-    from supervisor.runtime import RuntimeDir
+    from vllm_pyfrontend.engine.types import EngineInfo
+    from vllm_pyfrontend.engine.wire import decode_ready
+    from vllm_pyfrontend.router.router import write_engine_infos
+    from vllm_pyfrontend.supervisor.runtime import RuntimeDir
 
     runtime = RuntimeDir(base=str(tmp_path))
     write_engine_infos(runtime.engine_info_path, [decode_ready(ready_payload(1), engine_index=1)])

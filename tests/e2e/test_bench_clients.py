@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from frontend.text.bundled import materialize_deepseek_v4
+from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 from tests.stack import REPO, Stack
 
 
@@ -30,7 +30,7 @@ def test_vllm_bench_serve(stack, backend, endpoint):
             "--model", "dsv4", "--tokenizer", tokenizer, "--dataset-name", "random",
             "--random-input-len", "32", "--random-output-len", "16", "--num-prompts", "24",
             "--max-concurrency", "8", "--disable-tqdm"]
-    code = f"from supervisor.vllm_engine import run_vllm_cli; run_vllm_cli({args!r})"
+    code = f"from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli({args!r})"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]

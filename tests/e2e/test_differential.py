@@ -131,7 +131,7 @@ class VLLMServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         args = ["serve", model, "--port", str(self.port), "--host", "127.0.0.1",
                 "--served-model-name", MODEL, *ENGINE_ARGS]
-        code = f"from supervisor.vllm_engine import run_vllm_cli; run_vllm_cli({args!r})"
+        code = f"from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli({args!r})"
         self.log_path = os.path.join(REPO, ".cache", f"vllm-frontend-{self.port}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=self.log,

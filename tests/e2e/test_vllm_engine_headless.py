@@ -1,4 +1,4 @@
-"""The real vLLM EngineCore, started by `python -m supervisor.vllm_engine`, joins a bare
+"""The real vLLM EngineCore, started by `python -m vllm_pyfrontend.supervisor.vllm_headless`, joins a bare
 frontend's handshake (plain zmq, tests/supervisor/sim_harness.py) and generates; and the
 simulated engine answers the same messages with the same shapes.
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from supervisor.sim.engine import SimEngineConfig
-from supervisor.vllm_engine import build_engine_command
+from vllm_pyfrontend.supervisor.sim.engine import SimEngineConfig
+from vllm_pyfrontend.supervisor.vllm_headless import build_engine_command
 from tests.e2e.tiny_model import ENGINE_ARGS, REPO_ROOT, build_tiny_model
 from tests.supervisor.sim_harness import EngineThread, FakeFrontend, sampling_params
 

@@ -1,7 +1,7 @@
 """vLLM's own Python frontend served by the simulated engine.
 
 `vllm serve MODEL --data-parallel-size-local 0 ...` (vLLM's frontend with no local engine)
-waits for a remote headless engine on its handshake port; `python -m supervisor.sim_engine`
+waits for a remote headless engine on its handshake port; `python -m vllm_pyfrontend.supervisor.sim`
 joins it there. If vLLM's frontend handshakes, decodes every output and serves correct
 OpenAI responses, the simulated engine speaks the real protocol, and everything measured
 against it (our frontend, benchmarks) is measured against the real wire format.
@@ -42,7 +42,7 @@ def served(tmp_path_factory):
     frontend = _spawn(
         [
             sys.executable, "-c",
-            "import sys; from supervisor.vllm_engine import run_vllm_cli; run_vllm_cli(sys.argv[1:])",
+            "import sys; from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli(sys.argv[1:])",
             "serve", model,
             "--data-parallel-size-local", "0",
             "--data-parallel-address", "127.0.0.1",
@@ -55,7 +55,7 @@ def served(tmp_path_factory):
     )  # fmt: skip
     engine = _spawn(
         [
-            sys.executable, "-m", "supervisor.sim_engine",
+            sys.executable, "-m", "vllm_pyfrontend.supervisor.sim",
             "--handshake-address", f"tcp://127.0.0.1:{rpc_port}",
             "--engine-index", "0", "--model", model,
             "--max-model-len", str(MAX_MODEL_LEN), "--step-time", "0.005",

@@ -38,7 +38,7 @@ BOS_TOKEN_ID = 0
 VOCAB_SIZE = 129280
 MAX_MODEL_LEN = 16384
 
-# Used only when frontend.text.bundled is unavailable: a plain DeepSeek-style template.
+# Used only when vllm_pyfrontend.supervisor.demo_model is unavailable: a plain DeepSeek-style template.
 _FALLBACK_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}"
     "{% if m['role'] == 'system' %}{{ m['content'] }}"
@@ -79,7 +79,7 @@ def _write_tokenizer(dest: Path) -> None:
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     try:
-        from frontend.text.bundled import materialize_deepseek_v4
+        from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
     except ImportError:
         materialize_deepseek_v4 = None
     if materialize_deepseek_v4 is not None:

@@ -27,9 +27,9 @@ from vllm.v1.metrics.stats import SchedulerStats
 from vllm.v1.outputs import LogprobsLists
 from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 
-from frontend.engine.client import EngineClient, UtilityError
+from vllm_pyfrontend.engine.client import EngineClient, UtilityError
 from tests.fake_engine import engine_sockets
-from frontend.engine.types import (
+from vllm_pyfrontend.engine.types import (
     FINISH_ERROR,
     EngineDeadError,
     EngineInfo,

@@ -11,7 +11,7 @@ import zmq
 from vllm.config import ParallelConfig
 from vllm.v1.engine.core import EngineCoreProc
 
-from frontend.engine.handshake import HandshakeError, HandshakeServer, init_message
+from vllm_pyfrontend.engine.handshake import HandshakeError, HandshakeServer, init_message
 
 INPUTS = ["ipc:///tmp/fe-test-in-0", "ipc:///tmp/fe-test-in-1"]
 OUTPUTS = ["ipc:///tmp/fe-test-out-0", "ipc:///tmp/fe-test-out-1"]

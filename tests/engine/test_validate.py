@@ -17,9 +17,9 @@ from vllm.v1.engine import EngineCoreRequest
 from vllm.v1.request import Request
 from vllm.v1.serial_utils import MsgpackDecoder
 
-from frontend.engine import wire
-from frontend.engine.types import EngineRequest, InvalidEngineRequest
-from frontend.engine.validate import validate_engine_request
+from vllm_pyfrontend.engine import wire
+from vllm_pyfrontend.engine.types import EngineRequest, InvalidEngineRequest
+from vllm_pyfrontend.engine.validate import validate_engine_request
 
 VOCAB = 1000
 MAX_LEN = 128

@@ -18,8 +18,8 @@ from vllm.v1.metrics.stats import PrefillStats, SchedulerStats
 from vllm.v1.outputs import LogprobsLists, LogprobsTensors
 from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 
-from frontend.engine import wire
-from frontend.engine.types import EngineRequest
+from vllm_pyfrontend.engine import wire
+from vllm_pyfrontend.engine.types import EngineRequest
 
 
 def _request(**over) -> EngineRequest:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from frontend.llm.request_ids import make_request_id, worker_of
-from frontend.llm.sampling import (
+from vllm_pyfrontend.llm.request_ids import make_request_id, worker_of
+from vllm_pyfrontend.llm.sampling import (
     ContextLengthError,
     GenerationDefaults,
     SamplingOptions,

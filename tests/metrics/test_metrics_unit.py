@@ -1,4 +1,4 @@
-"""frontend.metrics on its own: vLLM's names and buckets, per-request recording, the batch ITL
+"""vllm_pyfrontend.metrics on its own: vLLM's names and buckets, per-request recording, the batch ITL
 flush, scheduler stats, and the multiprocess merge (real worker-like processes writing files)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from frontend.metrics import (
+from vllm_pyfrontend.metrics import (
     INTER_TOKEN_LATENCY_BUCKETS,
     MULTIPROC_ENV,
     REQUEST_LATENCY_BUCKETS,
@@ -165,7 +165,7 @@ def test_stats_tap_sees_every_sample_once():
 def test_stats_tap_on_the_real_engine_client():
     """The tap relies on EngineClient keeping each received sample in `_stats` (or, later, a
     `stats_listeners` hook): pin that against the real class."""
-    from frontend.engine.client import EngineClient
+    from vllm_pyfrontend.engine.client import EngineClient
 
     client = EngineClient(client_index=0, input_address="ipc:///nonexistent-in",
                           output_address="ipc:///nonexistent-out", engine_indices=[0])
@@ -180,7 +180,7 @@ def test_stats_tap_on_the_real_engine_client():
 
 _WORKER_SCRIPT = textwrap.dedent("""
     import json, sys, time
-    from frontend.metrics import WorkerMetrics
+    from vllm_pyfrontend.metrics import WorkerMetrics
     spec = json.loads(sys.argv[1])
     m = WorkerMetrics("m", [0], 4096)
     for i in range(spec["requests"]):
@@ -225,7 +225,7 @@ def test_multiprocess_merge_no_double_counting_freshest_gauge_dead_worker(tmp_pa
     assert value(s, "vllm_frontend_workers_serving") == 1  # b is draining
     assert value(s, "vllm_frontend_workers_draining") == 1
     # Worker b dies: its pool gauges go, its counts stay.
-    from frontend.metrics import mark_worker_dead
+    from vllm_pyfrontend.metrics import mark_worker_dead
 
     mark_worker_dead(pid_b, path)
     s = samples(render_latest())

@@ -12,9 +12,9 @@ import subprocess
 import pytest
 import yaml
 
-from frontend.config import WorkerConfig
-from frontend.metrics import MULTIPROC_ENV, WorkerMetrics
-from supervisor.cli import parse_args
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.metrics import MULTIPROC_ENV, WorkerMetrics
+from vllm_pyfrontend.supervisor.cli import parse_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = os.path.join(REPO, "configs")

@@ -10,11 +10,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from frontend.config import WorkerConfig
-from frontend.metrics import MULTIPROC_ENV, WorkerMetrics
-from frontend.server.app import error_middleware
-from frontend.server.errors import APIError
-from frontend.server.middleware import ApiKeys, build_middlewares, install
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.metrics import MULTIPROC_ENV, WorkerMetrics
+from vllm_pyfrontend.server.app import error_middleware
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.middleware import ApiKeys, build_middlewares, install
 from prometheus_client.parser import text_string_to_metric_families
 
 

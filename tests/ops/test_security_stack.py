@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
-from frontend.config import WorkerConfig
-from frontend.metrics import WorkerMetrics
-from frontend.server.app import build_app
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.metrics import WorkerMetrics
+from vllm_pyfrontend.server.app import build_app
 from tests.metrics.test_metrics_stack import worker_pids
 from tests.stack import Stack
 
@@ -133,5 +133,5 @@ def test_keys_are_not_on_command_lines_or_in_logs(stack):
     for pid in pids:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read().decode(errors="replace")
-        assert "frontend.server.worker" in cmdline
+        assert "vllm_pyfrontend.server.worker" in cmdline
         assert not any(k in cmdline for k in KEYS)  # argv is world-readable; the environment is not

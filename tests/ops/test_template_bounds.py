@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from frontend.chat.template import ChatTemplate, ChatTemplateError
+from vllm_pyfrontend.chat.template import ChatTemplate, ChatTemplateError
 from tests.stack import Stack
 
 MODEL = "demo:deepseek-v4"

@@ -10,11 +10,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from vllm.v1.engine import EngineCoreRequest
 from vllm.v1.serial_utils import MsgpackDecoder
 
-from frontend.config import WorkerConfig
-from frontend.engine import wire
-from frontend.engine.types import EngineRequest
-from frontend.metrics import MULTIPROC_ENV
-from frontend.server.middleware import build_middlewares, install
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.engine import wire
+from vllm_pyfrontend.engine.types import EngineRequest
+from vllm_pyfrontend.metrics import MULTIPROC_ENV
+from vllm_pyfrontend.server.middleware import build_middlewares, install
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

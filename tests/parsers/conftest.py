@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from frontend.text.bundled import materialize_deepseek_v4
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="session")

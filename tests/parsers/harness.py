@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from frontend.chat.assistant import AssistantDelta
+from vllm_pyfrontend.chat.assistant import AssistantDelta
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from frontend.parsers.auto import auto_reasoning_parser, auto_tool_parser
-from frontend.text.bundled import deepseek_v4_template_path
+from vllm_pyfrontend.parsers.auto import auto_reasoning_parser, auto_tool_parser
+from vllm_pyfrontend.supervisor.demo_model import deepseek_v4_template_path
 
 
 def test_deepseek_v4_template() -> None:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from frontend.parsers.combinators import (
+from vllm_pyfrontend.parsers.combinators import (
     NEED,
     Fail,
     Ok,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from frontend.parsers.tool import forced_tool_parser
+from vllm_pyfrontend.parsers.tool import forced_tool_parser
 from tests.parsers.harness import random_char_splits, run_chunks, run_whole, split_at
 
 REQUIRED = '[{"name": "get_weather", "parameters": {"city": "杭州"}}, {"name": "noop", "parameters": {}}]'

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from frontend.parsers.tool import get_tool_parser, tool_markers
+from vllm_pyfrontend.parsers.tool import get_tool_parser, tool_markers
 from tests.parsers.corpus import EMPTY, FORMATS, ONE, RENDER, TOOLS
 from tests.parsers.harness import random_char_splits, run_chunks, run_whole
 
@@ -41,7 +41,7 @@ def test_fuzz(fmt: str) -> None:
 @pytest.mark.parametrize("fmt", ["deepseek_v4", "hermes", "qwen3_coder"])
 def test_fuzz_pipeline(reasoning: str, fmt: str) -> None:
     """Reasoning + tool parsing composed stays chunking-invariant."""
-    from frontend.parsers.pipeline import make_assistant_stream
+    from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
 
     rng = random.Random(reasoning + fmt)
     alphabet = _alphabet(fmt) + ["<think>", "</think>", "\n\n"]

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from frontend.parsers.pipeline import make_assistant_stream
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 from tests.parsers.harness import collect, random_token_groups, run_chunks, token_pieces
 
 D = "｜DSML｜"
@@ -33,7 +33,7 @@ TOOLS = [
 
 @pytest.fixture(scope="module")
 def prompt_ids(tok: Tokenizer, dsv4_dir: str) -> list[int]:
-    from frontend.chat.template import load_chat_template
+    from vllm_pyfrontend.chat.template import load_chat_template
 
     template = load_chat_template(dsv4_dir)
     assert template is not None

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from frontend.parsers.reasoning import get_reasoning_parser, reasoning_parser_names
-from frontend.parsers.reasoning.think import ThinkStyle, prompt_state
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.parsers.reasoning import get_reasoning_parser, reasoning_parser_names
+from vllm_pyfrontend.parsers.reasoning.think import ThinkStyle, prompt_state
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 from tests.parsers.harness import (
     random_char_splits,
     random_token_groups,
@@ -94,7 +94,7 @@ def test_expected_splits() -> None:
 def test_prompt_decides_start_state(tok: Tokenizer, dsv4_dir: str) -> None:
     """A rendered DeepSeek V4 prompt opens <think> (thinking) or closes it (off):
     the parser starts where the prompt left off, whatever the kwargs default."""
-    from frontend.chat.template import load_chat_template
+    from vllm_pyfrontend.chat.template import load_chat_template
 
     template = load_chat_template(dsv4_dir)
     assert template is not None

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from frontend.parsers.tool import get_tool_parser, register_tool_parser, tool_parser_names
-from frontend.parsers.tool.json_calls import Hermes
+from vllm_pyfrontend.parsers.tool import get_tool_parser, register_tool_parser, tool_parser_names
+from vllm_pyfrontend.parsers.tool.json_calls import Hermes
 from tests.parsers.corpus import TOOLS
 from tests.parsers.harness import run_chunks, run_whole
 

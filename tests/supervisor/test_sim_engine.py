@@ -13,7 +13,7 @@ import time
 import pytest
 from tokenizers import Tokenizer
 
-from supervisor.sim.engine import SimEngineConfig
+from vllm_pyfrontend.supervisor.sim.engine import SimEngineConfig
 from tests.supervisor.sim_harness import (
     EOS,
     TOKENIZER_DIR,
@@ -292,7 +292,7 @@ def test_hang_after_steps(make_engine):
 def test_cli_process_serves_and_aborts_on_sigterm(tmp_path):
     fe = FakeFrontend(tmp_path, 1)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "supervisor.sim_engine", "--handshake-address",
+        [sys.executable, "-m", "vllm_pyfrontend.supervisor.sim", "--handshake-address",
          fe.handshake_address, "--engine-index", "0", "--model", TOKENIZER_DIR,
          "--step-time", "0.005"],
         start_new_session=True,

@@ -59,7 +59,7 @@ FAKE_WORKER = textwrap.dedent(
     """
     import json, os, signal, sys, time
     sys.path.insert(0, os.environ["REPO"])
-    from frontend.config import WorkerConfig
+    from vllm_pyfrontend.config import WorkerConfig
 
     config = WorkerConfig.from_json(sys.argv[sys.argv.index("--config-json") + 1])
     i = config.worker_index
@@ -102,9 +102,9 @@ DRIVER = textwrap.dedent(
     """
     import asyncio, os, sys
     sys.path.insert(0, sys.argv[1])
-    import supervisor.main as sm
-    from supervisor.engines import EngineLaunch
-    from supervisor.options import SupervisorOptions
+    import vllm_pyfrontend.supervisor.deployment as sm
+    from vllm_pyfrontend.supervisor.engine_launch import EngineLaunch
+    from vllm_pyfrontend.supervisor.options import SupervisorOptions
 
     engine, worker, workers = sys.argv[2], sys.argv[3], int(sys.argv[4])
     sm.BACKOFF_BASE_S = 0.05          # keep restarts and give-ups fast
@@ -329,7 +329,7 @@ def test_second_sigint_kills_now(run):
 
 def test_external_engine_joins_over_tcp(run, tmp_path):
     """--data-parallel-size-local 0: no engine launched; a headless engine dials tcp://A:P."""
-    from supervisor.runtime import free_tcp_port
+    from vllm_pyfrontend.supervisor.runtime import free_tcp_port
 
     port = free_tcp_port()
     r = run(workers=2, FAKE_EXTERNAL_PORT=str(port))
@@ -353,8 +353,8 @@ def test_external_engine_joins_over_tcp(run, tmp_path):
 def test_port_in_use_fails_fast(tmp_path):
     import socket
 
-    from supervisor.main import Supervisor
-    from supervisor.options import SupervisorOptions
+    from vllm_pyfrontend.supervisor.deployment import Supervisor
+    from vllm_pyfrontend.supervisor.options import SupervisorOptions
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

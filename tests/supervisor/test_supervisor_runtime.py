@@ -6,10 +6,10 @@ import json
 import os
 import stat
 
-from frontend.config import WorkerConfig
-from supervisor.main import Supervisor
-from supervisor.options import SupervisorOptions
-from supervisor.runtime import RuntimeDir, tcp_uri
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.supervisor.deployment import Supervisor
+from vllm_pyfrontend.supervisor.options import SupervisorOptions
+from vllm_pyfrontend.supervisor.runtime import RuntimeDir, tcp_uri
 
 
 def test_ipc_addresses_live_in_the_private_dir():
@@ -65,7 +65,7 @@ def test_worker_config_carries_the_options():
     sup = Supervisor(opts)
     sup.runtime = RuntimeDir()
     try:
-        from supervisor.main import WorkerSlot
+        from vllm_pyfrontend.supervisor.deployment import WorkerSlot
 
         slot = WorkerSlot(index=1, addresses=sup.runtime.client_addresses(2)[1])
         cfg = sup._worker_config(slot)

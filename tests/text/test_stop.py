@@ -8,7 +8,7 @@ import random
 import pytest
 from vllm.v1.engine.detokenizer import check_stop_strings
 
-from frontend.text.stop import StopStringMatcher
+from vllm_pyfrontend.text.stop import StopStringMatcher
 
 
 def vllm_final(text: str, stops: list[str], include: bool) -> tuple[str, str | None]:

@@ -11,9 +11,9 @@ import pytest
 import tokenizers
 
 import fastokens
-from frontend.text import tokenizer as tokmod
-from frontend.text.bundled import materialize_deepseek_v4
-from frontend.text.tokenizer import Tokenizer
+from vllm_pyfrontend.text import tokenizer as tokmod
+from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
+from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 TEXTS = [
     "Hello, world!",

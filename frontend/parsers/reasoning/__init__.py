@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from frontend.parsers.reasoning.think import ThinkReasoningParser, ThinkStyle
+from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser, ThinkStyle
 
 _REGISTRY: dict[str, ThinkStyle] = {}
 

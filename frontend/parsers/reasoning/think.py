@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from frontend.chat.assistant import AssistantDelta
-from frontend.parsers.combinators import find_first, partial_tail
-from frontend.parsers.special import SpecialGate
+from vllm_pyfrontend.chat.assistant import AssistantDelta
+from vllm_pyfrontend.parsers.combinators import find_first, partial_tail
+from vllm_pyfrontend.parsers.special import SpecialGate
 
 THINK_START = "<think>"
 THINK_END = "</think>"

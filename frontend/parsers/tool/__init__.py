@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from frontend.parsers.special import SpecialGate
-from frontend.parsers.tool.base import SectionToolParser, ToolFormat
-from frontend.parsers.tool.forced import NamedCall, RequiredCalls
-from frontend.parsers.tool.json_calls import (
+from vllm_pyfrontend.parsers.special import SpecialGate
+from vllm_pyfrontend.parsers.tool.base import SectionToolParser, ToolFormat
+from vllm_pyfrontend.parsers.tool.forced import NamedCall, RequiredCalls
+from vllm_pyfrontend.parsers.tool.json_calls import (
     DeepSeekV3,
     DeepSeekV31,
     Hermes,
@@ -21,7 +21,7 @@ from frontend.parsers.tool.json_calls import (
     Llama3Json,
     Mistral,
 )
-from frontend.parsers.tool.xml_calls import Dsml, Glm45, MinimaxM2, Qwen3Coder
+from vllm_pyfrontend.parsers.tool.xml_calls import Dsml, Glm45, MinimaxM2, Qwen3Coder
 
 #: name -> factory(tools) -> ToolFormat
 FormatFactory = Callable[[Sequence[Any]], ToolFormat]

@@ -28,8 +28,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from frontend.chat.assistant import AssistantDelta
-from frontend.parsers.combinators import (
+from vllm_pyfrontend.chat.assistant import AssistantDelta
+from vllm_pyfrontend.parsers.combinators import (
     NEED,
     Fail,
     Ok,
@@ -37,7 +37,7 @@ from frontend.parsers.combinators import (
     find_first,
     partial_tail,
 )
-from frontend.parsers.special import SpecialGate
+from vllm_pyfrontend.parsers.special import SpecialGate
 
 def new_call_id() -> str:
     """``call_`` + 24 random alphanumerics (hex: cheap and in the OpenAI shape)."""

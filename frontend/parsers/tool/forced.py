@@ -10,9 +10,9 @@ tokens) comes back as content rather than as a broken call.
 
 from __future__ import annotations
 
-from frontend.parsers.combinators import fmap, json_value, lit, many, seq, ws
-from frontend.parsers.tool.base import Call, Section, ToolFormat
-from frontend.parsers.tool.json_calls import call_object
+from vllm_pyfrontend.parsers.combinators import fmap, json_value, lit, many, seq, ws
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
+from vllm_pyfrontend.parsers.tool.json_calls import call_object
 
 
 class RequiredCalls(ToolFormat):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from frontend.parsers.combinators import (
+from vllm_pyfrontend.parsers.combinators import (
     P,
     choice,
     fmap,
@@ -21,7 +21,7 @@ from frontend.parsers.combinators import (
     take_until,
     ws,
 )
-from frontend.parsers.tool.base import Call, Section, ToolFormat
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 
 
 def json_members() -> P:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from frontend.parsers.combinators import (
+from vllm_pyfrontend.parsers.combinators import (
     P,
     choice,
     fmap,
@@ -22,7 +22,7 @@ from frontend.parsers.combinators import (
     take_until,
     ws,
 )
-from frontend.parsers.tool.base import (
+from vllm_pyfrontend.parsers.tool.base import (
     Call,
     Section,
     ToolFormat,

@@ -1,6 +1,6 @@
-"""`python -m supervisor.vllm_engine`: the real vLLM EngineCore, headless.
+"""`python -m vllm_pyfrontend.supervisor.vllm_headless`: the real vLLM EngineCore, headless.
 
-    python -m supervisor.vllm_engine MODEL --data-parallel-address A \
+    python -m vllm_pyfrontend.supervisor.vllm_headless MODEL --data-parallel-address A \
         --data-parallel-rpc-port P [any `vllm serve` engine flags]
 
 runs `vllm serve MODEL --headless ...` through vLLM's own CLI (its argument parser, env
@@ -33,7 +33,7 @@ def build_engine_command(
     tcp://address:port. `engine_args` are `vllm serve` flags, passed through unchanged
     (e.g. `--data-parallel-size 2 --data-parallel-size-local 2` for local DP engines)."""
     return [
-        python, "-m", "supervisor.vllm_engine", model,
+        python, "-m", "vllm_pyfrontend.supervisor.vllm_headless", model,
         "--data-parallel-address", address,
         "--data-parallel-rpc-port", str(port),
         *engine_args,
@@ -82,7 +82,7 @@ def engine_argv(argv: list[str]) -> list[str]:
     """`vllm serve` arguments for a headless engine from this module's arguments."""
     if not argv or argv[0].startswith("-"):
         raise SystemExit(
-            "usage: python -m supervisor.vllm_engine MODEL --data-parallel-address A "
+            "usage: python -m vllm_pyfrontend.supervisor.vllm_headless MODEL --data-parallel-address A "
             "--data-parallel-rpc-port P [vllm serve engine flags]"
         )
     rest = list(argv)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from frontend.chat.assistant import AssistantDelta, AssistantStream
-from frontend.engine.types import Logprobs
-from frontend.llm.generation import Generation
-from frontend.server.errors import APIError
-from frontend.server.sse import SSEWriter
-from frontend.text.text_stream import TextStream
+from vllm_pyfrontend.chat.assistant import AssistantDelta, AssistantStream
+from vllm_pyfrontend.engine.types import Logprobs
+from vllm_pyfrontend.llm.generation import Generation
+from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.sse import SSEWriter
+from vllm_pyfrontend.text.text_stream import TextStream
 
 
 class Choice:
@@ -39,7 +39,7 @@ class Choice:
         self.finished = False
         self.tools_called = False
         self.plain = type(assistant) is AssistantStream  # no parser: text is content
-        self.metrics = None  # frontend.metrics.RequestMetrics of this choice's engine request
+        self.metrics = None  # vllm_pyfrontend.metrics.RequestMetrics of this choice's engine request
 
 
 class Formatter(Protocol):

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from frontend.config import API_KEYS_ENV, WorkerConfig
-from supervisor.engines import EngineLaunch, engine_launches, split_sim_flags
-from supervisor.options import SupervisorOptions
-from supervisor.process import Child, describe_exit, wait_all
-from supervisor.runtime import ClientAddresses, RuntimeDir, free_tcp_port, tcp_uri
+from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
+from vllm_pyfrontend.supervisor.engine_launch import EngineLaunch, engine_launches, split_sim_flags
+from vllm_pyfrontend.supervisor.options import SupervisorOptions
+from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
+from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir, free_tcp_port, tcp_uri
 
 log = logging.getLogger("supervisor")
 
@@ -58,8 +58,6 @@ _RESTART = -1  # _event_loop's "restart the deployment" result
 ENGINE_GROUP_GRACE_S = 5.0
 HANDSHAKE_JOIN_S = 5.0
 
-_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 class HandshakeServerLike(Protocol):
     address: str
@@ -78,21 +76,20 @@ class HandshakeServerLike(Protocol):
 
 
 def _default_handshake_factory(address: str) -> HandshakeServerLike:
-    from frontend.engine.handshake import HandshakeServer
+    from vllm_pyfrontend.engine.handshake import HandshakeServer
 
     return HandshakeServer(address)
 
 
 def default_worker_command(config: WorkerConfig) -> list[str]:
-    return [sys.executable, "-m", "frontend.server.worker", "--config-json", config.to_json()]
+    return [sys.executable, "-m", "vllm_pyfrontend.server.worker", "--config-json", config.to_json()]
 
 
 def child_env() -> dict[str, str]:
-    """Children run this same code (PYTHONPATH) and log unbuffered (lines arrive as written)."""
+    """Children (the same installed package, `sys.executable -m ...`) log unbuffered, so
+    their lines arrive as written."""
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = _PROJECT_ROOT + (os.pathsep + path if path else "")
     return env
 
 

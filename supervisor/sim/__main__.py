@@ -1,10 +1,10 @@
-"""`python -m supervisor.sim_engine`: a simulated headless vLLM EngineCore.
+"""`python -m vllm_pyfrontend.supervisor.sim`: a simulated headless vLLM EngineCore.
 
 It joins a frontend's handshake socket exactly as `vllm serve --headless` engines do and
 then answers with generated tokens on a fixed step clock, so the frontend (ours, or vLLM's
 own) can be tested and benchmarked without a GPU. See `supervisor/sim/` for the parts.
 
-    python -m supervisor.sim_engine --handshake-address tcp://127.0.0.1:29550 \
+    python -m vllm_pyfrontend.supervisor.sim --handshake-address tcp://127.0.0.1:29550 \
         --engine-index 0 --model MODEL_DIR [--step-time 0.01] [--max-num-seqs 256] ...
 """
 
@@ -14,11 +14,11 @@ import argparse
 import logging
 import sys
 
-from supervisor.sim.engine import SimEngine, SimEngineConfig
+from vllm_pyfrontend.supervisor.sim.engine import SimEngine, SimEngineConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m supervisor.sim_engine", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m vllm_pyfrontend.supervisor.sim", description=__doc__)
     p.add_argument("--handshake-address", required=True, help="frontend handshake ROUTER")
     p.add_argument("--engine-index", type=int, default=0, help="data parallel rank")
     p.add_argument("--model", default=None, help="model dir (its tokenizer.json gives text)")

@@ -14,8 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-# Where our chat templates live (repo layout: configs/chat_templates/).
-CHAT_TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "configs" / "chat_templates"
+from vllm_pyfrontend.chat.template import bundled_template_path
+
 
 # Enough of DeepSeek V4's config.json for the frontend and a simulated engine:
 # context length, vocab and special ids. Not a weights config.
@@ -31,7 +31,7 @@ _DEEPSEEK_V4_CONFIG = {
 
 
 def deepseek_v4_template_path() -> Path:
-    return CHAT_TEMPLATE_DIR / "deepseek_v4.jinja"
+    return Path(bundled_template_path("deepseek_v4"))
 
 
 def materialize_deepseek_v4(dest_dir: str) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from supervisor.options import SupervisorOptions
-from supervisor.runtime import tcp_uri
-from supervisor.vllm_flags import takes_value
+from vllm_pyfrontend.supervisor.options import SupervisorOptions
+from vllm_pyfrontend.supervisor.runtime import tcp_uri
+from vllm_pyfrontend.supervisor.vllm_flags import takes_value
 
 # vLLM engine flags the simulated engine also understands (same names, same meaning).
 SIM_ENGINE_FLAGS = frozenset(
@@ -46,7 +46,7 @@ def split_sim_flags(engine_args: list[str]) -> tuple[list[str], list[str]]:
 
 def sim_engine_command(options: SupervisorOptions, handshake_address: str, rank: int) -> list[str]:
     argv = [
-        sys.executable, "-m", "supervisor.sim_engine",
+        sys.executable, "-m", "vllm_pyfrontend.supervisor.sim",
         "--handshake-address", handshake_address,
         "--engine-index", str(rank),
         "--model", options.model,
@@ -74,6 +74,6 @@ def engine_launches(options: SupervisorOptions, host: str, port: int) -> list[En
             )
             for rank in ranks
         ]
-    from supervisor.vllm_engine import build_engine_command
+    from vllm_pyfrontend.supervisor.vllm_headless import build_engine_command
 
     return [EngineLaunch("engine", build_engine_command(options.model, host, port, options.engine_args))]
