@@ -29,11 +29,12 @@ from typing import Any, Callable, Iterable
 import zmq
 
 from .types import (
-    FINISH_ERROR,
     EngineDeadError,
     EngineInfo,
     EngineOutput,
     EngineRequest,
+    Failure,
+    FailureKind,
     InvalidEngineRequest,
     OutputSink,
 )
@@ -112,7 +113,8 @@ class EngineClient:
         self._started = False
         self._closed = False
         self._healthy = False
-        self._dead_message = "The engine client is not started."
+        # Why requests cannot be served now (None while healthy).
+        self._down: Failure | None = Failure(FailureKind.ENGINE_DEAD, "The engine client is not started.")
 
         self._sinks: dict[str, OutputSink] = {}
         self._owner: dict[str, int] = {}
@@ -179,7 +181,7 @@ class EngineClient:
         self._layout = layout_for_version(infos[0].vllm_version)
         self._started = True
         self._healthy = True
-        self._dead_message = ""
+        self._down = None
         self._reader_fd = out.getsockopt(zmq.FD)
         self._loop.add_reader(self._reader_fd, self._on_readable)
         # Outputs may already be queued (a restarted worker inherits orphans):
@@ -272,11 +274,11 @@ class EngineClient:
             sinks = list(self._sinks.values())
             self.abort(ids)
             for sink in sinks:
-                self._notify_dead(sink, "The server is shutting down.")
+                self._notify_failure(sink, Failure(FailureKind.SHUTTING_DOWN, "The server is shutting down."))
         self._flush_aborts()
         self._healthy = False
-        self._dead_message = "The engine client is closed."
-        self._fail_utilities(EngineDeadError(self._dead_message))
+        self._down = Failure(FailureKind.SHUTTING_DOWN, "The engine client is closed.")
+        self._fail_utilities(self._unavailable())
         if self._loop is not None and self._reader_fd is not None:
             self._loop.remove_reader(self._reader_fd)
             self._reader_fd = None
@@ -299,7 +301,7 @@ class EngineClient:
 
     @property
     def dead_message(self) -> str:
-        return self._dead_message
+        return self._down.message if self._down is not None else ""
 
     @property
     def engine_infos(self) -> list[EngineInfo]:
@@ -344,7 +346,7 @@ class EngineClient:
         Raises InvalidEngineRequest (nothing sent) or EngineDeadError.
         """
         if not self._healthy:
-            raise EngineDeadError(self._dead_message or "The engine is not available.")
+            raise self._unavailable()
         req.client_index = self.client_index
         validate_engine_request(
             req,
@@ -395,7 +397,7 @@ class EngineClient:
     def _send(self, engine: int, kind: bytes, payload: bytes) -> None:
         sock = self._input
         if sock is None:
-            raise EngineDeadError(self._dead_message or "The engine client is closed.")
+            raise self._unavailable()
         try:
             sock.send_multipart((self._identities[engine], kind, payload), flags=zmq.NOBLOCK)
         except zmq.ZMQError as e:
@@ -452,7 +454,7 @@ class EngineClient:
     ) -> Any:
         """Run `EngineCore.<method>(*args)` in one engine (the first by default)."""
         if not self._healthy:
-            raise EngineDeadError(self._dead_message or "The engine is not available.")
+            raise self._unavailable()
         engine = self.engine_indices[0] if engine_index is None else engine_index
         if engine not in self._identities:
             raise ValueError(f"unknown engine index {engine}")
@@ -488,22 +490,27 @@ class EngineClient:
 
     # ------------------------------------------------------------------ death
 
+    def _unavailable(self) -> EngineDeadError:
+        down = self._down or Failure(FailureKind.ENGINE_DEAD, "The engine is not available.")
+        return EngineDeadError(down.message, down.kind)
+
     def mark_dead(self, message: str) -> None:
         """The engine is gone: fail every in-flight request and report unhealthy."""
         if not self._healthy and not self._sinks and not self._utility:
-            self._dead_message = self._dead_message or message
+            if self._down is None:
+                self._down = Failure(FailureKind.ENGINE_DEAD, message)
             return
         log.error("engine marked dead: %s", message)
         self._healthy = False
-        self._dead_message = message
+        failure = self._down = Failure(FailureKind.ENGINE_DEAD, message)
         sinks, self._sinks = self._sinks, {}
         self._owner.clear()
         self._pending_aborts.clear()
         for e in self._in_flight:
             self._in_flight[e] = 0
         for sink in sinks.values():
-            self._notify_dead(sink, message)
-        self._fail_utilities(EngineDeadError(message))
+            self._notify_failure(sink, failure)
+        self._fail_utilities(self._unavailable())
 
     # ------------------------------------------------------------------ hang detection
 
@@ -555,7 +562,7 @@ class EngineClient:
         log.error("engine %d stalled: %s", engine, message)
         self._stalled.add(engine)
         self._healthy = False
-        self._dead_message = message
+        failure = self._down = Failure(FailureKind.ENGINE_STALLED, message)
         ids = [rid for rid, owner in self._owner.items() if owner == engine]
         sinks = [self._sinks.pop(rid) for rid in ids if rid in self._sinks]
         for rid in ids:
@@ -564,24 +571,24 @@ class EngineClient:
             # quietly and the requests are aborted there (see `_orphan`).
         self._in_flight[engine] = 0
         for sink in sinks:
-            self._notify_dead(sink, message)
+            self._notify_failure(sink, failure)
 
     def _heard_from(self, engine: int) -> None:
         self._last_heard[engine] = time.monotonic()
         self._probe_sent.pop(engine, None)
         if engine in self._stalled:
             self._stalled.discard(engine)
-            if not self._stalled and self._dead_message.startswith("The engine did not answer"):
+            if not self._stalled and self._down is not None and self._down.kind is FailureKind.ENGINE_STALLED:
                 log.warning("engine %d answers again: serving", engine)
                 self._healthy = True
-                self._dead_message = ""
+                self._down = None
 
     @staticmethod
-    def _notify_dead(sink: OutputSink, message: str) -> None:
+    def _notify_failure(sink: OutputSink, failure: Failure) -> None:
         try:
-            sink.on_engine_dead(message)
+            sink.on_failure(failure)
         except Exception:
-            log.exception("output sink failed in on_engine_dead")
+            log.exception("output sink failed in on_failure")
 
     # ------------------------------------------------------------------ output loop
 
@@ -679,9 +686,6 @@ class EngineClient:
         log.error("output sink of request %s failed; aborting it", rid, exc_info=exc)
         if out.finish_reason is None:
             self.abort((rid,))
-        # Give the layer above one chance to end its request instead of hanging.
-        try:
-            sink.on_output(EngineOutput(rid, [], finish_reason=FINISH_ERROR,
-                                        error=f"internal error: {exc}"))
-        except Exception:
-            pass
+        # The layer above ends its request with an error instead of hanging, even when the
+        # output it failed on was the final one.
+        self._notify_failure(sink, Failure(FailureKind.INTERNAL, f"internal error: {exc}"))

@@ -6,6 +6,7 @@ msgpack frames (see `wire.py`). Field meanings follow vLLM's `vllm/v1/engine/__i
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,8 +28,34 @@ class InvalidEngineRequest(ValueError):
         self.param = param
 
 
+class FailureKind(enum.Enum):
+    """Why a request ended without a result. The layers above decide what each means to
+    their client (e.g. the HTTP server: 503 for the first three, 500 for the others)."""
+
+    ENGINE_DEAD = "engine_dead"  # ENGINE_CORE_DEAD, the supervisor's word, garbage on the wire
+    ENGINE_STALLED = "engine_stalled"  # no output or probe reply within the request deadline
+    SHUTTING_DOWN = "shutting_down"  # this client is closing
+    REQUEST_FAILED = "request_failed"  # the engine finished this request with an error
+    INTERNAL = "internal"  # our own pipeline raised on one of this request's outputs
+
+    @property
+    def engine_unavailable(self) -> bool:
+        """The request failed because no engine can serve it now (not because of itself)."""
+        return self in (FailureKind.ENGINE_DEAD, FailureKind.ENGINE_STALLED, FailureKind.SHUTTING_DOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    kind: FailureKind
+    message: str
+
+
 class EngineDeadError(RuntimeError):
-    """The engine is gone (ENGINE_CORE_DEAD, or no engine connected)."""
+    """No engine can take a request now (dead, stalled, closed or not connected)."""
+
+    def __init__(self, message: str, kind: FailureKind = FailureKind.ENGINE_DEAD):
+        super().__init__(message)
+        self.failure = Failure(kind, message)
 
 
 @dataclass(slots=True)
@@ -125,4 +152,9 @@ class OutputSink(Protocol):
 
     def on_output(self, output: EngineOutput) -> None: ...
 
-    def on_engine_dead(self, message: str) -> None: ...
+    def on_failure(self, failure: Failure) -> None:
+        """The request ends without a result (its outputs stop here, nothing more comes).
+
+        Called even after a final output when the pipeline raised on that output
+        (`FailureKind.INTERNAL`): the layer above must still end its request."""
+        ...

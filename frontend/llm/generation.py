@@ -15,6 +15,8 @@ from vllm_pyfrontend.engine.types import (
     FINISH_ERROR,
     FINISH_REASON_NAMES,
     EngineOutput,
+    Failure,
+    FailureKind,
     Logprobs,
 )
 
@@ -29,7 +31,7 @@ class GenerationConsumer(Protocol):
         stop_reason: int | str | None,
     ) -> None: ...
 
-    def on_error(self, gen: "Generation", message: str) -> None: ...
+    def on_error(self, gen: "Generation", failure: Failure) -> None: ...
 
 
 class EngineSubmitter(Protocol):
@@ -79,18 +81,24 @@ class Generation:
         code = output.finish_reason
         if code == FINISH_ERROR:
             self._finish("error", None)
-            self.consumer.on_error(self, output.error or "The engine failed this request.")
+            self.consumer.on_error(
+                self, Failure(FailureKind.REQUEST_FAILED, output.error or "The engine failed this request.")
+            )
             return
         finish = None if code is None else FINISH_REASON_NAMES.get(code, "stop")
         if finish is not None:
             self._finish(finish, output.stop_reason)
         self.consumer.on_delta(self, output.new_token_ids, output.new_logprobs, finish, output.stop_reason)
 
-    def on_engine_dead(self, message: str) -> None:
+    def on_failure(self, failure: Failure) -> None:
         if self.finished:
-            return
-        self._finish("error", None)
-        self.consumer.on_error(self, message)
+            if failure.kind is not FailureKind.INTERNAL:
+                return
+            # The pipeline raised on this request's final output: its consumer has not ended
+            # the request yet and must hear of it (else the client waits forever).
+        else:
+            self._finish("error", None)
+        self.consumer.on_error(self, failure)
 
     # -- control from above ------------------------------------------------------------
     def stop_early(self, finish_reason: str, stop_reason: int | str | None) -> None:

@@ -13,7 +13,7 @@ import asyncio
 from typing import Any, Protocol
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta, AssistantStream
-from vllm_pyfrontend.engine.types import Logprobs
+from vllm_pyfrontend.engine.types import Failure, Logprobs
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.sse import SSEWriter
@@ -178,11 +178,10 @@ class RequestRun:
             delta = AssistantDelta(content=delta.content, reasoning=delta.reasoning, tool_calls=calls)
         return None if delta.is_empty() else delta
 
-    def on_error(self, gen: Generation, message: str) -> None:
+    def on_error(self, gen: Generation, failure: Failure) -> None:
         if self.choices[gen.index].finished:
             return
-        dead = "dead" in message.lower() or "died" in message.lower() or "shutting down" in message.lower()
-        self.fail(APIError(503 if dead else 500, message))
+        self.fail(APIError(503 if failure.kind.engine_unavailable else 500, failure.message))
 
     # -- accounting -----------------------------------------------------------------------
     @property

@@ -30,8 +30,8 @@ from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder, UtilityResult
 from vllm_pyfrontend.engine.client import EngineClient, UtilityError
 from tests.fake_engine import engine_sockets
 from vllm_pyfrontend.engine.types import (
-    FINISH_ERROR,
     EngineDeadError,
+    FailureKind,
     EngineInfo,
     EngineRequest,
     InvalidEngineRequest,
@@ -109,8 +109,9 @@ class Sink:
             self.fail = False
             raise RuntimeError("sink bug")
 
-    def on_engine_dead(self, message: str) -> None:
-        self.dead = message
+    def on_failure(self, failure) -> None:
+        self.failure = failure
+        self.dead = failure.message
 
     @property
     def tokens(self) -> list[int]:
@@ -222,8 +223,17 @@ async def test_full_session(addresses, zctx):
         await eng.recv()
         eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r5", [1])]))
         assert await eng.recv() == (b"\x01", ["r5"])
-        assert bad.outputs[-1].finish_reason == FINISH_ERROR and "sink bug" in bad.outputs[-1].error
+        assert bad.failure.kind is FailureKind.INTERNAL and "sink bug" in bad.failure.message
         assert client.num_in_flight == 0
+
+        # A sink failing on the request's final output is told too (the layer above must
+        # still end its request); nothing is aborted, the engine already finished it.
+        last = Sink(fail=True)
+        client.add_request(_req("r6"), last)
+        await eng.recv()
+        eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r6", [1], finish_reason=0)]))
+        await until(lambda: last.dead is not None)
+        assert last.failure.kind is FailureKind.INTERNAL and client.num_in_flight == 0
 
         # Validation happens before anything is sent.
         with pytest.raises(InvalidEngineRequest) as e:
@@ -262,6 +272,7 @@ async def test_mark_dead_and_close(addresses, zctx):
         client.add_request(_req("a"), a)
         client.mark_dead("supervisor says so")
         assert a.dead == "supervisor says so" and not client.healthy
+        assert a.failure.kind is FailureKind.ENGINE_DEAD
         assert client.num_in_flight == 0
         with pytest.raises(EngineDeadError, match="supervisor says so"):
             client.add_request(_req("b"), Sink())
