@@ -163,8 +163,9 @@ class Sink:
     def on_output(self, out) -> None:
         self.outputs.append(out)
 
-    def on_engine_dead(self, message: str) -> None:
-        self.dead = message
+    def on_failure(self, failure) -> None:
+        self.failure = failure
+        self.dead = failure.message
 
 
 async def until(cond, timeout: float = 10.0) -> None:
