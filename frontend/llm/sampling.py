@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_pyfrontend.llm.errors import InvalidRequestError
+
 # Request -> server default -> OpenAI default (vLLM's _DEFAULT_SAMPLING_PARAMS).
 NEUTRAL_DEFAULTS: dict[str, Any] = {
     "repetition_penalty": 1.0,
@@ -88,11 +90,9 @@ class SamplingOptions:
     extra_args: dict[str, Any] | None = None
 
 
-class ContextLengthError(ValueError):
+class ContextLengthError(InvalidRequestError):
     def __init__(self, message: str, param: str = "input_tokens"):
-        super().__init__(message)
-        self.message = message
-        self.param = param
+        super().__init__(message, param)
 
 
 def resolve_max_tokens(
@@ -169,3 +169,59 @@ def lower_sampling(
     params["stop_token_ids"] = stop_ids
     params["_all_stop_token_ids"] = sorted(all_stop)
     return params
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """What lowering needs to know of the served model (the same for every request)."""
+
+    max_model_len: int
+    eos_token_id: int | None
+    defaults: GenerationDefaults
+
+
+def is_greedy(temperature: float | None, defaults: GenerationDefaults) -> bool:
+    t = temperature if temperature is not None else defaults.sampling.get("temperature", 1.0)
+    return t < _SAMPLING_EPS
+
+
+def check_n(n: int | None, greedy: bool) -> int:
+    """The number of choices (one engine request each), within vLLM's bounds."""
+    n = 1 if n is None else n
+    if n < 1:
+        raise InvalidRequestError(f"n must be at least 1, got {n}.", "n")
+    if n > 128:
+        raise InvalidRequestError(f"n must be at most 128, got {n}.", "n")
+    if n > 1 and greedy:
+        raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {n}.", "n")
+    return n
+
+
+def lower_choices(
+    limits: ModelLimits,
+    opts: SamplingOptions,
+    prompt_len: int,
+    n: int,
+    *,
+    logprobs: int | None = None,
+    structured: dict[str, Any] | None = None,
+    bad_words: list[list[int]] | None = None,
+) -> list[dict[str, Any]]:
+    """The engine's sampling map for each of the n choices of one prompt (seed + i, as vLLM's
+    fan-out). `structured` is a full map from `llm.structured`; `bad_words` token sequences
+    from `llm.prompt.bad_words_token_ids`."""
+    max_tokens = resolve_max_tokens(opts.max_tokens, prompt_len, limits.max_model_len, limits.defaults)
+    base = lower_sampling(opts, max_tokens=max_tokens, eos_token_id=limits.eos_token_id, defaults=limits.defaults)
+    if logprobs is not None:
+        base["logprobs"] = logprobs
+    if structured is not None:
+        base["structured_outputs"] = structured
+    if bad_words:
+        base["_bad_words_token_ids"] = bad_words
+    out = []
+    for i in range(n):
+        p = dict(base)
+        if opts.seed is not None and n > 1:
+            p["seed"] = opts.seed + i
+        out.append(p)
+    return out

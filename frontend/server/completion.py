@@ -10,18 +10,16 @@ from vllm_pyfrontend.chat.assistant import AssistantStream
 from vllm_pyfrontend.llm.request_ids import make_request_id
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.formatters import CompletionFormatter
-from vllm_pyfrontend.server.generate import (
-    Submission,
-    bad_words_token_ids,
-    check_n,
-    is_greedy,
-    lower_for_choices,
+from vllm_pyfrontend.llm.prompt import bad_words_token_ids, check_prompt_ids, truncate_prompt
+from vllm_pyfrontend.llm.sampling import check_n, is_greedy, lower_choices
+from vllm_pyfrontend.llm.structured import lower_structured_outputs
+from vllm_pyfrontend.server.openai_generation import (
     new_choice,
     new_sse,
     options_from,
+    respond,
     stream_flags,
-    structured_outputs_from,
-    truncate_prompt,
+    submit_choices,
 )
 from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.schemas import CompletionRequest, decode_body
@@ -66,7 +64,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         raise APIError(400, f"logprobs must be non-negative, got {req.logprobs}.", "logprobs")
     if req.echo and req.logprobs is not None:
         raise APIError(400, "echo together with logprobs (prompt logprobs) is not supported yet.", "echo")
-    n = check_n(req.n, is_greedy(state, req.temperature))
+    n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
 
     tokenizer = state.tokenizer
     prompt_ids: list[list[int]] = []
@@ -76,12 +74,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
             ids = tokenizer.encode(p, add_special_tokens=req.add_special_tokens)
             text = p
         else:
-            if not p:
-                raise APIError(400, "A token-id prompt must not be empty.", "prompt")
-            ids = list(p)
-            bad = [t for t in ids if t < 0 or t >= tokenizer.vocab_size]
-            if bad:
-                raise APIError(400, f"Token ids {bad[:5]} are out of vocabulary range.", "prompt")
+            ids = check_prompt_ids(list(p), tokenizer.vocab_size)
             text = tokenizer.decode(ids, skip_special_tokens=False) if req.echo else ""
         if not ids:
             raise APIError(400, "The prompt is empty after tokenization.", "prompt")
@@ -90,9 +83,9 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
 
     opts = options_from(req, req.max_tokens)
     bad = bad_words_token_ids(tokenizer.encode, req.bad_words, tokenizer.vocab_size) if req.bad_words else None
-    structured = structured_outputs_from(req)
+    structured = lower_structured_outputs(req.structured_outputs, req.response_format)
     samplings = [
-        lower_for_choices(state, opts, len(ids), n, logprobs=req.logprobs, structured=structured, bad_words=bad)
+        lower_choices(state.limits, opts, len(ids), n, logprobs=req.logprobs, structured=structured, bad_words=bad)
         for ids in prompt_ids
     ]
 
@@ -123,10 +116,6 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
     )
     if stream:
         run.sse = new_sse(state, response_id, model, created, "text_completion")
-    sub = Submission(state, run)
-    trace = request.get("trace_headers")
-    for choice, pi in zip(choices, choice_prompts):
-        sub.add_choice(choice, prompt_ids[pi], samplings[pi][choice.index % n], external_id=response_id,
-                       priority=req.priority, cache_salt=req.cache_salt, trace_headers=trace)
-    sub.submit()
-    return await sub.respond(request, role_chunks=False, system_fingerprint=state.system_fingerprint)
+    items = [(c, prompt_ids[pi], samplings[pi][c.index % n]) for c, pi in zip(choices, choice_prompts)]
+    sub = submit_choices(state, request, run, items, priority=req.priority, cache_salt=req.cache_salt)
+    return await respond(state, request, run, sub, role_chunks=False)

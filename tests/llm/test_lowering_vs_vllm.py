@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_pyfrontend.server.errors import APIError
-from vllm_pyfrontend.server.generate import bad_words_token_ids, choice_as_grammar, truncate_prompt
+from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.llm.prompt import bad_words_token_ids, truncate_prompt
+from vllm_pyfrontend.llm.structured import choice_as_grammar
 from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -40,7 +41,7 @@ def test_bad_words_match_vllm(tokenizer):
 
 
 def test_bad_words_that_tokenize_to_nothing_are_refused(tokenizer):
-    with pytest.raises(APIError) as e:
+    with pytest.raises(InvalidRequestError) as e:
         bad_words_token_ids(tokenizer.encode, [""], tokenizer.vocab_size)
     assert e.value.param == "bad_words"
 

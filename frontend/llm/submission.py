@@ -1,0 +1,72 @@
+"""The engine requests of one client request, sent together and failed together.
+
+A client request becomes one engine request per choice (n > 1, several prompts). Each gets a
+unique engine id carrying the worker index (see `request_ids`), the client's id as
+`external_req_id`, and a `Generation` that forwards its outputs to the request's consumer.
+Either all of them reach the engine or none stays there: a refusal part-way aborts the ones
+already sent.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vllm_pyfrontend.engine.client import EngineClient
+from vllm_pyfrontend.engine.types import EngineRequest, InvalidEngineRequest
+from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.llm.generation import Generation, GenerationConsumer
+from vllm_pyfrontend.llm.request_ids import make_request_id
+
+
+class Submission:
+    def __init__(self, engine: EngineClient, worker_index: int, consumer: GenerationConsumer, id_prefix: str):
+        self.engine = engine
+        self.worker_index = worker_index
+        self.consumer = consumer
+        self.id_prefix = id_prefix
+        self.requests: list[tuple[EngineRequest, Generation]] = []
+
+    def add(
+        self,
+        index: int,
+        prompt_ids: list[int],
+        sampling: dict[str, Any],
+        *,
+        external_id: str,
+        priority: int = 0,
+        cache_salt: str | None = None,
+        trace_headers: dict[str, str] | None = None,
+    ) -> Generation:
+        """One engine request for choice `index`; returns the Generation that tracks it."""
+        engine_id = make_request_id(self.id_prefix, self.worker_index)
+        gen = Generation(engine_id, index, self.consumer, self.engine, len(prompt_ids))
+        req = EngineRequest(
+            request_id=engine_id,
+            prompt_token_ids=prompt_ids,
+            sampling_params=sampling,
+            arrival_time=time.time(),
+            external_req_id=external_id,
+            priority=priority,
+            cache_salt=cache_salt,
+            trace_headers=trace_headers,
+        )
+        self.requests.append((req, gen))
+        return gen
+
+    def submit(self) -> None:
+        """Send every request. Raises InvalidRequestError (a field the engine must not see;
+        nothing is left in the engine) or EngineDeadError (no engine can take them now)."""
+        sent: list[str] = []
+        try:
+            for req, gen in self.requests:
+                self.engine.add_request(req, gen)
+                sent.append(req.request_id)
+        except InvalidEngineRequest as e:
+            if sent:
+                self.engine.abort(sent)
+            raise InvalidRequestError(e.message, e.param) from None
+        except Exception:
+            if sent:
+                self.engine.abort(sent)
+            raise
