@@ -19,8 +19,7 @@ COPY configs ./configs
 FROM ${VLLM_IMAGE} AS gpu
 RUN apt-get update && apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*
 COPY --from=src /opt/frontend /opt/frontend
-# `supervisor` (a dependency of a vLLM dependency, never imported) would shadow our package.
-RUN pip install --no-cache-dir -e /opt/frontend && (pip uninstall -y supervisor || true)
+RUN pip install --no-cache-dir -e /opt/frontend
 RUN useradd --create-home --uid 10001 frontend
 USER frontend
 EXPOSE 8000
