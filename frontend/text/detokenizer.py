@@ -21,36 +21,41 @@ follows another added token is emitted as its raw content.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Any
 
 import tokenizers.decoders
-
-if TYPE_CHECKING:
-    from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 _INVALID_PREFIX = "Invalid prefix encountered"
 _REPLACEMENT = "\ufffd"
 
 
-def _text_table(tokenizer: "Tokenizer") -> list[str | None]:
-    """Per token id: its text when it is complete UTF-8 on its own, else None.
+@dataclass(slots=True)
+class DetokenizerVocab:
+    """What detokenization needs of a tokenizer: built once per tokenizer (see
+    `Tokenizer.detokenizer_vocab`) and shared by every request's detokenizer."""
 
-    Cached on the tokenizer so every request shares one table.
-    """
-    table = getattr(tokenizer, "_token_text_table", None)
-    if table is None:
-        assert tokenizer.token_bytes is not None
-        table = []
-        for raw in tokenizer.token_bytes:
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            if text is not None and (not text or text.endswith(_REPLACEMENT)):
-                text = None  # empty or ends with U+FFFD: take the slow path
-            table.append(text)
-        tokenizer._token_text_table = table  # type: ignore[attr-defined]
-    return table
+    special_token_ids: frozenset[int]
+    added_token_ids: dict[int, str]
+    token_bytes: list[bytes] | None  # byte-level BPE: id -> bytes; None: use DecodeStream
+    hf_tokenizer: Any  # tokenizers.Tokenizer, for DecodeStream
+    _text: list[str | None] | None = field(default=None, repr=False)
+
+    def text_table(self) -> list[str | None]:
+        """Per token id: its text when it is complete UTF-8 on its own, else None."""
+        if self._text is None:
+            assert self.token_bytes is not None
+            table: list[str | None] = []
+            for raw in self.token_bytes:
+                try:
+                    text: str | None = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    text = None
+                if text is not None and (not text or text.endswith(_REPLACEMENT)):
+                    text = None  # empty or ends with U+FFFD: take the slow path
+                table.append(text)
+            self._text = table
+        return self._text
 
 
 class IncrementalDetokenizer:
@@ -58,7 +63,7 @@ class IncrementalDetokenizer:
 
     def __init__(
         self,
-        tokenizer: "Tokenizer",
+        vocab: DetokenizerVocab,
         prompt_ids: list[int] | None = None,
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
@@ -66,24 +71,24 @@ class IncrementalDetokenizer:
         self.token_ids: list[int] = []
         self._skip = skip_special_tokens
         self._skip_ids: frozenset[int] = (
-            tokenizer.special_token_ids if skip_special_tokens else frozenset()
+            vocab.special_token_ids if skip_special_tokens else frozenset()
         )
         # vLLM: the "no spaces" rule only applies when special tokens are kept.
         self._raw_added: dict[int, str] | None = None
         if not (skip_special_tokens or spaces_between_special_tokens):
-            if tokenizer.added_token_ids:
-                self._raw_added = tokenizer.added_token_ids
+            if vocab.added_token_ids:
+                self._raw_added = vocab.added_token_ids
         self._last_added = False
 
-        self._bytes = tokenizer.token_bytes
+        self._bytes = vocab.token_bytes
         if self._bytes is not None:
-            self._text = _text_table(tokenizer)
+            self._text = vocab.text_table()
             self._pending = bytearray()
             self._stream = None
             if prompt_ids:
                 self._prime(prompt_ids)
         else:
-            self._hf = tokenizer.hf_tokenizer
+            self._hf = vocab.hf_tokenizer
             self._stream = tokenizers.decoders.DecodeStream(
                 ids=list(prompt_ids) if prompt_ids else None,
                 skip_special_tokens=skip_special_tokens,

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import tokenizers
 
 from vllm_pyfrontend.text.bytelevel import build_token_bytes, is_pure_byte_level
-from vllm_pyfrontend.text.detokenizer import IncrementalDetokenizer
+from vllm_pyfrontend.text.detokenizer import DetokenizerVocab, IncrementalDetokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,10 @@ class Tokenizer:
             self.token_bytes = build_token_bytes(
                 hf.get_vocab(with_added_tokens=True), size
             )
+
+        self.detokenizer_vocab = DetokenizerVocab(
+            self.special_token_ids, self.added_token_ids, self.token_bytes, hf
+        )
 
         if fast is not None:
             self._encode_impl: Callable[[str, bool], list[int]] = (
@@ -318,7 +322,7 @@ class Tokenizer:
         spaces_between_special_tokens: bool = True,
     ) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(
-            self,
+            self.detokenizer_vocab,
             prompt_ids=prompt_ids,
             skip_special_tokens=skip_special_tokens,
             spaces_between_special_tokens=spaces_between_special_tokens,

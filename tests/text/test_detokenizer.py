@@ -13,7 +13,6 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 from vllm.sampling_params import SamplingParams
 from vllm.v1.engine.detokenizer import FastIncrementalDetokenizer
 
-from vllm_pyfrontend.text.detokenizer import _text_table
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
@@ -42,7 +41,7 @@ def compare_streams(tok: Tokenizer, hf: tokenizers.Tokenizer, ids, prompt, skip,
 
 @pytest.fixture(scope="module")
 def pools(tok: Tokenizer):
-    table = _text_table(tok)
+    table = tok.detokenizer_vocab.text_table()
     partial = [i for i in range(128000) if table[i] is None and tok.token_bytes[i]]
     base = tok.encode("héllo 世界 😀👍🏽 ok\n  code(){}\t中文テキスト" * 2)
     return partial, list(tok.added_token_ids), base
