@@ -297,6 +297,30 @@ def test_same_json_shapes_as_vllm(servers, route, body, stream):
     if not stream:
         assert _shape(ours) == _shape(theirs)
         return
-    pick = lambda evs: [_shape(e) for e in (evs[0], evs[1], evs[-2], evs[-1])]  # noqa: E731
-    for i, (a, b) in enumerate(zip(pick(ours), pick(theirs))):
-        assert a == b, f"chunk {i}: ours={a} vllm={b}"
+    # Chunk by kind, not by position: either server may coalesce a step's tokens into fewer
+    # chunks on a busy machine (vLLM's output collector merges deltas its consumer has not
+    # taken yet), which changes positions but not what each kind of chunk carries.
+    a, b = _chunk_shapes(ours), _chunk_shapes(theirs)
+    assert "final" in a and "final" in b
+    if route == "chat":
+        assert "first" in a and "first" in b  # the role chunk
+    for kind in a.keys() & b.keys():
+        assert a[kind] == b[kind], f"{kind} chunks: ours={a[kind]} vllm={b[kind]}"
+
+
+def _chunk_shapes(events: list[dict]) -> dict[str, list]:
+    """Shapes of a stream's chunks by kind: the first one (chat: the role chunk), running
+    content, the one that finishes, and the usage chunk."""
+    kinds: dict[str, list] = {}
+    for i, ev in enumerate(events):
+        choices = ev.get("choices") or []
+        if not choices:
+            kind = "usage"
+        elif any(c.get("finish_reason") is not None for c in choices):
+            kind = "final"
+        else:
+            kind = "first" if i == 0 else "running"
+        shape = _shape(ev)
+        if shape not in kinds.setdefault(kind, []):
+            kinds[kind].append(shape)
+    return kinds
