@@ -3,11 +3,54 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 # Environment variable carrying the API keys (a JSON list) from the supervisor to its workers.
 API_KEYS_ENV = "VLLM_PYFRONTEND_API_KEYS"
+
+
+@dataclass
+class WorkerPolicy:
+    """The per-request policy every worker applies, declared once: the supervisor's command line
+    (supervisor/cli.py) and the `vllm serve` drop-in (supervisor/dropin.py) both build it with
+    `from_mapping` from the same names (vLLM's flag names), and it travels to each worker inside
+    its WorkerConfig. A new policy flag is a field here (and its CLI flag)."""
+
+    # Security and request hygiene (see frontend/server/middleware.py).
+    metrics_require_api_key: bool = False
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    enable_request_id_headers: bool = False
+    enable_log_requests: bool = False
+    max_log_len: int | None = None
+    trust_request_chat_template: bool = False
+    # Reasoning and tool-call parsing (names from the frontend/parsers registries, or "auto").
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":
+        """The policy from settings under the field names: parsed flags (`vars(namespace)`) or
+        vLLM's jsonified serve args. Missing or None values take the default; lists accept a
+        single string; an empty list or string also means the default."""
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            value = values.get(f.name)
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            if value is None or value == "":
+                value = default
+            elif isinstance(default, bool):
+                value = bool(value)
+            elif isinstance(default, list):
+                value = [value] if isinstance(value, str) else [str(v) for v in value]
+                value = value or default
+            kwargs[f.name] = value
+        return cls(**kwargs)
 
 
 @dataclass
@@ -46,32 +89,11 @@ class WorkerConfig:
     # vLLM client_index stamped on requests (None: worker_index). 0 behind the drop-in router,
     # which owns the single client slot vLLM gave it; request ids still carry worker_index.
     engine_client_index: int | None = None
-    # -- security and request hygiene (vLLM's flag names; see frontend/server/middleware.py) --
     # API keys are never put in the JSON (argv is world-readable): the supervisor passes them
     # in the API_KEYS_ENV environment variable and the worker fills this list from it.
     api_keys: list[str] = field(default_factory=list)
-    metrics_require_api_key: bool = False
-    allowed_origins: list[str] = field(default_factory=list)
-    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
-    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
-    allow_credentials: bool = False
-    enable_request_id_headers: bool = False
-    enable_log_requests: bool = False
-    max_log_len: int | None = None
-    trust_request_chat_template: bool = False
-    # Reasoning and tool-call parsing (vLLM's flags; names from frontend/parsers registries).
-    enable_auto_tool_choice: bool = False
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
-
-    # Settings a launcher copies verbatim from its own options (same attribute names) into every
-    # worker's config: see vllm_pyfrontend.supervisor.deployment.policy_settings.
-    POLICY_FIELDS = (
-        "allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials",
-        "enable_request_id_headers", "enable_log_requests", "max_log_len",
-        "trust_request_chat_template", "enable_auto_tool_choice", "tool_call_parser",
-        "reasoning_parser",
-    )  # fmt: skip
+    # Security, request hygiene, reasoning and tool-call parsing (see WorkerPolicy).
+    policy: WorkerPolicy = field(default_factory=WorkerPolicy)
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -80,4 +102,6 @@ class WorkerConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "WorkerConfig":
-        return cls(**json.loads(text))
+        d = json.loads(text)
+        d["policy"] = WorkerPolicy(**d.get("policy") or {})
+        return cls(**d)

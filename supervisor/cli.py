@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from vllm_pyfrontend.config import WorkerPolicy
 from vllm_pyfrontend.supervisor.config_file import split_with_config
 from vllm_pyfrontend.supervisor.options import DEFAULT_DP_RPC_PORT, SupervisorOptions
 from vllm_pyfrontend.supervisor.vllm_flags import MULTI_VALUE_FLAGS, OPTIONAL_VALUE_FLAGS, normalize_flag, takes_value
@@ -118,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_ops_arguments(p: argparse.ArgumentParser) -> None:
-    """Security, request hygiene and config-file flags (vLLM's names and defaults)."""
+    """Security, request hygiene and config-file flags (vLLM's names and defaults). Each
+    policy flag's destination is a WorkerPolicy field of the same name."""
     bool_flag = argparse.BooleanOptionalAction
     p.add_argument("--config", default=None, metavar="FILE",
                    help="YAML file of flags (same names; the command line wins)")
@@ -289,18 +291,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         engine_args=engine_args,
         # vLLM: --api-key wins over VLLM_API_KEY.
         api_keys=[k for k in (ns.api_key or [os.environ.get("VLLM_API_KEY") or ""]) if k],
-        metrics_require_api_key=ns.metrics_require_api_key,
-        allowed_origins=list(ns.allowed_origins),
-        allowed_methods=list(ns.allowed_methods),
-        allowed_headers=list(ns.allowed_headers),
-        allow_credentials=ns.allow_credentials,
-        enable_request_id_headers=ns.enable_request_id_headers,
-        enable_log_requests=ns.enable_log_requests,
-        max_log_len=ns.max_log_len,
-        trust_request_chat_template=ns.trust_request_chat_template,
-        enable_auto_tool_choice=ns.enable_auto_tool_choice,
-        tool_call_parser=ns.tool_call_parser,
-        reasoning_parser=ns.reasoning_parser,
+        policy=WorkerPolicy.from_mapping(vars(ns)),
     )
 
 

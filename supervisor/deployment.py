@@ -19,7 +19,6 @@ import asyncio
 import errno
 import json
 import logging
-import os
 import signal
 import socket
 import sys
@@ -29,23 +28,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
+from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.supervisor.engine_launch import EngineLaunch, engine_launches, split_sim_flags
 from vllm_pyfrontend.supervisor.options import SupervisorOptions
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
-from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir, free_tcp_port, tcp_uri
+from vllm_pyfrontend.supervisor.runtime import RuntimeDir, free_tcp_port, tcp_uri
+from vllm_pyfrontend.supervisor.workers import (
+    WORKER_EVENTS,
+    Fatal,
+    WorkerPool,
+    WorkerSlot,
+    child_env,
+    default_worker_command,
+)
 
 log = logging.getLogger("supervisor")
 
-# prometheus_client's multiprocess directory variable (see frontend/metrics).
-METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-# Restart policy: a worker that dies within FAST_CRASH_S of its start is a "fast crash"; after
-# MAX_FAST_CRASHES in a row the slot is hopeless (a bug, not bad luck) and the supervisor stops.
-FAST_CRASH_S = 10.0
-MAX_FAST_CRASHES = 5
-BACKOFF_BASE_S = 0.5
-BACKOFF_MAX_S = 10.0
+# (Worker restarts, their backoff and fast-crash give-up: supervisor/workers.py.)
 # Extra time past --shutdown-timeout before draining workers are killed (they bound their own
 # drain by shutdown_timeout; this covers their exit).
 WORKER_KILL_GRACE_S = 5.0
@@ -81,18 +80,6 @@ def _default_handshake_factory(address: str) -> HandshakeServerLike:
     return HandshakeServer(address)
 
 
-def default_worker_command(config: WorkerConfig) -> list[str]:
-    return [sys.executable, "-m", "vllm_pyfrontend.server.worker", "--config-json", config.to_json()]
-
-
-def child_env() -> dict[str, str]:
-    """Children (the same installed package, `sys.executable -m ...`) log unbuffered, so
-    their lines arrive as written."""
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _not_read_by_sim(args: list[str]) -> list[str]:
     read = ("--max-model-len", "--max-num-seqs", "--served-model-name", "--tokenizer",
             "--generation-config", "--data-parallel-")
@@ -115,19 +102,6 @@ def configure_logging(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-
-
-@dataclass
-class WorkerSlot:
-    """Worker i's place: its engine client addresses survive its restarts."""
-
-    index: int
-    addresses: ClientAddresses
-    child: Child | None = None
-    ready: bool = False
-    starts: int = 0
-    fast_crashes: int = 0
-    restart_timer: asyncio.TimerHandle | None = None
 
 
 @dataclass
@@ -170,7 +144,7 @@ class Supervisor:
         self._handshake_factory = handshake_factory
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._engines: list[Child] = []
-        self._slots: list[WorkerSlot] = []
+        self._pool: WorkerPool | None = None  # made in run(), once the runtime directory exists
         self._hurry = asyncio.Event()  # a second signal: stop waiting, kill
         self._stopping = False
         self._serving = False
@@ -180,10 +154,7 @@ class Supervisor:
         self._engine_started_at = 0.0
         self._engine_fast_deaths = 0
         self._env = child_env()
-        # The loop holds tasks weakly: keep our background tasks alive until they finish.
-        self._tasks: set[asyncio.Future] = set()
         self.runtime: RuntimeDir | None = None
-        self._metrics_dir = ""
         self._handshake: _Handshake | None = None
 
     # ---------------------------------------------------------------- entry points
@@ -193,22 +164,23 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.runtime = RuntimeDir()
-        # Every worker's Prometheus files; /metrics on any worker merges them (frontend/metrics).
-        self._metrics_dir = os.path.join(self.runtime.path, "metrics")
-        os.makedirs(self._metrics_dir, exist_ok=True)
+        self._pool = WorkerPool(
+            self._events, Event, build_config=self._worker_config, runtime_dir=self.runtime.path,
+            env=self._env, api_keys=self.options.api_keys, command=self._worker_command, logger=log,
+        )
         try:
             try:
                 self._prepare_port()
                 while True:
                     await self._start_engines()
-                    await self._spawn_workers()
+                    await self._pool.spawn_all()
                     assert self._handshake is not None
                     code = await self._event_loop(self._handshake)
                     if code != _RESTART or not await self._stop_for_restart():
                         break
                 if code == _RESTART:
                     code = 0  # a signal arrived while the deployment was being restarted
-            except _Fatal as e:
+            except Fatal as e:
                 log.error("%s", e)
                 code = 1
             except Exception:  # a bug here must still stop the children in order
@@ -238,8 +210,8 @@ class Supervisor:
                 probe.bind((opts.host, opts.port))
             except OSError as e:
                 if e.errno == errno.EADDRINUSE:
-                    raise _Fatal(f"port {opts.port} on {opts.host} is already in use") from None
-                raise _Fatal(f"cannot bind {opts.host}:{opts.port}: {e}") from None
+                    raise Fatal(f"port {opts.port} on {opts.host} is already in use") from None
+                raise Fatal(f"cannot bind {opts.host}:{opts.port}: {e}") from None
 
     async def _start_engines(self) -> None:
         opts = self.options
@@ -250,15 +222,13 @@ class Supervisor:
             client_host: str | None = host
         else:
             host, bind, client_host = "127.0.0.1", "tcp://127.0.0.1:*", None
-        assert self.runtime is not None
-        self._slots = [
-            WorkerSlot(index=i, addresses=a)
-            for i, a in enumerate(self.runtime.client_addresses(opts.workers, client_host))
-        ]
+        assert self.runtime is not None and self._pool is not None
+        pool = self._pool
+        pool.reset(self.runtime.client_addresses(opts.workers, client_host))
         try:
             server = self._handshake_factory(bind)
         except Exception as e:
-            raise _Fatal(f"cannot bind the handshake socket {bind}: {e}") from None
+            raise Fatal(f"cannot bind the handshake socket {bind}: {e}") from None
         handshake = self._handshake = _Handshake(server=server)
         port = int(server.address.rsplit(":", 1)[1])
         log.info("handshake on %s; expecting engines %s", server.address, opts.engine_indices)
@@ -274,10 +244,10 @@ class Supervisor:
             try:
                 child = await Child.spawn(launch.name, launch.argv, env=self._env)
             except OSError as e:
-                raise _Fatal(f"cannot start {launch.name}: {e}") from None
+                raise Fatal(f"cannot start {launch.name}: {e}") from None
             self._engines.append(child)
             self._engine_started_at = time.monotonic()
-            self._watch(child, Event("engine_exit", child=child))
+            pool.watch(child, Event("engine_exit", child=child))
         if opts.local_engine_count < opts.data_parallel_size:
             log.info(
                 "waiting for %d headless engine(s) to join at %s",
@@ -288,8 +258,8 @@ class Supervisor:
             try:
                 result = server.run(
                     engine_indices=opts.engine_indices,
-                    inputs=[s.addresses.input for s in self._slots],
-                    outputs=[s.addresses.output for s in self._slots],
+                    inputs=[s.addresses.input for s in pool.slots],
+                    outputs=[s.addresses.output for s in pool.slots],
                     timeout=opts.engine_ready_timeout,
                     is_alive=lambda: not handshake.abort.is_set(),
                 )
@@ -319,10 +289,6 @@ class Supervisor:
         except Exception:  # closing is best effort
             pass
 
-    async def _spawn_workers(self) -> None:
-        for slot in self._slots:
-            await self._spawn_worker(slot)
-
     def _worker_config(self, slot: WorkerSlot) -> WorkerConfig:
         opts = self.options
         assert self.runtime is not None
@@ -349,71 +315,24 @@ class Supervisor:
             reuse_port=True,
             log_level=opts.log_level,
             generation_config=opts.generation_config,
-            metrics_require_api_key=opts.metrics_require_api_key,
-            **policy_settings(opts),
+            policy=opts.policy,
         )
-
-    def _worker_env(self) -> dict[str, str]:
-        return worker_env(self._env, self._metrics_dir, self.options.api_keys)
-
-    async def _spawn_worker(self, slot: WorkerSlot) -> None:
-        config = self._worker_config(slot)
-        read_fd, write_fd = os.pipe()
-        config.status_fd = write_fd
-        try:
-            child = await Child.spawn(
-                f"worker {slot.index}", self._worker_command(config), pass_fds=(write_fd,), env=self._worker_env()
-            )
-        except OSError as e:
-            os.close(read_fd)
-            raise _Fatal(f"cannot start worker {slot.index}: {e}") from None
-        finally:
-            os.close(write_fd)
-        slot.child, slot.ready, slot.restart_timer = child, False, None
-        slot.starts += 1
-        self._watch(child, Event("worker_exit", slot=slot, child=child))
-        self._background(self._read_status(read_fd, slot, child))
-
-    async def _read_status(self, fd: int, slot: WorkerSlot, child: Child) -> None:
-        """Post `worker_ready` when the worker writes b"ready\\n" on its status pipe."""
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
-        )
-        try:
-            while line := await reader.readline():
-                if line.strip() == b"ready":
-                    self._events.put_nowait(Event("worker_ready", slot=slot, child=child))
-        finally:
-            transport.close()
-
-    def _watch(self, child: Child, event: Event) -> None:
-        async def watch() -> None:
-            await child.wait()
-            self._events.put_nowait(event)
-
-        self._background(watch())
-
-    def _background(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # ---------------------------------------------------------------- the event loop
 
     async def _event_loop(self, handshake: _Handshake) -> int:
         """Handle events until the deployment must stop; return the exit code."""
         opts = self.options
+        pool = self._pool
+        assert pool is not None
         ready_deadline: float | None = None
         while True:
             timeout = None if ready_deadline is None else max(0.0, ready_deadline - time.monotonic())
             try:
                 ev = await asyncio.wait_for(self._events.get(), timeout)
             except asyncio.TimeoutError:
-                waiting = [s.index for s in self._slots if not s.ready]
-                raise _Fatal(
-                    f"workers {waiting} not ready {opts.worker_ready_timeout:.0f}s after the engines"
+                raise Fatal(
+                    f"workers {pool.not_ready()} not ready {opts.worker_ready_timeout:.0f}s after the engines"
                 ) from None
 
             if ev.kind == "signal":
@@ -426,7 +345,7 @@ class Supervisor:
                 if ev.error is not None:
                     if self._engine_died:
                         continue  # already reported as the engine's exit
-                    raise _Fatal(f"engine handshake failed: {type(ev.error).__name__}: {ev.error}")
+                    raise Fatal(f"engine handshake failed: {type(ev.error).__name__}: {ev.error}")
                 log.info("engines %s ready", sorted(ev.value) if ev.value else opts.engine_indices)
                 self._close_handshake(handshake)
                 ready_deadline = time.monotonic() + opts.worker_ready_timeout
@@ -448,60 +367,16 @@ class Supervisor:
                               self._engine_fast_deaths, ENGINE_FAST_DEATH_S)
                 return 1
 
-            elif ev.kind == "worker_exit":
-                slot = ev.slot
-                assert slot is not None and ev.child is not None
-                if ev.child is not slot.child or not any(slot is s for s in self._slots):
-                    continue
-                await ev.child.flush_output(0.2)
-                self._forget_worker_metrics(ev.child)
-                self._schedule_restart(slot, ev.child)
-
-            elif ev.kind == "restart":
+            elif ev.kind in WORKER_EVENTS:
                 assert ev.slot is not None
-                log.info("restarting worker %d", ev.slot.index)
-                await self._spawn_worker(ev.slot)
+                await pool.handle(ev.kind, ev.slot, ev.child, serving=self._serving)
 
-            elif ev.kind == "worker_ready":
-                slot = ev.slot
-                assert slot is not None
-                if ev.child is not slot.child or slot.ready or not any(slot is s for s in self._slots):
-                    continue
-                slot.ready = True
-                if self._serving:
-                    log.info("worker %d ready again", slot.index)
-
-            if not self._serving and handshake.done and all(s.ready for s in self._slots):
+            if not self._serving and handshake.done and pool.all_ready:
                 self._serving = True
                 ready_deadline = None
                 host = f"[{opts.host}]" if ":" in opts.host else opts.host
                 log.info("serving on http://%s:%d (%d workers)", host, opts.port, opts.workers)
                 log.info("try: %s", example_curl(host, opts.port, opts.served_names[0]))
-
-    def _forget_worker_metrics(self, child: Child) -> None:
-        """A dead worker's live gauges leave /metrics (its counters stay in the totals)."""
-        try:
-            from prometheus_client.multiprocess import mark_process_dead
-
-            mark_process_dead(child.pid, self._metrics_dir)
-        except Exception as e:  # metrics bookkeeping must not stop a restart
-            log.warning("could not clear worker %d's metrics: %s", child.pid, e)
-
-    def _schedule_restart(self, slot: WorkerSlot, child: Child) -> None:
-        lived = time.monotonic() - child.started_at
-        slot.ready = False
-        slot.fast_crashes = slot.fast_crashes + 1 if lived < FAST_CRASH_S else 1
-        log.warning(
-            "worker %d (pid %d) exited (%s) after %.1fs",
-            slot.index, child.pid, describe_exit(child.returncode), lived,
-        )
-        if slot.fast_crashes > MAX_FAST_CRASHES:
-            raise _Fatal(f"worker {slot.index} crashed {slot.fast_crashes} times in a row; giving up")
-        delay = min(BACKOFF_BASE_S * 2 ** (slot.fast_crashes - 1), BACKOFF_MAX_S)
-        log.info("restarting worker %d in %.1fs", slot.index, delay)
-        slot.restart_timer = asyncio.get_running_loop().call_later(
-            delay, self._events.put_nowait, Event("restart", slot=slot)
-        )
 
     def _on_signal(self, sig: int) -> None:
         """First SIGTERM/SIGINT: orderly shutdown. A second Ctrl-C: stop waiting, kill.
@@ -532,7 +407,9 @@ class Supervisor:
         if self._handshake is not None:
             self._close_handshake(self._handshake)
         self._handshake = None
-        self._engines, self._slots = [], []
+        self._engines = []
+        if self._pool is not None:
+            self._pool.reset([])
         self._engine_died = self._serving = self._stopping = False
         self._restarting = False
         if self._signal_during_restart is not None:
@@ -546,24 +423,10 @@ class Supervisor:
     async def _shutdown(self, *, engine_dead: bool) -> None:
         """Workers first (they drain against a live engine), then the engine."""
         self._stopping = True
-        for slot in self._slots:
-            if slot.restart_timer is not None:
-                slot.restart_timer.cancel()
-        workers = [s.child for s in self._slots if s.child is not None and s.child.alive]
-        if engine_dead:
-            # In-flight requests cannot finish: tell the workers to fail them now.
-            for w in workers:
-                w.send_signal(signal.SIGUSR1)
-        if workers:
-            log.info("stopping %d worker(s) (drain up to %.0fs)", len(workers), self.options.shutdown_timeout)
-            for w in workers:
-                w.send_signal(signal.SIGTERM)
-            if not await wait_all(workers, self.options.shutdown_timeout + WORKER_KILL_GRACE_S, self._hurry):
-                for w in workers:
-                    if w.alive:
-                        log.warning("%s did not exit: SIGKILL", w.name)
-                        w.kill_group(signal.SIGKILL)
-                await wait_all(workers, 5.0)
+        if self._pool is not None:
+            # A dead engine: SIGUSR1 first, the workers fail their in-flight requests now.
+            workers = await self._pool.stop(self.options.shutdown_timeout, WORKER_KILL_GRACE_S,
+                                            engine_dead=engine_dead, hurry=self._hurry)
             for w in workers:
                 await w.flush_output(0.5)
         engines = [e for e in self._engines if e.alive]
@@ -586,10 +449,6 @@ class Supervisor:
         log.info("stopped")
 
 
-class _Fatal(Exception):
-    """A reason to stop with exit code 1 (logged once, by `Supervisor.run`)."""
-
-
 def run(options: SupervisorOptions) -> int:
     """Run the supervisor to completion and return the process exit code."""
     return asyncio.run(Supervisor(options).run())
@@ -606,21 +465,3 @@ def example_curl(host: str, port: int, model: str) -> str:
         f"curl -s http://{host}:{port}/v1/chat/completions "
         f"-H 'Content-Type: application/json' -d '{body}'"
     )
-
-
-def policy_settings(src: Any) -> dict[str, Any]:
-    """WorkerConfig keyword arguments for the settings copied as they are (POLICY_FIELDS)
-    from a launcher's options object."""
-    return {name: getattr(src, name) for name in WorkerConfig.POLICY_FIELDS}
-
-
-def worker_env(base: dict[str, str], metrics_dir: str, api_keys: list[str]) -> dict[str, str]:
-    """A worker's environment: the shared metrics directory (prometheus_client reads it at
-    import, so it must be there when the process starts) and the API keys (never on the
-    command line, which every local user can read)."""
-    env = dict(base)
-    env[METRICS_DIR_ENV] = metrics_dir
-    env.pop(API_KEYS_ENV, None)
-    if api_keys:
-        env[API_KEYS_ENV] = json.dumps(api_keys)
-    return env

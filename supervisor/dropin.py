@@ -41,20 +41,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
 from vllm_pyfrontend.supervisor.cli import default_workers, human_readable_int
-from vllm_pyfrontend.supervisor.deployment import (
-    BACKOFF_BASE_S,
-    BACKOFF_MAX_S,
-    FAST_CRASH_S,
-    MAX_FAST_CRASHES,
-    child_env,
-    default_worker_command,
-    policy_settings,
-    worker_env,
-)
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir
+from vllm_pyfrontend.supervisor.workers import WORKER_EVENTS, Fatal, WorkerPool, WorkerSlot, child_env
 
 log = logging.getLogger("pyfrontend")
 
@@ -171,19 +162,9 @@ class ServeSettings:
     generation_config: str = "auto"
     shutdown_timeout: float = 0.0
     engine_ready_timeout: float = 600.0
-    # vLLM's security and request-hygiene flags, same names (see frontend/server/middleware.py).
     api_keys: list[str] = field(default_factory=list, repr=False)  # never printed
-    allowed_origins: list[str] = field(default_factory=list)
-    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
-    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
-    allow_credentials: bool = False
-    enable_request_id_headers: bool = False
-    enable_log_requests: bool = False
-    max_log_len: int | None = None
-    trust_request_chat_template: bool = False
-    enable_auto_tool_choice: bool = False
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
+    # vLLM's security, request-hygiene and parser flags, same names (see WorkerPolicy).
+    policy: WorkerPolicy = field(default_factory=WorkerPolicy)
 
 
 def _str_list(value: Any) -> list[str]:
@@ -225,7 +206,6 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     environ = os.environ if environ is None else environ
     # vLLM: --api-key wins over VLLM_API_KEY.
     api_keys = [k for k in (_str_list(args.get("api_key")) or [environ.get("VLLM_API_KEY") or ""]) if k]
-    defaults = ServeSettings(model="", served_model_names=[])
     return ServeSettings(
         model=_local_dir(str(model_arg), args.get("revision")),
         served_model_names=list(served) if served else [str(model_arg)],
@@ -238,17 +218,7 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
         shutdown_timeout=float(args.get("shutdown_timeout") or 0),
         engine_ready_timeout=float(args.get("engine_ready_timeout_secs") or 600),
         api_keys=api_keys,
-        allowed_origins=_str_list(args.get("allowed_origins")),
-        allowed_methods=_str_list(args.get("allowed_methods")) or defaults.allowed_methods,
-        allowed_headers=_str_list(args.get("allowed_headers")) or defaults.allowed_headers,
-        allow_credentials=bool(args.get("allow_credentials")),
-        enable_request_id_headers=bool(args.get("enable_request_id_headers")),
-        enable_log_requests=bool(args.get("enable_log_requests")),
-        max_log_len=args.get("max_log_len"),
-        trust_request_chat_template=bool(args.get("trust_request_chat_template")),
-        enable_auto_tool_choice=bool(args.get("enable_auto_tool_choice")),
-        tool_call_parser=args.get("tool_call_parser") or None,
-        reasoning_parser=args.get("reasoning_parser") or None,
+        policy=WorkerPolicy.from_mapping(args),
     )
 
 
@@ -273,21 +243,6 @@ def router_command(args: FrontendArgs, addresses: Sequence[ClientAddresses],
     return argv
 
 
-@dataclass
-class _Slot:
-    index: int
-    addresses: ClientAddresses
-    child: Child | None = None
-    ready: bool = False
-    starts: int = 0
-    fast_crashes: int = 0
-    restart_timer: asyncio.TimerHandle | None = None
-
-
-class _Fatal(Exception):
-    pass
-
-
 class DropinSupervisor:
     """Router first (it waits for the engines), then the workers; stop in the reverse order."""
 
@@ -297,24 +252,25 @@ class DropinSupervisor:
         self._events: asyncio.Queue[tuple[str, Any, Any]] = asyncio.Queue()
         self._env = child_env()
         self._router: Child | None = None
-        self._slots: list[_Slot] = []
+        self._pool: WorkerPool | None = None  # made in run(), once the runtime directory exists
         self._runtime: RuntimeDir | None = None
-        self._metrics_dir = ""
         self._stopping = False
-        self._tasks: set[asyncio.Future] = set()
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self._runtime = RuntimeDir()
-        self._metrics_dir = os.path.join(self._runtime.path, "metrics")
-        os.makedirs(self._metrics_dir, exist_ok=True)
+        self._pool = WorkerPool(
+            self._events, lambda kind, slot, child: (kind, slot, child),
+            build_config=self._worker_config, runtime_dir=self._runtime.path, env=self._env,
+            api_keys=self.settings.api_keys, pass_fds=(self.args.listen_fd,), logger=log,
+        )
         try:
             try:
                 await self._start_router()
                 code = await self._event_loop()
-            except _Fatal as e:
+            except Fatal as e:
                 log.error("%s", e)
                 code = 1
             except Exception:
@@ -330,10 +286,11 @@ class DropinSupervisor:
     # ---------------------------------------------------------------- startup
 
     async def _start_router(self) -> None:
-        assert self._runtime is not None
-        self._slots = [_Slot(i, a) for i, a in enumerate(self._runtime.client_addresses(self.args.workers))]
+        assert self._runtime is not None and self._pool is not None
+        pool = self._pool
+        pool.reset(self._runtime.client_addresses(self.args.workers))
         read_fd, write_fd = os.pipe()
-        argv = router_command(self.args, [s.addresses for s in self._slots],
+        argv = router_command(self.args, [s.addresses for s in pool.slots],
                               self.settings.engine_ready_timeout, write_fd,
                               self._runtime.engine_info_path)
         try:
@@ -343,7 +300,7 @@ class DropinSupervisor:
             )
         except OSError as e:
             os.close(read_fd)
-            raise _Fatal(f"cannot start the router: {e}") from None
+            raise Fatal(f"cannot start the router: {e}") from None
         finally:
             os.close(write_fd)
             # The router owns the engine listeners now; our copies would keep them alive.
@@ -352,8 +309,8 @@ class DropinSupervisor:
                     os.close(fd)
                 except OSError:
                     pass
-        self._watch(self._router, ("router_exit", None, self._router))
-        self._background(self._read_status(read_fd, ("router_ready", None, self._router)))
+        pool.watch(self._router, ("router_exit", None, self._router))
+        pool.read_status(read_fd, ("router_ready", None, self._router))
         log.info("router started; waiting for engine(s) %s", self.args.engine_indices)
 
     @property
@@ -364,7 +321,7 @@ class DropinSupervisor:
         return max(0.0, min(t, max(t, VLLM_MIN_SHUTDOWN_WAIT_S) - WORKER_KILL_GRACE_S
                             - ROUTER_STOP_TIMEOUT_S - 0.5))
 
-    def _worker_config(self, slot: _Slot) -> WorkerConfig:
+    def _worker_config(self, slot: WorkerSlot) -> WorkerConfig:
         s = self.settings
         assert self._runtime is not None
         # A restarted worker gets no replayed ready response: hand it the recorded ones.
@@ -391,59 +348,14 @@ class DropinSupervisor:
             log_level=self.args.log_level,
             generation_config=s.generation_config,
             engine_client_index=0,
-            **policy_settings(s),
+            policy=s.policy,
         )
-
-    def _worker_env(self) -> dict[str, str]:
-        return worker_env(self._env, self._metrics_dir, self.settings.api_keys)
-
-    async def _spawn_worker(self, slot: _Slot) -> None:
-        config = self._worker_config(slot)
-        read_fd, write_fd = os.pipe()
-        config.status_fd = write_fd
-        try:
-            child = await Child.spawn(
-                f"worker {slot.index}", default_worker_command(config), env=self._worker_env(),
-                pass_fds=(self.args.listen_fd, write_fd),
-            )
-        except OSError as e:
-            os.close(read_fd)
-            raise _Fatal(f"cannot start worker {slot.index}: {e}") from None
-        finally:
-            os.close(write_fd)
-        slot.child, slot.ready, slot.restart_timer = child, False, None
-        slot.starts += 1
-        self._watch(child, ("worker_exit", slot, child))
-        self._background(self._read_status(read_fd, ("worker_ready", slot, child)))
-
-    async def _read_status(self, fd: int, event: tuple[str, Any, Any]) -> None:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
-        )
-        try:
-            while line := await reader.readline():
-                if line.strip() == b"ready":
-                    self._events.put_nowait(event)
-        finally:
-            transport.close()
-
-    def _watch(self, child: Child, event: tuple[str, Any, Any]) -> None:
-        async def watch() -> None:
-            await child.wait()
-            self._events.put_nowait(event)
-
-        self._background(watch())
-
-    def _background(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # ---------------------------------------------------------------- events
 
     async def _event_loop(self) -> int:
+        pool = self._pool
+        assert pool is not None
         serving = False
         deadline: float | None = None
         while True:
@@ -451,61 +363,26 @@ class DropinSupervisor:
             try:
                 kind, slot, child = await asyncio.wait_for(self._events.get(), timeout)
             except asyncio.TimeoutError:
-                waiting = [s.index for s in self._slots if not s.ready]
-                raise _Fatal(f"workers {waiting} not ready {WORKER_READY_TIMEOUT_S:.0f}s after "
-                             "the engines") from None
+                raise Fatal(f"workers {pool.not_ready()} not ready {WORKER_READY_TIMEOUT_S:.0f}s after "
+                            "the engines") from None
             if kind == "signal":
                 log.info("%s: shutting down", signal.Signals(slot).name)
                 return 0
             if kind == "router_exit":
                 assert self._router is not None
                 await self._router.flush_output()
-                raise _Fatal(f"the router exited ({describe_exit(self._router.returncode)})")
+                raise Fatal(f"the router exited ({describe_exit(self._router.returncode)})")
             if kind == "router_ready":
-                log.info("engines ready; starting %d worker(s)", len(self._slots))
-                for s in self._slots:
-                    await self._spawn_worker(s)
+                log.info("engines ready; starting %d worker(s)", len(pool.slots))
+                await pool.spawn_all()
                 deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-            elif kind == "worker_exit":
-                if child is slot.child:
-                    await child.flush_output(0.2)
-                    self._forget_worker_metrics(child)
-                    self._schedule_restart(slot, child)
-            elif kind == "restart":
-                log.info("restarting worker %d", slot.index)
-                await self._spawn_worker(slot)
-            elif kind == "worker_ready":
-                if child is slot.child and not slot.ready:
-                    slot.ready = True
-                    if serving:
-                        log.info("worker %d ready again", slot.index)
-            if not serving and self._slots and all(s.ready for s in self._slots):
+            elif kind in WORKER_EVENTS:
+                await pool.handle(kind, slot, child, serving=serving)
+            if not serving and pool.all_ready:
                 serving, deadline = True, None
                 s = self.settings
                 log.info("serving %s on http://%s:%d (%d workers behind one engine client)",
-                         s.served_model_names[0], s.host, s.port, len(self._slots))
-
-    def _forget_worker_metrics(self, child: Child) -> None:
-        """A dead worker's live gauges leave /metrics (its counters stay in the totals)."""
-        try:
-            from prometheus_client.multiprocess import mark_process_dead
-
-            mark_process_dead(child.pid, self._metrics_dir)
-        except Exception as e:  # metrics bookkeeping must not stop a restart
-            log.warning("could not clear worker %d's metrics: %s", child.pid, e)
-
-    def _schedule_restart(self, slot: _Slot, child: Child) -> None:
-        lived = time.monotonic() - child.started_at
-        slot.ready = False
-        slot.fast_crashes = slot.fast_crashes + 1 if lived < FAST_CRASH_S else 1
-        log.warning("worker %d exited (%s) after %.1fs", slot.index,
-                    describe_exit(child.returncode), lived)
-        if slot.fast_crashes > MAX_FAST_CRASHES:
-            raise _Fatal(f"worker {slot.index} crashed {slot.fast_crashes} times in a row; giving up")
-        delay = min(BACKOFF_BASE_S * 2 ** (slot.fast_crashes - 1), BACKOFF_MAX_S)
-        slot.restart_timer = asyncio.get_running_loop().call_later(
-            delay, self._events.put_nowait, ("restart", slot, None)
-        )
+                         s.served_model_names[0], s.host, s.port, len(pool.slots))
 
     def _on_signal(self, sig: int) -> None:
         if not self._stopping:
@@ -516,18 +393,9 @@ class DropinSupervisor:
 
     async def _shutdown(self) -> None:
         self._stopping = True
-        for slot in self._slots:
-            if slot.restart_timer is not None:
-                slot.restart_timer.cancel()
-        workers = [s.child for s in self._slots if s.child is not None and s.child.alive]
-        for w in workers:
-            w.send_signal(signal.SIGTERM)
-        if workers and not await wait_all(workers, self.drain_timeout + WORKER_KILL_GRACE_S):
-            for w in workers:
-                if w.alive:
-                    log.warning("%s did not exit: SIGKILL", w.name)
-                    w.kill_group(signal.SIGKILL)
-            await wait_all(workers, 2.0)
+        workers: list[Child] = []
+        if self._pool is not None:
+            workers = await self._pool.stop(self.drain_timeout, WORKER_KILL_GRACE_S, kill_wait=2.0)
         router = self._router
         if router is not None:
             router.send_signal(signal.SIGTERM)

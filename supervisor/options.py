@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vllm_pyfrontend.config import WorkerPolicy
+
 DEFAULT_DP_RPC_PORT = 29550  # vLLM's default --data-parallel-rpc-port
 
 
@@ -37,20 +39,10 @@ class SupervisorOptions:
     data_parallel_rpc_port: int = DEFAULT_DP_RPC_PORT
     # vLLM engine flags, in vLLM's spelling, for `build_engine_command` (vllm engine only).
     engine_args: list[str] = field(default_factory=list)
-    # Security and request hygiene, given to every worker (see frontend/server/middleware.py).
-    api_keys: list[str] = field(default_factory=list, repr=False)  # never printed
-    metrics_require_api_key: bool = False
-    allowed_origins: list[str] = field(default_factory=list)
-    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
-    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
-    allow_credentials: bool = False
-    enable_request_id_headers: bool = False
-    enable_log_requests: bool = False
-    max_log_len: int | None = None
-    trust_request_chat_template: bool = False
-    enable_auto_tool_choice: bool = False
-    tool_call_parser: str | None = None
-    reasoning_parser: str | None = None
+    # API keys, given to every worker through its environment (never printed, never in argv).
+    api_keys: list[str] = field(default_factory=list, repr=False)
+    # Security, request hygiene and parsers, given to every worker (see WorkerPolicy).
+    policy: WorkerPolicy = field(default_factory=WorkerPolicy)
 
     @property
     def local_engine_count(self) -> int:

@@ -59,7 +59,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         plan = plan_tools(
             req.tools, req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
-            auto_enabled=state.config.enable_auto_tool_choice, has_parser=state.tool_parser is not None,
+            auto_enabled=state.config.policy.enable_auto_tool_choice, has_parser=state.tool_parser is not None,
         )
     except ToolChoiceError as e:
         raise APIError(400, e.message, e.param) from None

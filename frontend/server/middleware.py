@@ -179,9 +179,10 @@ def _route_name(request: web.Request) -> str | None:
 
 
 def context_middleware(config: WorkerConfig, metrics: WorkerMetrics | None):
-    want_id = config.enable_request_id_headers or config.enable_log_requests
-    log_requests = config.enable_log_requests
-    max_log_len = config.max_log_len
+    policy = config.policy
+    want_id = policy.enable_request_id_headers or policy.enable_log_requests
+    log_requests = policy.enable_log_requests
+    max_log_len = policy.max_log_len
 
     @web.middleware
     async def context(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -269,16 +270,17 @@ def _response_hook(echo_request_id: bool):
 def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None) -> list:
     """The middlewares to put before app.py's error middleware (outermost first)."""
     mws: list = [context_middleware(config, metrics)]
-    if config.allowed_origins:
+    policy = config.policy
+    if policy.allowed_origins:
         mws.append(cors_middleware(CorsPolicy(
-            config.allowed_origins, config.allowed_methods, config.allowed_headers,
-            config.allow_credentials)))
+            policy.allowed_origins, policy.allowed_methods, policy.allowed_headers,
+            policy.allow_credentials)))
     keys = ApiKeys(config.api_keys)
     if keys:
-        mws.append(auth_middleware(keys, config.metrics_require_api_key))
+        mws.append(auth_middleware(keys, policy.metrics_require_api_key))
     return mws
 
 
 def install(app: web.Application, config: WorkerConfig) -> None:
     """Response-header hooks (call once on the app built with `build_middlewares`)."""
-    app.on_response_prepare.append(_response_hook(config.enable_request_id_headers))
+    app.on_response_prepare.append(_response_hook(config.policy.enable_request_id_headers))

@@ -47,7 +47,7 @@ class ServerState:
         digest = hashlib.sha256(f"{config.model}|{self.max_model_len}".encode()).hexdigest()[:8]
         self.system_fingerprint: str | None = f"vllm-{engine.vllm_version}-{digest}"
         self.template_vars = tokenizer.template_vars()
-        self.trust_request_chat_template = getattr(config, "trust_request_chat_template", False)
+        self.trust_request_chat_template = config.policy.trust_request_chat_template
         self._token_text: dict[int, str] = {}
         self.tool_parser: str | None = None
         self.reasoning_parser: str | None = None
@@ -119,7 +119,7 @@ class ServerState:
         except (OSError, ValueError):
             pass
         source = self.template.source if self.template is not None else None
-        tool, reasoning = cfg.tool_call_parser, cfg.reasoning_parser
+        tool, reasoning = cfg.policy.tool_call_parser, cfg.policy.reasoning_parser
         if tool == "auto":
             tool = auto_tool_parser(source, model_type)
         if reasoning == "auto":

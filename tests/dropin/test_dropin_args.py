@@ -56,11 +56,14 @@ def test_vllm_security_flags_carry_over():
     model = build_tiny_model()
     s = serve_settings({"model_tag": model, "api_key": ["k1", "k2"], "allowed_origins": ["http://a"],
                         "allow_credentials": True, "enable_request_id_headers": True,
-                        "trust_request_chat_template": True, "max_log_len": 10},
+                        "trust_request_chat_template": True, "max_log_len": 10,
+                        "metrics_require_api_key": True},
                        environ={"VLLM_API_KEY": "env-key"})
-    assert s.api_keys == ["k1", "k2"] and s.allowed_origins == ["http://a"]
-    assert s.allow_credentials and s.enable_request_id_headers and s.trust_request_chat_template
-    assert s.max_log_len == 10 and s.allowed_methods == ["*"]
+    p = s.policy
+    assert s.api_keys == ["k1", "k2"] and p.allowed_origins == ["http://a"]
+    assert p.allow_credentials and p.enable_request_id_headers and p.trust_request_chat_template
+    assert p.max_log_len == 10 and p.allowed_methods == ["*"]
+    assert p.metrics_require_api_key  # the drop-in used to drop this one
     assert "k1" not in repr(s)
     assert serve_settings({"model_tag": model}, environ={"VLLM_API_KEY": "env-key"}).api_keys == ["env-key"]
     assert serve_settings({"model_tag": model}, environ={}).api_keys == []

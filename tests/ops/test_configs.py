@@ -80,7 +80,7 @@ def test_command_line_wins(tmp_path):
     assert opts.workers == 2
     assert opts.model == "/models/cli"
     assert opts.served_model_names == ["c"]
-    assert opts.enable_log_requests is False
+    assert opts.policy.enable_log_requests is False
     args = opts.engine_args
     # Both reach the engine; vLLM's parser keeps the last (the command line's).
     assert args.index("0.5") > args.index("0.9")
@@ -113,10 +113,37 @@ def test_api_key_sources_and_secrecy(tmp_path, monkeypatch):
     assert "s3cret" not in config.to_json()  # workers get keys through the environment
 
 
+def test_one_policy_for_the_cli_the_dropin_and_the_workers(tmp_path):
+    """WorkerPolicy is declared once: every field is a CLI flag of the same name, the CLI and the
+    drop-in (vLLM's jsonified args, same names) build equal policies, and it survives the JSON
+    hop to the workers."""
+    from vllm_pyfrontend.config import WorkerPolicy
+    from vllm_pyfrontend.supervisor.cli import build_parser
+    from vllm_pyfrontend.supervisor.dropin import serve_settings
+
+    dests = {a.dest for a in build_parser()._actions}
+    assert set(WorkerPolicy.__dataclass_fields__) <= dests
+    assert parse_args(["/m"]).policy == WorkerPolicy()
+    opts = parse_args(["--metrics-require-api-key", "--allowed-origins", "https://a", "--allow-credentials",
+                       "--allowed-methods", "GET", "POST", "--enable-log-requests", "--max-log-len", "7",
+                       "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3",
+                       "/m"])
+    vllm_args = {"model_tag": str(tmp_path), "metrics_require_api_key": True, "allowed_origins": ["https://a"],
+                 "allow_credentials": True, "allowed_methods": ["GET", "POST"], "enable_log_requests": True,
+                 "max_log_len": 7, "enable_auto_tool_choice": True, "tool_call_parser": "hermes",
+                 "reasoning_parser": "qwen3", "allowed_headers": None}
+    assert serve_settings(vllm_args, environ={}).policy == opts.policy
+    assert opts.policy.allowed_headers == ["*"] and opts.policy.max_log_len == 7
+    config = WorkerConfig(worker_index=0, num_workers=1, host="", port=0, model="m", served_model_names=["m"],
+                          input_address="", output_address="", policy=opts.policy)
+    again = WorkerConfig.from_json(config.to_json())
+    assert again == config and isinstance(again.policy, WorkerPolicy)
+
+
 def test_shipped_frontend_yaml_parses():
     opts = parse_args(["--config", os.path.join(CONFIGS, "frontend.yaml")])
     assert opts.workers == 16 and opts.max_model_len == 16384 and opts.model == "/models/Qwen3-8B"
-    assert opts.enable_request_id_headers and not opts.trust_request_chat_template
+    assert opts.policy.enable_request_id_headers and not opts.policy.trust_request_chat_template
     assert "--gpu-memory-utilization" in opts.engine_args
 
 

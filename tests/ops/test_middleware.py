@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
 from vllm_pyfrontend.metrics import MULTIPROC_ENV, WorkerMetrics
 from vllm_pyfrontend.server.app import error_middleware
 from vllm_pyfrontend.server.errors import APIError
@@ -19,8 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 def make_config(**kw) -> WorkerConfig:
+    """A config with `kw` set: WorkerPolicy's fields go into its policy, the rest on it."""
+    policy = {k: kw.pop(k) for k in list(kw) if k in WorkerPolicy.__dataclass_fields__}
     return WorkerConfig(worker_index=0, num_workers=1, host="127.0.0.1", port=0, model="m",
-                        served_model_names=["m"], input_address="", output_address="", **kw)
+                        served_model_names=["m"], input_address="", output_address="",
+                        policy=WorkerPolicy(**policy), **kw)
 
 
 async def echo(request: web.Request) -> web.Response:

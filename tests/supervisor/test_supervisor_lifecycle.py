@@ -103,11 +103,12 @@ DRIVER = textwrap.dedent(
     import asyncio, os, sys
     sys.path.insert(0, sys.argv[1])
     import vllm_pyfrontend.supervisor.deployment as sm
+    import vllm_pyfrontend.supervisor.workers as wk
     from vllm_pyfrontend.supervisor.engine_launch import EngineLaunch
     from vllm_pyfrontend.supervisor.options import SupervisorOptions
 
     engine, worker, workers = sys.argv[2], sys.argv[3], int(sys.argv[4])
-    sm.BACKOFF_BASE_S = 0.05          # keep restarts and give-ups fast
+    wk.BACKOFF_BASE_S = 0.05          # keep restarts and give-ups fast
     sm.WORKER_KILL_GRACE_S = 0.5
     sm.configure_logging("info")
     options = SupervisorOptions(model="/nonexistent-model", workers=workers, host="127.0.0.1",

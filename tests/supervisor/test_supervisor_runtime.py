@@ -65,7 +65,7 @@ def test_worker_config_carries_the_options():
     sup = Supervisor(opts)
     sup.runtime = RuntimeDir()
     try:
-        from vllm_pyfrontend.supervisor.deployment import WorkerSlot
+        from vllm_pyfrontend.supervisor.workers import WorkerSlot
 
         slot = WorkerSlot(index=1, addresses=sup.runtime.client_addresses(2)[1])
         cfg = sup._worker_config(slot)
