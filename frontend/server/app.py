@@ -9,6 +9,7 @@ import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend import __version__
+from vllm_pyfrontend.llm.errors import InvalidRequestError
 from vllm_pyfrontend.server.chat_completion import handle_chat_completions
 from vllm_pyfrontend.server.completion import handle_completions
 from vllm_pyfrontend.server.tokenize import handle_detokenize, handle_tokenize
@@ -29,6 +30,8 @@ async def error_middleware(request: web.Request, handler):
         return await handler(request)
     except APIError as e:
         return e.to_response()
+    except InvalidRequestError as e:  # raised by frontend/llm's lowering: the client's doing
+        return APIError(400, e.message, e.param).to_response()
     except web.HTTPException as e:
         if e.status < 400:
             raise

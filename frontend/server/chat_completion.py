@@ -1,8 +1,8 @@
 """POST /v1/chat/completions: messages -> chat template -> n engine requests -> SSE or JSON.
 
-The pipeline itself lives in `run.py` (RequestRun) and `formatters.py` (ChatFormatter); this
-module validates the request, renders and tokenizes the prompt and lowers the sampling
-parameters, all before anything reaches the engine.
+The pipeline itself lives in `request_pipeline.py` (RequestRun) and `formatters.py`
+(ChatFormatter); this module validates the request, renders and tokenizes the prompt and
+lowers it with `frontend/llm`, all before anything reaches the engine.
 """
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
 from vllm_pyfrontend.llm.request_ids import make_request_id
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.formatters import ChatFormatter
-from vllm_pyfrontend.server.generate import (
-    Submission,
-    bad_words_token_ids,
-    forced_json,
-    check_n,
-    is_greedy,
-    lower_for_choices,
+from vllm_pyfrontend.llm.prompt import bad_words_token_ids, truncate_prompt
+from vllm_pyfrontend.llm.sampling import check_n, is_greedy, lower_choices
+from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
+from vllm_pyfrontend.server.openai_generation import (
     new_choice,
     new_sse,
     options_from,
+    respond,
     stream_flags,
-    structured_outputs_from,
-    truncate_prompt,
+    submit_choices,
 )
 from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.schemas import ChatCompletionRequest, decode_body, normalize_messages
@@ -55,7 +52,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
             "Refused request with untrusted chat template.",
             "chat_template",
         )
-    n = check_n(req.n, is_greedy(state, req.temperature))
+    n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
     try:
         plan = plan_tools(
             req.tools, req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
@@ -86,13 +83,13 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     if state.uses_parsers(plan):
         # Markers are special tokens for some models: the parsers must see them as text.
         opts.skip_special_tokens = False
-    structured = structured_outputs_from(req)
+    structured = lower_structured_outputs(req.structured_outputs, req.response_format)
     if plan.schema is not None:
         # "required" / named tool choice: the engine's structured outputs enforce the call.
         structured = {**(structured or {}), **forced_json(plan.schema)}
     bad = bad_words_token_ids(state.tokenizer.encode, req.bad_words, state.tokenizer.vocab_size) if req.bad_words else None
-    samplings = lower_for_choices(
-        state, opts, len(prompt_ids), n,
+    samplings = lower_choices(
+        state.limits, opts, len(prompt_ids), n,
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
         structured=structured, bad_words=bad,
     )  # fmt: skip
@@ -129,10 +126,6 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         last = messages[-1]
         if last.get("role") == role and isinstance(last.get("content"), str):
             run.echo_text = last["content"]
-    sub = Submission(state, run)
-    trace = request.get("trace_headers")
-    for choice, sampling in zip(run.choices, samplings):
-        sub.add_choice(choice, prompt_ids, sampling, external_id=response_id, priority=req.priority,
-                       cache_salt=req.cache_salt, trace_headers=trace)
-    sub.submit()
-    return await sub.respond(request, role_chunks=True, system_fingerprint=state.system_fingerprint)
+    sub = submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(run.choices, samplings)],
+                         priority=req.priority, cache_salt=req.cache_salt)
+    return await respond(state, request, run, sub, role_chunks=True)

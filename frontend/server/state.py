@@ -19,7 +19,7 @@ from vllm_pyfrontend.parsers.reasoning import reasoning_parser_names
 from vllm_pyfrontend.parsers.tool import forced_tool_parser, tool_parser_names
 from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.engine.client import EngineClient
-from vllm_pyfrontend.llm.sampling import GenerationDefaults
+from vllm_pyfrontend.llm.sampling import GenerationDefaults, ModelLimits
 from vllm_pyfrontend.metrics import WorkerMetrics
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -46,6 +46,7 @@ class ServerState:
         # vLLM's form: "vllm-<version>-<hash>"; ours hashes the served model and its length.
         digest = hashlib.sha256(f"{config.model}|{self.max_model_len}".encode()).hexdigest()[:8]
         self.system_fingerprint: str | None = f"vllm-{engine.vllm_version}-{digest}"
+        self.limits = ModelLimits(self.max_model_len, tokenizer.eos_token_id, generation_defaults)
         self.template_vars = tokenizer.template_vars()
         self.trust_request_chat_template = config.policy.trust_request_chat_template
         self._token_text: dict[int, str] = {}
