@@ -56,7 +56,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         plan = plan_tools(
             req.tools, req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
-            auto_enabled=state.config.policy.enable_auto_tool_choice, has_parser=state.tool_parser is not None,
+            auto_enabled=state.config.policy.enable_auto_tool_choice, has_parser=state.parsers.tool_parser is not None,
         )
     except ToolChoiceError as e:
         raise APIError(400, e.message, e.param) from None
@@ -80,7 +80,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     opts = options_from(
         req, req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     )
-    if state.uses_parsers(plan):
+    if state.parsers.uses_parsers(plan):
         # Markers are special tokens for some models: the parsers must see them as text.
         opts.skip_special_tokens = False
     structured = lower_structured_outputs(req.structured_outputs, req.response_format)
@@ -103,7 +103,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         created=created,
         choices=[
             new_choice(state, i, prompt_ids, opts,
-                       state.new_assistant_stream(plan, prompt_ids, template_kwargs, req.tools))
+                       state.parsers.new_assistant_stream(plan, prompt_ids, template_kwargs, req.tools))
             for i in range(n)
         ],
         num_prompt_tokens=len(prompt_ids),

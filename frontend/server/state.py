@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import os
 from typing import Any
 
 from aiohttp import web
 
-from vllm_pyfrontend.chat.assistant import AssistantStream
 from vllm_pyfrontend.chat.template import ChatTemplate, ChatTemplateError
-from vllm_pyfrontend.chat.tools import ToolPlan
-from vllm_pyfrontend.parsers.auto import auto_reasoning_parser, auto_tool_parser
-from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
-from vllm_pyfrontend.parsers.reasoning import reasoning_parser_names
-from vllm_pyfrontend.parsers.tool import forced_tool_parser, tool_parser_names
 from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.engine.client import EngineClient
 from vllm_pyfrontend.llm.sampling import GenerationDefaults, ModelLimits
 from vllm_pyfrontend.metrics import WorkerMetrics
+from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -50,9 +43,10 @@ class ServerState:
         self.template_vars = tokenizer.template_vars()
         self.trust_request_chat_template = config.policy.trust_request_chat_template
         self._token_text: dict[int, str] = {}
-        self.tool_parser: str | None = None
-        self.reasoning_parser: str | None = None
-        self._resolve_parsers()
+        self.parsers = ParserSelection.resolve(
+            config.policy.tool_call_parser, config.policy.reasoning_parser, model_dir=config.model,
+            template_source=template.source if template is not None else None, tokenizer=tokenizer,
+        )
         self.draining = False
         # Prometheus families of this worker (frontend/metrics); the request pipeline records
         # into `metrics.start_request()`, the worker tracks serving/draining.
@@ -109,43 +103,6 @@ class ServerState:
         if text is None:
             text = self._token_text[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
         return text
-
-    def _resolve_parsers(self) -> None:
-        """--tool-call-parser / --reasoning-parser, with "auto" resolved from the model."""
-        cfg = self.config
-        model_type = None
-        try:
-            with open(os.path.join(cfg.model, "config.json"), encoding="utf-8") as f:
-                model_type = json.load(f).get("model_type")
-        except (OSError, ValueError):
-            pass
-        source = self.template.source if self.template is not None else None
-        tool, reasoning = cfg.policy.tool_call_parser, cfg.policy.reasoning_parser
-        if tool == "auto":
-            tool = auto_tool_parser(source, model_type)
-        if reasoning == "auto":
-            reasoning = auto_reasoning_parser(source, model_type)
-        if tool is not None and tool not in tool_parser_names():
-            raise ValueError(f"unknown --tool-call-parser {tool!r}; known: {', '.join(tool_parser_names())}")
-        if reasoning is not None and reasoning not in reasoning_parser_names():
-            raise ValueError(f"unknown --reasoning-parser {reasoning!r}; known: {', '.join(reasoning_parser_names())}")
-        self.tool_parser, self.reasoning_parser = tool, reasoning
-
-    def uses_parsers(self, plan: ToolPlan | None) -> bool:
-        return self.reasoning_parser is not None or (plan is not None and plan.mode != "none" and (
-            plan.mode != "auto" or self.tool_parser is not None))
-
-    def new_assistant_stream(self, plan: ToolPlan | None = None, prompt_ids=None, template_kwargs=None,
-                             tools=None):
-        """Per choice: the reasoning parser, then the tool parser this request's plan needs."""
-        if plan is None or not self.uses_parsers(plan):
-            return AssistantStream()
-        tool = self.tool_parser if plan.mode == "auto" else None
-        stream = make_assistant_stream(self.reasoning_parser, tool, self.tokenizer, prompt_ids,
-                                       template_kwargs, tools)
-        if plan.mode in ("required", "named"):
-            stream.tool = forced_tool_parser(plan.named)
-        return stream
 
     # -- lifecycle ------------------------------------------------------------------------------
     def request_started(self) -> None:
