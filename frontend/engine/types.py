@@ -89,6 +89,10 @@ class Logprobs:
     logprobs: list[list[float]]
     sampled_ranks: list[int]
 
+    def head(self, n: int) -> "Logprobs":
+        """The rows of the first n positions."""
+        return Logprobs(self.token_ids[:n], self.logprobs[:n], self.sampled_ranks[:n])
+
 
 @dataclass(slots=True)
 class EngineOutput:

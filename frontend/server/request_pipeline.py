@@ -119,6 +119,14 @@ class RequestRun:
         if matched is not None:
             gen.stop_early("stop", matched)
             finish_reason, stop_reason = "stop", matched
+            kept = choice.text.num_kept
+            if kept < len(token_ids):
+                # Tokens of this step after the one that completed the stop string (several
+                # tokens per step): not part of the output, its usage or its logprobs (vLLM).
+                gen.num_output_tokens -= len(token_ids) - kept
+                token_ids = token_ids[:kept]
+                if logprobs is not None:
+                    logprobs = logprobs.head(kept)
         elif finish_reason is not None and not engine_stopped:
             text += choice.text.finish()
         if finish_reason is None and choice.plain and self._fast and self.sse is not None:

@@ -2,7 +2,9 @@
 
 Follows vLLM's detokenizer semantics: a request the engine stopped (EOS or a stop token id)
 does not show its last token unless `include_stop_str_in_output`; stop strings are checked
-only once `min_tokens` tokens exist; text that could begin a stop string is held back.
+from the token after the first `min_tokens` on (a stop string may begin before it); text that
+could begin a stop string is held back; tokens of a step after the one that completed a stop
+string are not part of the output.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from vllm_pyfrontend.text.stop import StopStringMatcher
 
 
 class TextStream:
-    __slots__ = ("detok", "stop", "min_tokens", "include_stop", "num_tokens", "matched")
+    __slots__ = ("detok", "stop", "min_tokens", "include_stop", "num_tokens", "matched", "num_kept")
 
     def __init__(
         self,
@@ -28,30 +30,55 @@ class TextStream:
         self.include_stop = include_stop_str_in_output
         self.num_tokens = 0
         self.matched: str | None = None
+        self.num_kept = 0
 
     def feed(self, token_ids: list[int], engine_stopped: bool) -> tuple[str, str | None]:
-        """Returns (text to release, stop string matched or None)."""
+        """Returns (text to release, stop string matched or None).
+
+        After a match, `num_kept` says how many of this step's `token_ids` produced the output
+        (the one that completed the stop string and those before it): with several tokens per
+        step (speculative decoding) vLLM drops the ones after it from the output, its token
+        count and its logprobs, and so must the caller.
+        """
         if self.matched is not None or not token_ids:
             return "", None
+        prev = self.num_tokens
+        self.num_tokens += len(token_ids)  # vLLM's num_output_tokens: the stop token counts
         if engine_stopped and not self.include_stop:
             token_ids = token_ids[:-1]
-        self.num_tokens += len(token_ids)
-        text = self.detok.feed(token_ids) if token_ids else ""
-        if engine_stopped:
-            text += self.detok.flush()
-        if self.stop is None:
-            return text, None
-        if self.num_tokens <= self.min_tokens:
-            # Stop strings do not apply yet (vLLM: only once num_output_tokens > min_tokens);
-            # nothing is held in the matcher before that point, so the text goes out as is.
-            return text, None
-        released, matched = self.stop.feed(text)
+        stop = self.stop
+        if stop is None:
+            text = self.detok.feed(token_ids) if token_ids else ""
+            return text + self.detok.flush() if engine_stopped else text, None
+        if len(token_ids) == 1 or not token_ids:
+            # One token (the common step): stop strings count from the token after the first
+            # `min_tokens` on (vLLM); text before that still goes through the matcher, held
+            # while it may begin a stop string that a later token completes.
+            text = self.detok.feed(token_ids) if token_ids else ""
+            released, matched = stop.feed(text, prev >= self.min_tokens)
+            self.num_kept = len(token_ids)
+        else:
+            released, matched = self._feed_each(token_ids, prev)
+        if matched is None and engine_stopped:
+            tail = self.detok.flush()
+            more, matched = stop.feed(tail, self.num_tokens > self.min_tokens) if tail else ("", None)
+            released += more if matched is not None else more + stop.flush()
         if matched is not None:
             self.matched = matched
-            return released, matched
-        if engine_stopped:
-            released += self.stop.flush()
-        return released, None
+        return released, matched
+
+    def _feed_each(self, token_ids: list[int], prev: int) -> tuple[str, str | None]:
+        """Several tokens in one step: token by token, so the min_tokens boundary falls
+        between the right tokens and a match tells which token completed it."""
+        assert self.stop is not None
+        parts: list[str] = []
+        for i, token in enumerate(token_ids):
+            released, matched = self.stop.feed(self.detok.feed([token]), prev + i >= self.min_tokens)
+            parts.append(released)
+            if matched is not None:
+                self.num_kept = i + 1
+                return "".join(parts), matched
+        return "".join(parts), None
 
     def finish(self) -> str:
         """Release whatever is still held when the request ends for another reason."""

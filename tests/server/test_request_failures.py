@@ -81,3 +81,31 @@ async def test_a_finished_request_ignores_later_engine_failures():
     assert run.done.done() and run.error is None
     gen.on_failure(Failure(FailureKind.ENGINE_DEAD, "engine died later"))
     assert run.error is None
+
+
+class _Letters:
+    """Token id t detokenizes to chr(t)."""
+
+    def feed(self, ids):
+        return "".join(chr(t) for t in ids)
+
+    def flush(self, emit_incomplete=False):
+        return ""
+
+
+async def test_tokens_after_a_stop_string_in_one_step_leave_usage_and_logprobs():
+    from vllm_pyfrontend.engine.types import Logprobs
+
+    choice = Choice(0, TextStream(_Letters(), ["cd"]), AssistantStream())
+    run = RequestRun(response_id="cmpl-t", model="m", created=0, choices=[choice], num_prompt_tokens=3,
+                     stream=False, include_usage=False, continuous_usage=False,
+                     formatter=ChatFormatter(str, 0), want_logprobs=True, return_token_ids=True)
+    client = _Client()
+    gen = choice.gen = Generation("cmpl-w0-1", 0, run, client, 3)
+    ids = [ord(c) for c in "abcdef"]  # six tokens accepted in one step; "cd" completes at the 4th
+    lp = Logprobs([[t] for t in ids], [[-0.5] for _ in ids], [1] * 6)
+    gen.on_output(EngineOutput("cmpl-w0-1", ids, new_logprobs=lp))
+    assert run.done.done() and run.error is None
+    assert "".join(choice.content) == "ab" and choice.token_ids == ids[:4]
+    assert len(choice.logprobs[0]) == 4 and run.usage()["completion_tokens"] == 4
+    assert gen.finish_reason == "stop" and gen.stop_reason == "cd" and client.aborted == ["cmpl-w0-1"]
