@@ -65,7 +65,7 @@ class ChatFormatter:
                      token_ids, finish, stop_reason) -> None:
         sse = run.sse
         assert sse is not None
-        usage = run.usage() if run.continuous_usage else None
+        usage = run.choice_usage(choice) if run.continuous_usage else None
         if finish is None and logprobs is None and token_ids is None:
             if delta is None or delta.is_empty():
                 return
@@ -208,7 +208,7 @@ class CompletionFormatter:
         }
         data = sse.prefix + _enc(item) + b"]"
         if run.continuous_usage:
-            data += b',"usage":' + _enc(run.usage())
+            data += b',"usage":' + _enc(run.choice_usage(choice))
         sse.write(data + b"}\n\n")
 
     def stream_usage(self, run: RequestRun) -> None:

@@ -204,6 +204,14 @@ class RequestRun:
             "completion_tokens": completion,
         }
 
+    def choice_usage(self, choice: Choice) -> dict[str, int]:
+        """Continuous usage stats are per choice (vLLM): its own prompt's tokens and its own
+        completion tokens so far."""
+        gen = choice.gen
+        prompt = gen.num_prompt_tokens if gen is not None else self.num_prompt_tokens
+        completion = gen.num_output_tokens if gen is not None else 0
+        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+
     def finish_reason_of(self, choice: Choice) -> str:
         gen = choice.gen
         reason = gen.finish_reason if gen is not None and gen.finish_reason else "stop"

@@ -324,3 +324,35 @@ def _chunk_shapes(events: list[dict]) -> dict[str, list]:
         if shape not in kinds.setdefault(kind, []):
             kinds[kind].append(shape)
     return kinds
+
+
+@pytest.mark.parametrize("route,body", [
+    ("chat", chat(n=2, temperature=1.0, seed=3, max_tokens=5)),
+    ("comp", comp(prompt=["Hello", "Goodbye my friend"], n=2, temperature=1.0, seed=3, max_tokens=5)),
+], ids=["chat_n2", "comp_2prompts_n2"])
+def test_continuous_usage_is_per_choice(servers, route, body):
+    """continuous_usage_stats with several choices: each chunk carries its own choice's
+    completion tokens so far and its own prompt's tokens (vLLM), not the request's sums."""
+    def per_choice(base: str) -> dict[int, list[tuple[int, int]]]:
+        b = {**body, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        r = httpx.post(base + ROUTES[route], json=b, timeout=120)
+        assert r.status_code == 200
+        out: dict[int, list[tuple[int, int]]] = {}
+        for line in r.text.splitlines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            for c in ev.get("choices") or []:
+                if ev.get("usage"):
+                    out.setdefault(c["index"], []).append(
+                        (ev["usage"]["prompt_tokens"], ev["usage"]["completion_tokens"]))
+        return out
+
+    ours_url, vllm_url = servers
+    ours, theirs = per_choice(ours_url), per_choice(vllm_url)
+    assert ours.keys() == theirs.keys() and len(ours) == (2 if route == "chat" else 4)
+    for i in ours:
+        # Chunking may differ under load; the counts each choice reports may not.
+        assert ours[i][-1] == theirs[i][-1], (i, ours[i], theirs[i])
+        assert {p for p, _ in ours[i]} == {theirs[i][-1][0]}
+        assert [c for _, c in ours[i]] == sorted(c for _, c in ours[i])
