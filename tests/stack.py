@@ -47,14 +47,19 @@ def free_port() -> int:
 class Stack:
     """A running `frontend-supervisor`; logs are kept (last lines) for failure messages."""
 
-    def __init__(self, args: list[str], *, port: int | None = None, ready_timeout: float = 120.0, env=None):
+    def __init__(self, args: list[str], *, port: int | None = None, ready_timeout: float = 120.0, env=None,
+                 command: list[str] | None = None, cwd: str | None = None):
+        """`command`: the supervisor to run (default: this interpreter's, from the source tree);
+        `cwd`: where it runs (default: the repository root)."""
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-c", "import sys; from vllm_pyfrontend.supervisor.cli import main; sys.exit(main())",
-               "--host", "127.0.0.1", "--port", str(self.port), *args]
+        if command is None:
+            command = [sys.executable, "-c",
+                       "import sys; from vllm_pyfrontend.supervisor.cli import main; sys.exit(main())"]
+        cmd = [*command, "--host", "127.0.0.1", "--port", str(self.port), *args]
         self.log: deque[str] = deque(maxlen=400)
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cmd, cwd=cwd or REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True, env={**os.environ, **(env or {})},
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
