@@ -134,7 +134,9 @@ class EngineClient:
         # Watchdog: when each engine last sent anything; probes sent and not yet answered.
         self._last_heard = {i: time.monotonic() for i in self.engine_indices}
         self._probe_sent: dict[int, float] = {}
-        self._stalled: set[int] = set()
+        # Engines that cannot take requests now (stalled, or their socket gone), and why. The
+        # client stays healthy while any engine is up: routing skips these.
+        self._engines_down: dict[int, Failure] = {}
         self._watchdog_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -297,7 +299,13 @@ class EngineClient:
 
     @property
     def healthy(self) -> bool:
-        return self._healthy
+        """Started, not closed, no engine dead, and at least one engine taking requests."""
+        return self._healthy and len(self._engines_down) < len(self.engine_indices)
+
+    @property
+    def engines_down(self) -> list[int]:
+        """Engines skipped by routing now (data parallel: the others still serve)."""
+        return sorted(self._engines_down)
 
     @property
     def dead_message(self) -> str:
@@ -345,7 +353,7 @@ class EngineClient:
 
         Raises InvalidEngineRequest (nothing sent) or EngineDeadError.
         """
-        if not self._healthy:
+        if not self.healthy:
             raise self._unavailable()
         req.client_index = self.client_index
         validate_engine_request(
@@ -364,7 +372,19 @@ class EngineClient:
             payload = encode_add(req, self._layout)
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
-        self._send(engine, REQUEST_ADD, payload)
+        while True:
+            try:
+                self._send(engine, REQUEST_ADD, payload)
+                break
+            except EngineDeadError as e:
+                if req.data_parallel_rank is not None or len(self.engine_indices) == 1:
+                    raise
+                # Its socket is gone: take it out of routing (until it is heard from again,
+                # e.g. answering the watchdog's probe) and try a live engine.
+                self._engine_down(engine, Failure(FailureKind.ENGINE_DEAD, str(e)))
+                if not self.healthy:
+                    raise self._unavailable() from None
+                engine = self._route(req)
         self._sinks[rid] = sink
         self._owner[rid] = engine
         self._in_flight[engine] += 1
@@ -377,6 +397,8 @@ class EngineClient:
                     f"data_parallel_rank {req.data_parallel_rank} is not one of the engines "
                     f"{indices}", "data_parallel_rank")
             return req.data_parallel_rank
+        if self._engines_down:
+            indices = [e for e in indices if e not in self._engines_down]
         n = len(indices)
         if n == 1:
             return indices[0]
@@ -440,7 +462,9 @@ class EngineClient:
         self._abort_scheduled = False
         pending, self._pending_aborts = self._pending_aborts, {}
         if not self._healthy and not self._closed:
-            return  # a dead engine has nothing to abort
+            # Dead engines (mark_dead) have nothing to abort. One engine down does not come
+            # here: the others' aborts must flow, or their requests run to max_tokens.
+            return
         for engine, ids in pending.items():
             try:
                 self._send(engine, REQUEST_ABORT, encode_abort(ids))
@@ -491,7 +515,10 @@ class EngineClient:
     # ------------------------------------------------------------------ death
 
     def _unavailable(self) -> EngineDeadError:
-        down = self._down or Failure(FailureKind.ENGINE_DEAD, "The engine is not available.")
+        down = self._down
+        if down is None and self._engines_down:
+            down = next(reversed(self._engines_down.values()))  # the latest engine to go
+        down = down or Failure(FailureKind.ENGINE_DEAD, "The engine is not available.")
         return EngineDeadError(down.message, down.kind)
 
     def mark_dead(self, message: str) -> None:
@@ -539,19 +566,20 @@ class EngineClient:
         now = time.monotonic()
         for engine in self.engine_indices:
             silent = now - self._last_heard[engine]
-            if engine in self._stalled:
-                continue
-            if silent >= timeout and engine in self._probe_sent:
+            sent = self._probe_sent.get(engine)
+            down = engine in self._engines_down
+            if silent >= timeout and sent is not None and not down:
                 self._engine_stalled(engine, silent)
-            elif silent >= timeout / 2 and engine not in self._probe_sent and self._healthy:
-                # (re-sent after each answer: `_heard_from` clears the probe)
+            elif silent >= timeout / 2 and (sent is None or now - sent >= timeout / 2) and self._healthy:
+                # One probe per half-timeout of silence (`_heard_from` clears it), also to an
+                # engine that is down, so that it is taken back as soon as it answers.
                 self._probe_sent[engine] = now
                 try:
                     self._send(engine, REQUEST_UTILITY,
                                encode_utility(self.client_index, self._next_call_id, _PROBE_METHOD, ()))
                     self._next_call_id = (self._next_call_id + 1) & (2**64 - 1)
                 except EngineDeadError as e:
-                    log.warning("liveness probe to engine %d failed: %s", engine, e)
+                    (log.debug if down else log.warning)("liveness probe to engine %d failed: %s", engine, e)
         self._arm_watchdog()
 
     def _engine_stalled(self, engine: int, silent: float) -> None:
@@ -560,9 +588,14 @@ class EngineClient:
             f"any output or reply, limit {self.engine_timeout:g}s); it is treated as dead."
         )
         log.error("engine %d stalled: %s", engine, message)
-        self._stalled.add(engine)
-        self._healthy = False
-        failure = self._down = Failure(FailureKind.ENGINE_STALLED, message)
+        self._engine_down(engine, Failure(FailureKind.ENGINE_STALLED, message))
+
+    def _engine_down(self, engine: int, failure: Failure) -> None:
+        """Take one engine out of routing and fail the requests it holds; the others serve on
+        (the client is unhealthy only when every engine is down)."""
+        if engine not in self._engines_down:
+            log.error("engine %d is down: %s", engine, failure.message)
+        self._engines_down[engine] = failure
         ids = [rid for rid, owner in self._owner.items() if owner == engine]
         sinks = [self._sinks.pop(rid) for rid in ids if rid in self._sinks]
         for rid in ids:
@@ -576,12 +609,8 @@ class EngineClient:
     def _heard_from(self, engine: int) -> None:
         self._last_heard[engine] = time.monotonic()
         self._probe_sent.pop(engine, None)
-        if engine in self._stalled:
-            self._stalled.discard(engine)
-            if not self._stalled and self._down is not None and self._down.kind is FailureKind.ENGINE_STALLED:
-                log.warning("engine %d answers again: serving", engine)
-                self._healthy = True
-                self._down = None
+        if self._engines_down.pop(engine, None) is not None:
+            log.warning("engine %d answers again: serving", engine)
 
     @staticmethod
     def _notify_failure(sink: OutputSink, failure: Failure) -> None:

@@ -80,6 +80,10 @@ async def handle_health(request: web.Request) -> web.Response:
     state: ServerState = request.app["state"]
     # Liveness: the process answers and its engine is connected. Draining is /ready's business.
     if state.engine.healthy:
+        down = state.engine.engines_down
+        if down:  # degraded (data parallel): still serving on the other engines
+            return web.Response(body=_json({"status": "degraded", "engines_down": down}),
+                                content_type="application/json")
         return web.Response(status=200)
     return web.Response(status=503)
 

@@ -3,7 +3,8 @@
 `/health` (app.py) answers "is this process alive and its engine connected": a liveness probe.
 `/ready` adds "and accepting new work": 503 while the worker drains for shutdown, so a load
 balancer or Kubernetes readiness probe takes the pod out of rotation while in-flight requests
-finish. Both answer without authentication (as vLLM's /health); `/metrics` requires an API key
+finish. With several engines, one that is down (stalled, or its socket gone) leaves both at
+200 while another serves, and both name it (`engines_down`). Both answer without authentication (as vLLM's /health); `/metrics` requires an API key
 only with `--metrics-require-api-key`.
 """
 
@@ -33,7 +34,10 @@ async def handle_ready(request: web.Request) -> web.Response:
     elif not state.engine.healthy:
         reason = "engine unavailable"
     else:
-        return web.Response(body=_json({"status": "ready"}), content_type="application/json")
+        body = {"status": "ready"}
+        if state.engine.engines_down:  # data parallel, degraded: the other engines serve
+            body["engines_down"] = state.engine.engines_down
+        return web.Response(body=_json(body), content_type="application/json")
     return web.Response(status=503, body=_json({"status": "not ready", "reason": reason}),
                         content_type="application/json")
 

@@ -135,10 +135,10 @@ def zctx():
     ctx.term()
 
 
-async def _started(addresses, zctx, engine_indices=(0,), client_index=1, **ready):
+async def _started(addresses, zctx, engine_indices=(0,), client_index=1, engine_timeout=None, **ready):
     client = EngineClient(client_index=client_index, input_address=addresses[0],
                           output_address=addresses[1], engine_indices=list(engine_indices),
-                          vocab_size=1000)
+                          vocab_size=1000, engine_timeout=engine_timeout)
     start = asyncio.create_task(client.start(timeout=5))
     await asyncio.sleep(0.02)
     engines = [FakeEngine(zctx, i, *addresses) for i in engine_indices]
@@ -358,6 +358,83 @@ async def test_data_parallel_least_loaded(addresses, zctx):
         await client.close()
         for e in engines:
             e.close()
+
+
+async def _drain(engine: FakeEngine) -> list:
+    got = []
+    while engine.dealer.poll(0):
+        kind, *data = engine.dealer.recv_multipart()
+        got.append((kind, engine.add_decoder.decode(data) if kind == b"\x00" else engine.decoder.decode(data)))
+    return got
+
+
+@on_uvloop
+async def test_data_parallel_one_engine_stalls(addresses, zctx):
+    """Engine 0 goes silent: its requests fail (stalled), engine 1 serves on, aborts for
+    engine 1 still flow, and engine 0 is taken back once it answers again."""
+    client, engines, _ = await _started(addresses, zctx, engine_indices=(0, 1), engine_timeout=0.4)
+    e0, e1 = engines
+    alive = True
+
+    async def heartbeat():  # engine 1 keeps talking (an empty batch counts)
+        while alive:
+            e1.send(EngineCoreOutputs())
+            await asyncio.sleep(0.05)
+
+    beat = asyncio.create_task(heartbeat())
+    try:
+        s0, s1 = Sink(), Sink()
+        client.add_request(_req("a"), s0)
+        client.add_request(_req("b"), s1)
+        assert client.in_flight_by_engine() == {0: 1, 1: 1}
+        await until(lambda: s0.dead is not None, 3)
+        assert s0.failure.kind is FailureKind.ENGINE_STALLED and s1.dead is None
+        assert client.healthy and client.engines_down == [0]
+        for i in range(3):
+            client.add_request(_req(f"n{i}"), Sink())
+        assert client.in_flight_by_engine() == {0: 0, 1: 4}
+        await _drain(e1)
+        client.abort(["n1"])
+        await until(lambda: e1.dealer.poll(0))
+        assert (b"\x01", ["n1"]) in await _drain(e1)
+        e0.send(EngineCoreOutputs())  # engine 0 wakes up
+        await until(lambda: client.engines_down == [])
+        assert client.healthy
+    finally:
+        alive = False
+        await beat
+        await client.close()
+        for e in engines:
+            e.close()
+
+
+@on_uvloop
+async def test_data_parallel_engine_socket_gone(addresses, zctx):
+    """Engine 1's socket disappears: a request routed to it is sent to engine 0 instead, and
+    engine 1 leaves routing; /health stays up on the live engine."""
+    client, engines, _ = await _started(addresses, zctx, engine_indices=(0, 1))
+    e0, e1 = engines
+    try:
+        e1.dealer.close(linger=0)
+        await asyncio.sleep(0.2)  # the ROUTER notices the disconnect
+        sinks = [Sink() for _ in range(4)]
+        for i, s in enumerate(sinks):
+            client.add_request(_req(f"r{i}"), s)
+        assert client.in_flight_by_engine() == {0: 4, 1: 0}
+        assert client.engines_down == [1] and client.healthy
+        got = [req.request_id for kind, req in await _drain_until(e0, 4)]
+        assert got == ["r0", "r1", "r2", "r3"]
+    finally:
+        await client.close()
+        e0.close()
+        e1.push.close()
+
+
+async def _drain_until(engine: FakeEngine, n: int) -> list:
+    got = []
+    while len(got) < n:
+        got.append(await engine.recv())
+    return got
 
 
 @on_uvloop
