@@ -111,6 +111,7 @@ class Event:
     child: Child | None = None
     value: Any = None
     error: BaseException | None = None
+    handshake: Any = None  # the _Handshake a "handshake" event reports on
 
 
 @dataclass
@@ -263,9 +264,9 @@ class Supervisor:
                     timeout=opts.engine_ready_timeout,
                     is_alive=lambda: not handshake.abort.is_set(),
                 )
-                event = Event("handshake", value=result)
+                event = Event("handshake", value=result, handshake=handshake)
             except BaseException as e:  # report every failure to the loop
-                event = Event("handshake", error=e)
+                event = Event("handshake", error=e, handshake=handshake)
             try:
                 loop.call_soon_threadsafe(self._events.put_nowait, event)
             except RuntimeError:  # the loop is gone: we are exiting anyway
@@ -341,6 +342,8 @@ class Supervisor:
                 return 0
 
             if ev.kind == "handshake":
+                if ev.handshake is not handshake:
+                    continue  # the result of a deployment already given up (engine restart)
                 handshake.done = True
                 if ev.error is not None:
                     if self._engine_died:

@@ -33,7 +33,10 @@ FAKE_ENGINE = textwrap.dedent(
             f.write(line + "\\n")
 
     note(f"engine-pid {os.getpid()}")
-    if os.environ.get("FAKE_ENGINE_MODE") == "die-before-handshake":
+    mode = os.environ.get("FAKE_ENGINE_MODE")
+    first = not os.path.exists(events + ".engine-started")
+    open(events + ".engine-started", "a").close()
+    if mode == "die-before-handshake" or (mode == "die-first-before-handshake" and first):
         time.sleep(0.2)
         sys.exit(7)
     ctx = zmq.Context()
@@ -113,7 +116,8 @@ DRIVER = textwrap.dedent(
     sm.configure_logging("info")
     options = SupervisorOptions(model="/nonexistent-model", workers=workers, host="127.0.0.1",
                                 port=0, shutdown_timeout=float(os.environ.get("FAKE_SHUTDOWN_TIMEOUT", "1")), engine_ready_timeout=20,
-                                worker_ready_timeout=20)
+                                worker_ready_timeout=20,
+                                on_engine_death=os.environ.get("FAKE_ON_ENGINE_DEATH", "exit"))
     if os.environ.get("FAKE_EXTERNAL_PORT"):  # no local engine: one joins over TCP
         options.data_parallel_size_local = 0
         options.data_parallel_address = "127.0.0.1"
@@ -278,6 +282,17 @@ def test_engine_dying_during_handshake_exits_1(run):
     assert "serving on" not in r.log()
     for start in r.starts(0):
         assert not _alive(int(start[2]))
+
+
+def test_restart_after_the_engine_dies_during_start_up(run):
+    """--on-engine-death restart: an engine that dies before its handshake is started again
+    (the first deployment's handshake failure must not end the second one)."""
+    r = run(workers=1, FAKE_ENGINE_MODE="die-first-before-handshake", FAKE_ON_ENGINE_DEATH="restart")
+    r.wait_log("serving on", timeout=60)
+    assert "engine exited (exit code 7)" in r.log()
+    assert len([e for e in r.events() if e.startswith("engine-pid")]) == 2
+    r.proc.send_signal(signal.SIGTERM)
+    assert r.wait_exit() == 0, r.log()
 
 
 def test_worker_crash_loop_gives_up(run):
