@@ -178,6 +178,7 @@ class ModelLimits:
     max_model_len: int
     eos_token_id: int | None
     defaults: GenerationDefaults
+    vocab_size: int  # the model's (config.json), else the tokenizer's: the bound on token ids
 
 
 def is_greedy(temperature: float | None, defaults: GenerationDefaults) -> bool:

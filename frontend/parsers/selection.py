@@ -9,8 +9,6 @@ streams here.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 from vllm_pyfrontend.chat.assistant import AssistantStream
@@ -19,14 +17,6 @@ from vllm_pyfrontend.parsers.auto import auto_reasoning_parser, auto_tool_parser
 from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
 from vllm_pyfrontend.parsers.reasoning import reasoning_parser_names
 from vllm_pyfrontend.parsers.tool import forced_tool_parser, tool_parser_names
-
-
-def _model_type(model_dir: str) -> str | None:
-    try:
-        with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-            return json.load(f).get("model_type")
-    except (OSError, ValueError):
-        return None
 
 
 class ParserSelection:
@@ -41,11 +31,11 @@ class ParserSelection:
         self.tokenizer = tokenizer
 
     @classmethod
-    def resolve(cls, tool: str | None, reasoning: str | None, *, model_dir: str, template_source: str | None,
-                tokenizer: Any) -> "ParserSelection":
-        """The flags' names, with "auto" resolved from the model."""
+    def resolve(cls, tool: str | None, reasoning: str | None, *, model_type: str | None,
+                template_source: str | None, tokenizer: Any) -> "ParserSelection":
+        """The flags' names, with "auto" resolved from the model (`config.json`'s model_type
+        and the chat template)."""
         if "auto" in (tool, reasoning):
-            model_type = _model_type(model_dir)
             if tool == "auto":
                 tool = auto_tool_parser(template_source, model_type)
             if reasoning == "auto":

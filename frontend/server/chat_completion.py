@@ -87,7 +87,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     if plan.schema is not None:
         # "required" / named tool choice: the engine's structured outputs enforce the call.
         structured = {**(structured or {}), **forced_json(plan.schema)}
-    bad = bad_words_token_ids(state.tokenizer.encode, req.bad_words, state.tokenizer.vocab_size) if req.bad_words else None
+    bad = bad_words_token_ids(state.tokenizer.encode, req.bad_words, state.limits.vocab_size) if req.bad_words else None
     samplings = lower_choices(
         state.limits, opts, len(prompt_ids), n,
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,

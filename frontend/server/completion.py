@@ -74,7 +74,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
             ids = tokenizer.encode(p, add_special_tokens=req.add_special_tokens)
             text = p
         else:
-            ids = check_prompt_ids(list(p), tokenizer.vocab_size)
+            ids = check_prompt_ids(list(p), state.limits.vocab_size)
             text = tokenizer.decode(ids, skip_special_tokens=False) if req.echo else ""
         if not ids:
             raise APIError(400, "The prompt is empty after tokenization.", "prompt")
@@ -82,7 +82,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         echo_texts.append(text)
 
     opts = options_from(req, req.max_tokens)
-    bad = bad_words_token_ids(tokenizer.encode, req.bad_words, tokenizer.vocab_size) if req.bad_words else None
+    bad = bad_words_token_ids(tokenizer.encode, req.bad_words, state.limits.vocab_size) if req.bad_words else None
     structured = lower_structured_outputs(req.structured_outputs, req.response_format)
     samplings = [
         lower_choices(state.limits, opts, len(ids), n, logprobs=req.logprobs, structured=structured, bad_words=bad)

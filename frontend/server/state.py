@@ -13,6 +13,7 @@ from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.engine.client import EngineClient
 from vllm_pyfrontend.llm.sampling import GenerationDefaults, ModelLimits
 from vllm_pyfrontend.metrics import WorkerMetrics
+from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -26,7 +27,9 @@ class ServerState:
         template: ChatTemplate | None,
         engine: EngineClient,
         generation_defaults: GenerationDefaults,
+        model_config: ModelConfig | None = None,
     ):
+        model_config = model_config or ModelConfig()
         self.config = config
         self.worker_index = config.worker_index
         self.tokenizer = tokenizer
@@ -39,12 +42,13 @@ class ServerState:
         # vLLM's form: "vllm-<version>-<hash>"; ours hashes the served model and its length.
         digest = hashlib.sha256(f"{config.model}|{self.max_model_len}".encode()).hexdigest()[:8]
         self.system_fingerprint: str | None = f"vllm-{engine.vllm_version}-{digest}"
-        self.limits = ModelLimits(self.max_model_len, tokenizer.eos_token_id, generation_defaults)
+        self.limits = ModelLimits(self.max_model_len, tokenizer.eos_token_id, generation_defaults,
+                                  vocab_size=model_config.vocab_size or tokenizer.vocab_size)
         self.template_vars = tokenizer.template_vars()
         self.trust_request_chat_template = config.policy.trust_request_chat_template
         self._token_text: dict[int, str] = {}
         self.parsers = ParserSelection.resolve(
-            config.policy.tool_call_parser, config.policy.reasoning_parser, model_dir=config.model,
+            config.policy.tool_call_parser, config.policy.reasoning_parser, model_type=model_config.model_type,
             template_source=template.source if template is not None else None, tokenizer=tokenizer,
         )
         self.draining = False

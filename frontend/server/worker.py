@@ -26,6 +26,7 @@ from vllm_pyfrontend.engine.client import EngineClient
 from vllm_pyfrontend.engine.types import EngineInfo
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.metrics import install_stats_tap
+from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.server.sse import begin_drain, end_drain
 from vllm_pyfrontend.server.state import ServerState
@@ -82,6 +83,7 @@ async def run_worker(config: WorkerConfig) -> int:
     tokenizer = Tokenizer.load(config.tokenizer or config.model)
     template = load_chat_template(config.model, config.chat_template)
     defaults = GenerationDefaults.load(config.model, config.generation_config)
+    model_config = ModelConfig.load(config.model)
     log.info("tokenizer backend: %s; chat template: %s", tokenizer.backend, "yes" if template else "none")
 
     engine = EngineClient(
@@ -90,7 +92,7 @@ async def run_worker(config: WorkerConfig) -> int:
         input_address=config.input_address,
         output_address=config.output_address,
         engine_indices=config.engine_indices,
-        vocab_size=tokenizer.vocab_size,
+        vocab_size=model_config.vocab_size or tokenizer.vocab_size,
         engine_timeout=config.engine_timeout,
     )
     engine.drain_hooks = (begin_drain, end_drain)  # one write per stream per drain
@@ -101,7 +103,7 @@ async def run_worker(config: WorkerConfig) -> int:
     except OSError as e:
         log.warning("could not record engine info: %s", e)
 
-    state = ServerState(config, tokenizer, template, engine, defaults)
+    state = ServerState(config, tokenizer, template, engine, defaults, model_config)
     try:
         install_stats_tap(engine, state.metrics)
     except TypeError as e:

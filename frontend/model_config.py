@@ -1,0 +1,32 @@
+"""What the frontend reads of a model's `config.json`: its type (parser auto-detection) and
+its vocabulary size (the bound on token ids the engine may see: an id past the model's
+embedding table would fail inside the engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    model_type: str | None = None
+    vocab_size: int | None = None
+
+    @classmethod
+    def load(cls, model_dir: str) -> "ModelConfig":
+        try:
+            with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+                config = json.load(f)
+        except (OSError, ValueError):
+            return cls()
+        if not isinstance(config, dict):
+            return cls()
+        vocab = config.get("vocab_size")
+        text = config.get("text_config")
+        if not isinstance(vocab, int) and isinstance(text, dict):
+            vocab = text.get("vocab_size")  # multimodal models keep it with the language model
+        model_type = config.get("model_type")
+        return cls(model_type if isinstance(model_type, str) else None,
+                   vocab if isinstance(vocab, int) and vocab > 0 else None)
