@@ -13,7 +13,7 @@ import asyncio
 from typing import Any, Protocol
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta, AssistantStream
-from vllm_pyfrontend.engine.types import Failure, Logprobs
+from vllm_pyfrontend.engine.types import Failure, FailureKind, Logprobs
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.sse import SSEWriter
@@ -187,8 +187,12 @@ class RequestRun:
         return None if delta.is_empty() else delta
 
     def on_error(self, gen: Generation, failure: Failure) -> None:
-        if self.choices[gen.index].finished:
+        if self.done.done():
             return
+        if self.choices[gen.index].finished and failure.kind is not FailureKind.INTERNAL:
+            return  # this choice had its answer; the engine failing later does not undo it
+        # (INTERNAL: our own code raised, possibly while finishing this choice's answer, e.g.
+        # writing the usage chunk: the request must still end.)
         self.fail(APIError(503 if failure.kind.engine_unavailable else 500, failure.message))
 
     # -- accounting -----------------------------------------------------------------------

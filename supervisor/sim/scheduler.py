@@ -43,6 +43,7 @@ class SimRequest:
         "queued_ts",
         "first",
         "aborted",
+        "logprobs",
     )
 
     def __init__(
@@ -58,6 +59,7 @@ class SimRequest:
         eos_after: int | None,
         offset: int,
         queued_ts: float,
+        logprobs: int | None = None,
     ):
         self.request_id = request_id
         self.client_index = client_index
@@ -73,6 +75,7 @@ class SimRequest:
         self.queued_ts = queued_ts
         self.first = True
         self.aborted = False
+        self.logprobs = logprobs  # top-k asked for (None: no logprobs)
 
     @property
     def scripted(self) -> bool:
@@ -165,6 +168,7 @@ class Scheduler:
             eos_after=int(eos_after) if eos_after is not None else None,
             offset=self.tokens.offset_for(_text_seed(params, prompt), rid),
             queued_ts=now,
+            logprobs=None if params.logprobs is None else (20 if params.logprobs == -1 else params.logprobs),
         )
         self.requests[rid] = r
         self.waiting.append(r)
@@ -277,6 +281,10 @@ class Scheduler:
                 ]  # fmt: skip
                 if layout_extra:
                     item += layout_extra
+            if r.logprobs is not None:
+                # The sampled token first, then k others from the same word stream.
+                alternatives = [stream[(r.offset + n + 17 * j) & mask] for j in range(1, r.logprobs + 1)]
+                item[2] = wire.logprobs_lists(tok, alternatives)
             client_outputs = outputs.get(r.client_index)
             if client_outputs is None:
                 outputs[r.client_index] = [item]

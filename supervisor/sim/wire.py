@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import math
+import struct
 from typing import Any
 
 import msgspec
@@ -207,6 +208,21 @@ def _version_at_least(version: str, floor: tuple[int, int]) -> bool:
     while len(parts) < 2:
         parts.append(0)
     return tuple(parts) >= floor
+
+
+def _array(dtype: str, fmt: str, shape: list[int], values: list) -> list[Any]:
+    """A small numpy array as vLLM's MsgpackEncoder writes it: `[dtype.str, shape, raw]`, the
+    raw little-endian bytes inline as msgpack ext type 3."""
+    return [dtype, shape, ormsgpack.Ext(3, struct.pack(f"<{len(values)}{fmt}", *values))]
+
+
+def logprobs_lists(token: int, alternatives: list[int]) -> list[Any]:
+    """`new_logprobs` for one sampled token: vLLM's LogprobsLists (token ids [1, K+1], logprobs
+    [1, K+1], sampled ranks [1], cu_num_generated_tokens None), column 0 the sampled token."""
+    ids = [token, *alternatives]
+    values = [-0.25] + [-1.0 - 0.5 * j for j in range(len(alternatives))]
+    return [_array("<i4", "i", [1, len(ids)], ids), _array("<f4", "f", [1, len(ids)], values),
+            _array("<i4", "i", [1], [1]), None]
 
 
 def output_item(

@@ -163,3 +163,13 @@ def test_streaming_chat_to_length(client):
         "length"
     ]
     assert chunks[-1].usage.completion_tokens == 12
+
+
+def test_logprobs_decoded_by_vllm(client):
+    """The sim's `new_logprobs` (LogprobsLists, small arrays inline as ext 3) as vLLM's own
+    frontend decodes them: the sampled token first, top-k alternatives per position."""
+    r = client.completions.create(model="tiny", prompt="Hello there", max_tokens=5, logprobs=2, seed=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == 5
+    assert all(v == -0.25 for v in lp.token_logprobs)
+    assert all(1 <= len(top) <= 3 for top in lp.top_logprobs)
