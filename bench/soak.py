@@ -242,6 +242,19 @@ async def one_request(session: aiohttp.ClientSession, url: str, kind: str, body:
         return f"ok {finishes[0]}"
 
 
+class RESTART:
+    """The engine-restart window (--kill-engine-at): from the kill until 5 s after the new
+    deployment serves."""
+
+    killed_at: float | None = None
+    serving_again_at: float | None = None
+
+    @classmethod
+    def in_window(cls) -> bool:
+        now = time.monotonic()
+        return cls.killed_at is not None and (cls.serving_again_at is None or now < cls.serving_again_at + 5)
+
+
 async def client_loop(session, url: str, deadline: float, cancel_rate: float, rng: random.Random, tally: Tally):
     while time.monotonic() < deadline:
         kind, body = draw_request(rng)
@@ -266,6 +279,12 @@ async def client_loop(session, url: str, deadline: float, cancel_rate: float, rn
             outcome = "lost: no answer in 120 s"
         except (aiohttp.ClientError, ConnectionError) as e:
             outcome = f"lost: {type(e).__name__}: {e}"
+            if RESTART.in_window() and isinstance(e, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
+                                                      aiohttp.ClientOSError)):
+                # The deployment restarts (engine killed): workers stop and start again, so
+                # connections are refused or closed under the client for a moment.
+                outcome = f"refused during the engine restart: {type(e).__name__}"
+                await asyncio.sleep(0.05)
         if outcome.startswith(("lost", "duplicated", "wrong")) or "(lost)" in outcome:
             tally.problem(outcome)
         else:
@@ -300,12 +319,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cancel-rate", type=float, default=0.2, help="fraction cancelled by the client")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--fault-rate", type=float, default=0.0,
+                   help="per engine output, the chance that a fault is armed in a random pipeline layer of "
+                        "the worker (bench/faults/sitecustomize.py); 5xx answers are then expected")
+    p.add_argument("--kill-engine-at", type=float, default=None,
+                   help="kill -9 the engine this many seconds into the load (the stack runs with "
+                        "--on-engine-death restart)")
     args = p.parse_args(argv)
+    faulty = args.fault_rate > 0 or args.kill_engine_at is not None
 
+    env = {}
+    if args.fault_rate > 0:
+        path = os.environ.get("PYTHONPATH")
+        env = {"SOAK_FAULT_RATE": str(args.fault_rate),
+               "PYTHONPATH": os.path.join(REPO, "bench", "faults") + (os.pathsep + path if path else "")}
+    extra = ["--on-engine-death", "restart"] if args.kill_engine_at is not None else []
     stack = Stack(["--engine", "sim", "--workers", str(args.workers), "--sim-step-time", str(args.step_time),
                    "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", "4096",
-                   "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4",
-                   "--served-model-name", SERVED, "--shutdown-timeout", "10", MODEL], ready_timeout=180)
+                   "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4", *extra,
+                   "--served-model-name", SERVED, "--shutdown-timeout", "10", MODEL], ready_timeout=180, env=env)
     try:
         deadline = time.monotonic() + 60
         while not any("serving on http" in l for l in list(stack.log)) and time.monotonic() < deadline:
@@ -318,8 +350,35 @@ def main(argv: list[str] | None = None) -> int:
         peak: dict[str, float] = {k: v["rss_mib"] for k, v in start.items()}
         series: dict[str, list[float]] = {k: [v["rss_mib"]] for k, v in start.items()}
 
+        killed: list[int] = []
+
+        async def kill_engine() -> None:
+            await asyncio.sleep(args.kill_engine_at)
+            engines = [v["pid"] for k, v in (await asyncio.to_thread(snapshot, stack)).items() if k == "engine"]
+            RESTART.killed_at = time.monotonic()
+            for pid in engines:
+                os.kill(pid, 9)
+                killed.append(pid)
+            print(f"soak: killed the engine (pid {engines}) at {args.kill_engine_at:.0f}s", flush=True)
+            def health() -> int:
+                try:
+                    with urllib.request.urlopen(stack.base_url + "/health", timeout=2) as r:
+                        return r.status
+                except Exception:  # refused, reset, 503: not serving
+                    return 0
+
+            while await asyncio.to_thread(health) == 200:  # the old workers, until they stop
+                await asyncio.sleep(0.05)
+            while await asyncio.to_thread(health) != 200:  # the new deployment
+                await asyncio.sleep(0.1)
+            RESTART.serving_again_at = time.monotonic()
+            print(f"soak: serving again {RESTART.serving_again_at - RESTART.killed_at:.1f}s after the kill",
+                  flush=True)
+
         async def sampler(until: float) -> None:
             """Peak RSS, and a sample every 30 s (does growth level off?)."""
+            if args.kill_engine_at is not None:
+                killer = asyncio.ensure_future(kill_engine())
             n = 0
             while time.monotonic() < until:
                 await asyncio.sleep(5)
@@ -328,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                     peak[name] = max(peak.get(name, 0.0), v["rss_mib"])
                     if n % 6 == 0:
                         series.setdefault(name, []).append(v["rss_mib"])
+            if args.kill_engine_at is not None:
+                await killer
 
         print(f"soak: {args.duration:.0f}s, {args.concurrency} clients, cancel rate {args.cancel_rate}", flush=True)
         t0 = time.monotonic()
@@ -367,23 +428,25 @@ def main(argv: list[str] | None = None) -> int:
                "fds_start": start[name]["fds"], "fds_end": end.get(name, {}).get("fds")}
         for name in start
     }
+    refused = sum(v for k, v in tally.outcomes.items() if k.startswith("refused"))
+    hung = sum(v for k, v in tally.outcomes.items() if "no answer in" in k)
     checks = {
         "lost == 0": lost == 0,
         "duplicated == 0": duplicated == 0,
         "wrong stop cuts == 0": wrong == 0,
-        "no 5xx": server_errors == 0,
+        "no 5xx": faulty or server_errors == 0,
         "engine idle at the end (0 running, 0 waiting)": idle == (0, 0),
         "no request in flight in any worker": load == 0,
-        "no worker restarted": restarts == 0,
+        "no worker restarted": args.kill_engine_at is not None or restarts == 0,
         # Both sides count: a request the client cancelled may never have reached the server,
         # or have finished there just before the cancel; nothing else may differ.
         "server saw every request (http_requests_total vs sent, within cancellations)":
-            metrics == {} or 0 <= tally.sent - http_total <= cancelled,
+            faulty or metrics == {} or 0 <= tally.sent - http_total <= cancelled,
         "server 2xx == client completions (within cancellations)":
-            metrics == {} or 0 <= http_2xx - completed <= cancelled,
+            faulty or metrics == {} or 0 <= http_2xx - completed <= cancelled,
         # vllm:request_success counts every finish, aborts included (as vLLM's does).
         "server finishes: non-abort == client completions, all == requests (within cancellations)":
-            success_total == 0 or (0 <= success_total - success_abort - completed <= cancelled
+            faulty or success_total == 0 or (0 <= success_total - success_abort - completed <= cancelled
                                    and 0 <= tally.sent - success_total <= cancelled),
         "fds flat (end <= start + 4, each process)": all(
             v["fds_end"] is not None and v["fds_end"] <= v["fds_start"] + 4 for v in processes.values()),
@@ -396,7 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": round(elapsed, 1), "concurrency": args.concurrency, "workers": args.workers,
         "step_time_s": args.step_time, "cancel_rate": args.cancel_rate,
         "requests": tally.sent, "completed": completed, "cancelled_by_client": cancelled,
-        "lost": lost, "duplicated": duplicated, "wrong": wrong, "server_errors": server_errors,
+        "fault_rate": args.fault_rate, "engine_killed_at_s": args.kill_engine_at,
+        "engine_restarted": bool(args.kill_engine_at is not None and killed),
+        "refused_not_accepted": refused,
+        "lost": lost, "hung": hung, "duplicated": duplicated, "wrong": wrong, "server_errors": server_errors,
         "requests_per_s": round(tally.sent / elapsed, 1),
         "outcomes": dict(tally.outcomes.most_common()), "kinds": dict(tally.kinds.most_common()),
         "server_metrics": metrics, "engine_end": {"running": idle[0], "waiting": idle[1]},

@@ -240,13 +240,17 @@ class RequestRun:
         if self.done.done():
             return
         self.error = error
-        for c in self.choices:
-            c.finished = True
-            if c.gen is not None and not c.gen.finished:
-                c.gen.cancel()
-        if self.stream and self.sse is not None:
-            self.sse.write(b"data: " + error.to_bytes() + b"\n\n")
-        self.done.set_result(None)
+        try:
+            for c in self.choices:
+                c.finished = True
+                if c.gen is not None and not c.gen.finished:
+                    c.gen.cancel()
+            if self.stream and self.sse is not None:
+                self.sse.write(b"data: " + error.to_bytes() + b"\n\n")
+        finally:
+            # Even if writing the error event fails, the handler must wake up and end the
+            # response (its [DONE] goes out with the end of the body).
+            self.done.set_result(None)
 
     def cancel(self) -> None:
         """Client gone: abort every engine request, finish quietly."""
