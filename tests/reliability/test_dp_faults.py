@@ -1,0 +1,144 @@
+"""Data-parallel engine faults end to end: two simulated engines join a frontend over TCP (as
+`vllm serve --headless` engines do); one is killed, or hangs, while streams run on both.
+
+What must hold: the streams on the failed engine end with a 503 error event and `data: [DONE]`
+once the request deadline (`--engine-timeout`) passes; the streams on the live engine finish
+normally; new requests are all served (by the live engine); aborts for the live engine still
+reach it (it goes idle when its clients leave); `/health` and `/ready` stay 200 and name the
+engine that is down; nothing is left in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.reliability.helpers import SERVED, chat_body, open_stream, read_until, request, sse_events
+from tests.stack import REPO, Stack, free_port, stop_process_group
+from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
+
+ENGINE_TIMEOUT = 3
+STEP = 0.005
+LONG = 2400  # tokens: 12 s of 5 ms steps
+
+
+def _engine(index: int, port: int, model: str, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "vllm_pyfrontend.supervisor.sim", "--handshake-address", f"tcp://127.0.0.1:{port}",
+           "--engine-index", str(index), "--model", model, "--max-model-len", "4096",
+           "--step-time", str(STEP), *extra]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+class DPDeployment:
+    def __init__(self, faulty_engine_args: list[str]):
+        self.model = materialize_deepseek_v4(os.path.join(REPO, ".cache", "demo-deepseek-v4"))
+        port = free_port()
+        self.engines = [_engine(0, port, self.model), _engine(1, port, self.model, *faulty_engine_args)]
+        try:
+            self.stack = Stack(["--workers", "2", "--data-parallel-size", "2", "--data-parallel-size-local", "0",
+                                "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(port),
+                                "--engine-timeout", str(ENGINE_TIMEOUT), "--max-model-len", "4096",
+                                "--served-model-name", SERVED, "--shutdown-timeout", "5", self.model],
+                               ready_timeout=120)
+        except BaseException:
+            self.close()
+            raise
+
+    def per_engine_stats(self, polls: int = 24) -> dict[str, dict]:
+        """Each engine's freshest scheduler stats over the workers' /load."""
+        best: dict[str, dict] = {}
+        for _ in range(polls):
+            with urllib.request.urlopen(self.stack.base_url + "/load", timeout=5) as r:
+                load = json.load(r)
+            for idx, stats in load.get("engines", {}).items():
+                if idx not in best or stats["timestamp"] > best[idx]["timestamp"]:
+                    best[idx] = stats
+        return best
+
+    def close(self) -> None:
+        if hasattr(self, "stack"):
+            self.stack.terminate(60)
+        for e in self.engines:
+            stop_process_group(e, 10)
+
+
+def _finish(s: socket.socket, timeout: float) -> tuple[str, list[dict]]:
+    """Read a stream to its end: ("done", events) or ("error", events)."""
+    s.settimeout(timeout)
+    raw = read_until(s, b"data: [DONE]")
+    s.close()
+    events = sse_events(raw)
+    assert events and events[-1] == "[DONE]", raw[-300:]
+    parsed = [json.loads(e) for e in events[:-1]]
+    if any("error" in e for e in parsed):
+        return "error", parsed
+    return "done", parsed
+
+
+def _wait(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out: {what}")
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_one_engine_fails_under_live_streams(fault):
+    dp = DPDeployment(["--hang-after-steps", "150"] if fault == "hung" else [])
+    try:
+        # Streams on both engines (least-loaded routing spreads them), long enough to outlive
+        # the fault by far.
+        streams = [open_stream(dp.stack, chat_body(stream=True, max_tokens=LONG, temperature=1.0, seed=i))
+                   for i in range(8)]
+        _wait(lambda: all(int(s["num_running_reqs"]) >= 1 for s in dp.per_engine_stats().values())
+              and len(dp.per_engine_stats()) == 2, 20, "streams running on both engines")
+        if fault == "killed":
+            dp.engines[1].send_signal(signal.SIGKILL)
+        # (hung: engine 1 stops stepping after 150 steps, ~0.75 s in)
+        t0 = time.monotonic()
+        outcomes = [_finish(s, timeout=ENGINE_TIMEOUT + 30) for s in streams]
+        failed = [ev for kind, ev in outcomes if kind == "error"]
+        finished = [ev for kind, ev in outcomes if kind == "done"]
+        assert failed and finished, [k for k, _ in outcomes]
+        for ev in failed:
+            assert ev[-1]["error"]["code"] == 503, ev[-1]
+        for ev in finished:
+            reasons = [c["finish_reason"] for e in ev for c in e.get("choices", []) if c.get("finish_reason")]
+            assert reasons == ["length"], reasons
+        assert time.monotonic() - t0 < LONG * STEP + ENGINE_TIMEOUT + 20
+
+        # Degraded, still serving: health and readiness name the engine that is down.
+        for _ in range(6):
+            health = request(dp.stack, "/health")
+            assert health.status == 200 and health.json() == {"status": "degraded", "engines_down": [1]}
+            ready = request(dp.stack, "/ready")
+            assert ready.status == 200 and ready.json()["engines_down"] == [1]
+        for _ in range(8):
+            r = request(dp.stack, "/v1/chat/completions", chat_body(max_tokens=5))
+            assert r.status == 200 and r.json()["usage"]["completion_tokens"] == 5, r.body
+
+        # Aborts for the live engine still flow: clients that leave free engine 0.
+        gone = [open_stream(dp.stack, chat_body(stream=True, max_tokens=LONG)) for _ in range(4)]
+        _wait(lambda: int(dp.per_engine_stats().get("0", {}).get("num_running_reqs", 0)) >= 4, 20,
+              "the new streams running on engine 0")
+        for s in gone:
+            s.close()
+        _wait(lambda: int(dp.per_engine_stats().get("0", {}).get("num_running_reqs", -1)) == 0
+              and int(dp.per_engine_stats().get("0", {}).get("num_waiting_reqs", -1)) == 0, 20,
+              "engine 0 idle after its clients left")
+        loads = [request(dp.stack, "/load").json()["server_load"] for _ in range(8)]
+        assert loads == [0] * 8
+    finally:
+        dp.close()
