@@ -430,6 +430,33 @@ async def test_data_parallel_engine_socket_gone(addresses, zctx):
         e1.push.close()
 
 
+@on_uvloop
+async def test_one_engine_dead_is_not_undone_by_another_recovering(addresses, zctx):
+    """Engine 0 stalls, then engine 1 sends ENGINE_CORE_DEAD: when engine 0 answers again the
+    client stays dead (vLLM: an engine core's death ends the client)."""
+    client, engines, _ = await _started(addresses, zctx, engine_indices=(0, 1), engine_timeout=0.4)
+    e0, e1 = engines
+    try:
+        async def quiet_e0_chatty_e1():
+            while 0 not in client.engines_down:
+                e1.send(EngineCoreOutputs())
+                await asyncio.sleep(0.05)
+        await asyncio.wait_for(quiet_e0_chatty_e1(), 5)
+        assert client.healthy
+        e1.push.send(b"ENGINE_CORE_DEAD")
+        await until(lambda: not client.healthy)
+        e0.send(EngineCoreOutputs())
+        await until(lambda: client.engines_down == [])
+        await asyncio.sleep(0.05)
+        assert not client.healthy
+        with pytest.raises(EngineDeadError):
+            client.add_request(_req("late"), Sink())
+    finally:
+        await client.close()
+        for e in engines:
+            e.close()
+
+
 async def _drain_until(engine: FakeEngine, n: int) -> list:
     got = []
     while len(got) < n:
