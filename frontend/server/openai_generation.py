@@ -10,6 +10,7 @@ other API styles reuse it without importing this module.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ from vllm_pyfrontend.server.sse import SSEWriter
 from vllm_pyfrontend.text.text_stream import TextStream
 
 _json = msgspec.json.encode
+log = logging.getLogger(__name__)
 
 
 def options_from(req: Any, max_tokens: int | None) -> SamplingOptions:
@@ -132,15 +134,24 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
                 return resp
             sse = run.sse
             assert sse is not None
-            first = b"".join(sse.role_chunk(c.index) for c in run.choices) if role_chunks else b""
-            if run.echo_text:
-                first += b"".join(sse.content_chunk_bytes(c.index, run.echo_text) for c in run.choices)
-            sse.attach(request.transport, first_chunk=first)
-            if not sse.alive:
-                run.cancel()
-            await run.done
+            try:
+                first = b"".join(sse.role_chunk(c.index) for c in run.choices) if role_chunks else b""
+                if run.echo_text:
+                    first += b"".join(sse.content_chunk_bytes(c.index, run.echo_text) for c in run.choices)
+                sse.attach(request.transport, first_chunk=first)
+                if not sse.alive:
+                    run.cancel()
+                await run.done
+            except Exception:
+                # The headers are out: the answer is an error event in this stream, never a
+                # second response on the connection (which the error middleware would send).
+                log.exception("stream %s failed", run.response_id)
+                run.fail(APIError(500, "Internal server error."))
             if sse.alive:
-                await resp.write_eof(sse.last_frame())
+                unsent = b""
+                if run.error is not None and not run.error_sent:
+                    unsent = b"data: " + run.error.to_bytes() + b"\n\n"
+                await resp.write_eof(sse.last_frame(unsent))
             return resp
         await run.done
         if run.error is not None:

@@ -94,6 +94,7 @@ class RequestRun:
         self.return_token_ids = return_token_ids
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.error: APIError | None = None
+        self.error_sent = False  # streaming: the error event went to the writer
         self.sse: SSEWriter | None = None
         self._remaining = len(choices)
         # Plain content chunks may skip the assistant/formatter layers (see on_delta).
@@ -247,6 +248,7 @@ class RequestRun:
                     c.gen.cancel()
             if self.stream and self.sse is not None:
                 self.sse.write(b"data: " + error.to_bytes() + b"\n\n")
+                self.error_sent = True
         finally:
             # Even if writing the error event fails, the handler must wake up and end the
             # response (its [DONE] goes out with the end of the body).

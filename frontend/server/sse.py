@@ -122,7 +122,7 @@ class SSEWriter:
         elif self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(_RETRY_S, self._retry_flush)
 
-    def last_frame(self) -> bytes:
+    def last_frame(self, before_done: bytes = b"") -> bytes:
         """The end of the stream, for `StreamResponse.write_eof(...)`: whatever is still held for
         a slow client, then `data: [DONE]`. aiohttp writes it together with the chunked
         terminator in one transport write, so a client never sees [DONE] without the end of the
@@ -133,7 +133,7 @@ class SSEWriter:
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
-        return bytes(held or b"") + bytes(out or b"") + DONE
+        return bytes(held or b"") + bytes(out or b"") + before_done + DONE
 
     def _flush(self) -> None:
         held, self.held = self.held, None

@@ -152,7 +152,7 @@ class Fault:
     name: str
     cls: type
     method: str
-    nth: int | None = None
+    nth: int | tuple[int, ...] | None = None
     final: Callable[[tuple, dict], bool] | None = None
     stream_only: bool = False
     json_only: bool = False
@@ -182,6 +182,10 @@ FAULTS = [
     Fault("formatter_body", ChatFormatter, "body", nth=1, json_only=True, body={"max_tokens": 6}),
     Fault("usage_final", RequestRun, "usage", nth=1, body={"max_tokens": 6}),
     Fault("sse_write_nth", SSEWriter, "write", nth=3, stream_only=True, body={"logprobs": True}),
+    # The first write (the role chunk, from the handler once the headers are out), and a write
+    # failing again when the error event itself goes out.
+    Fault("sse_write_first", SSEWriter, "write", nth=1, stream_only=True),
+    Fault("sse_write_and_error_event", SSEWriter, "write", nth=(3, 4), stream_only=True, body={"logprobs": True}),
     Fault("completion_formatter_nth", CompletionFormatter, "stream_delta", nth=3, stream_only=True,
           body={"logprobs": 1}),
 ]
@@ -190,10 +194,12 @@ FAULTS = [
 def _arm(monkeypatch, fault: Fault) -> dict:
     original = getattr(fault.cls, fault.method)
     seen = {"calls": 0, "raised": 0}
+    nths = (fault.nth,) if isinstance(fault.nth, int) else (fault.nth or ())
+    seen["expected"] = max(1, len(nths))
 
     def wrapper(self, *args, **kwargs):
         seen["calls"] += 1
-        hit = (fault.nth is not None and seen["calls"] == fault.nth) or (
+        hit = seen["calls"] in nths or (
             fault.final is not None and seen["raised"] == 0 and fault.final(args, kwargs))
         if hit:
             seen["raised"] += 1
@@ -236,7 +242,7 @@ def test_every_request_ends_under_a_fault(worker, monkeypatch, fault, stream, n)
         r = httpx.post(worker.base + path, json=body, timeout=15)
     finally:
         monkeypatch.undo()
-    assert seen["raised"] == 1, f"the fault was not reached ({seen})"
+    assert seen["raised"] == seen["expected"], f"the fault was not reached ({seen})"
 
     # The request ended, with an error (not with the answer the engine would have finished).
     if not stream:
