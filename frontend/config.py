@@ -32,6 +32,12 @@ class WorkerPolicy:
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    # Admission control (frontend/server/admission.py): deployment-wide bounds, None: unbounded.
+    max_num_queued_reqs: int | None = None
+    max_num_queued_tokens: int | None = None
+    # Tracing (frontend/tracing.py): one span per request, exported over OTLP.
+    otlp_traces_endpoint: str | None = None
+    collect_detailed_traces: list[str] = field(default_factory=list)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

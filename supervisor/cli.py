@@ -29,7 +29,9 @@ DEMO_MODELS = ("demo:deepseek-v4",)
 
 # Supervisor flags that are also vLLM engine flags: forwarded as written (normalized name).
 _FORWARDED_AS_WRITTEN = frozenset(
-    {"--max-model-len", "--max-num-seqs", "--tokenizer", "--served-model-name", "--generation-config"}
+    {"--max-model-len", "--max-num-seqs", "--tokenizer", "--served-model-name", "--generation-config",
+     # the engine traces its own side too (vLLM's ObservabilityConfig), the workers the requests
+     "--otlp-traces-endpoint", "--collect-detailed-traces"}
 )
 
 
@@ -59,6 +61,13 @@ def _human_int_arg(text: str) -> int:
         return human_readable_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+
+
+def _non_negative_int(text: str) -> int:
+    value = _human_int_arg(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +156,19 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "deepseek_v4, llama3_json, mistral, kimi_k2, glm45, minimax_m2, or auto")
     p.add_argument("--reasoning-parser", default=None,
                    help="deepseek_r1, qwen3, deepseek_v3, deepseek_v4, glm45, kimi_k2, minimax_m2, or auto")
+    # Admission control (vLLM's SchedulerConfig names; enforced by the workers, deployment-wide).
+    p.add_argument("--max-num-queued-reqs", type=_non_negative_int, default=None,
+                   help="refuse new requests (503 + Retry-After) while this many engine requests "
+                        "are unfinished (waiting or running); a request with n choices counts n")
+    p.add_argument("--max-num-queued-tokens", type=_non_negative_int, default=None,
+                   help="refuse new requests (503 + Retry-After) while the prompt tokens of "
+                        "requests still in prefill reach this many")
+    # Tracing (vLLM's ObservabilityConfig names).
+    p.add_argument("--otlp-traces-endpoint", default=None,
+                   help="OTLP endpoint (grpc, or OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) "
+                        "receiving one span per request")
+    p.add_argument("--collect-detailed-traces", nargs="+", default=None,
+                   help="engine-side detailed traces (given to the engine; needs --otlp-traces-endpoint)")
 
 
 def split_argv(
@@ -250,6 +272,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error("--data-parallel-size-local must be between 0 and --data-parallel-size")
     if start < 0 or start + (dp if local is None else local) > dp:
         parser.error("--data-parallel-start-rank + local ranks exceed --data-parallel-size")
+    if ns.collect_detailed_traces and not ns.otlp_traces_endpoint:
+        parser.error("--collect-detailed-traces requires --otlp-traces-endpoint")
     if ns.shutdown_timeout < 0:
         parser.error("--shutdown-timeout must be >= 0")
 

@@ -100,6 +100,9 @@ def submit_choices(
     priority: int, cache_salt: str | None,
 ) -> Submission:
     """One engine request per (choice, prompt ids, sampling map), all sent or none."""
+    admission = state.admission
+    if admission is not None:
+        admission.admit(len(items))
     sub = Submission(state.engine, state.worker_index, run, run.response_id.split("-", 1)[0])
     arrival = time.monotonic()
     trace = request.get("trace_headers")
@@ -111,6 +114,10 @@ def submit_choices(
         sub.submit()
     except EngineDeadError as e:
         raise APIError(503, f"The engine is not available: {e}") from None
+    if admission is not None:
+        for _, gen in sub.requests:
+            if not gen.finished:
+                admission.track(gen)
     return sub
 
 
@@ -156,6 +163,9 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
             run.cancel()
         state.request_finished()
         _record_metrics(run, sub)
+        for _, gen in sub.requests:
+            if gen.admission is not None:  # never left uncounted, whatever ended the run
+                gen.admission.on_end(gen)
 
 
 def _record_metrics(run: RequestRun, sub: Submission) -> None:
