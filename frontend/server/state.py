@@ -63,6 +63,8 @@ class ServerState:
             self.admission = Admission(config.runtime_dir, config.worker_index, config.num_workers,
                                        policy.max_num_queued_reqs, policy.max_num_queued_tokens,
                                        on_reject=self.metrics.record_admission_rejection)
+        # Request spans (frontend/tracing.py), set by the worker with --otlp-traces-endpoint.
+        self.tracer = None
         self._idle = asyncio.Event()
         self._idle.set()
 
