@@ -200,7 +200,8 @@ def _record_span(tracer, request: web.Request, run: RequestRun, sub: Submission)
     attrs = request_attributes(
         request_id=run.response_id, model=run.model, prompt_tokens=sum(prompts.values()),
         completion_tokens=sum(gen.num_output_tokens for _, gen in sub.requests), n=len(sub.requests),
-        ttft_s=(min(firsts) - arrival) if firsts else None, e2e_s=e2e, queue_s=None,
+        ttft_s=(min(firsts) - arrival) if firsts else None, e2e_s=e2e,
+        queue_s=max((q for _, g in sub.requests if (q := g.queue_time) is not None), default=None),
         sampling=first_req.sampling_params,
     )
     tracer.record(trace_headers=request.get("trace_headers"), start_ns=start_ns,

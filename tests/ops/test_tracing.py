@@ -81,6 +81,7 @@ def test_one_span_per_request_parented_to_traceparent(receiver):
         assert attrs["gen_ai.request.temperature"] == pytest.approx(0.5)
         assert attrs["gen_ai.request.top_p"] == pytest.approx(0.9)
         assert 0 < attrs["gen_ai.latency.time_to_first_token"] <= attrs["gen_ai.latency.e2e"] < 30
+        assert 0 <= attrs["gen_ai.latency.time_in_queue"] < attrs["gen_ai.latency.e2e"]
         assert span.end_time_unix_nano > span.start_time_unix_nano
         # A request without traceparent starts its own trace.
         urllib.request.urlopen(urllib.request.Request(
