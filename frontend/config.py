@@ -53,7 +53,10 @@ class WorkerPolicy:
             elif isinstance(default, bool):
                 value = bool(value)
             elif isinstance(default, list):
-                value = [value] if isinstance(value, str) else [str(v) for v in value]
+                value = [value] if isinstance(value, str) else list(value)
+                # vLLM's form of the CORS lists is one JSON array (`--allowed-origins '["a"]'`).
+                value = [str(x) for v in value
+                         for x in (json.loads(v) if isinstance(v, str) and v.startswith("[") else [v])]
                 value = value or default
             kwargs[f.name] = value
         return cls(**kwargs)
