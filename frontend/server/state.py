@@ -15,7 +15,7 @@ from vllm_pyfrontend.llm.sampling import GenerationDefaults, ModelLimits
 from vllm_pyfrontend.metrics import WorkerMetrics
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.parsers.selection import ParserSelection
-from vllm_pyfrontend.server.admission import Admission
+from vllm_pyfrontend.server.admission import REASONS as ADMISSION_REASONS, Admission
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -63,6 +63,8 @@ class ServerState:
             self.admission = Admission(config.runtime_dir, config.worker_index, config.num_workers,
                                        policy.max_num_queued_reqs, policy.max_num_queued_tokens,
                                        on_reject=self.metrics.record_admission_rejection)
+            for reason in ADMISSION_REASONS:  # both series from the start, at 0 (as vLLM)
+                self.metrics.admission_rejections.labels(self.metrics.model_name, reason)
         # Request spans (frontend/tracing.py), set by the worker with --otlp-traces-endpoint.
         self.tracer = None
         self._idle = asyncio.Event()
