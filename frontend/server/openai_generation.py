@@ -10,6 +10,7 @@ other API styles reuse it without importing this module.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ from vllm_pyfrontend.server.sse import SSEWriter
 from vllm_pyfrontend.text.text_stream import TextStream
 
 _json = msgspec.json.encode
+log = logging.getLogger("vllm_pyfrontend.server")
 
 
 def options_from(req: Any, max_tokens: int | None) -> SamplingOptions:
@@ -162,12 +164,15 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
         if not run.done.done():
             run.cancel()
         state.request_finished()
+        for _, gen in sub.requests:
+            if gen.admission is not None:  # never left counted, whatever ended the run
+                gen.admission.on_end(gen)
         _record_metrics(run, sub)
         if state.tracer is not None:
-            _record_span(state.tracer, request, run, sub)
-        for _, gen in sub.requests:
-            if gen.admission is not None:  # never left uncounted, whatever ended the run
-                gen.admission.on_end(gen)
+            try:
+                _record_span(state.tracer, request, run, sub)
+            except Exception:  # noqa: BLE001 - tracing never fails a request
+                log.exception("could not record the request's span")
 
 
 def _record_metrics(run: RequestRun, sub: Submission) -> None:

@@ -124,6 +124,14 @@ def test_request_bound_end_to_end():
         assert status == 200, body
         # n counts n slots: 3 choices never fit a bound of 2.
         _assert_overloaded(*_post_chat(stack, chat_body(n=3)), "max_num_queued_reqs")
+        # Clients that leave mid-stream give their slots back.
+        gone = [open_stream(stack, chat_body(**LONG)) for _ in range(2)]
+        for s in gone:
+            read_until(s, b"data: ")
+            s.close()
+        wait_for(lambda: all(json.loads(_get(stack, "/load")[2])["queue"]["num_unfinished_reqs"] == 0
+                             for _ in range(4)), 10, "the slots given back", stack)
+        assert _get(stack, "/ready")[0] == 200
 
 
 def test_token_bound_end_to_end():
