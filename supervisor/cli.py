@@ -228,10 +228,20 @@ def split_argv(
         written = [name + eq + value] if eq else [name]
         action = own_actions.get(name)
         if action is None and is_refused(name):  # a vLLM frontend flag not implemented here
-            why = refusal(name)
+            if eq:
+                values, given = [], value
+            elif name in MULTI_VALUE_FLAGS:
+                values = take_values(name, "+")
+                given = values
+            elif takes_value(name):
+                values = tokens[i + 1 : i + 2]
+                given = values[0] if values else None
+            else:
+                values, given = [], True
+            why = refusal(name, given)
             if why is not None:
                 parser.error(why)
-            i += 1  # a switch written at its default: it changes nothing, and is not the engine's
+            i += 1 + len(values)  # written with vLLM's default: changes nothing, not the engine's
             continue
         if action is not None:
             values = [] if eq else take_values(name, action.nargs)

@@ -7,9 +7,8 @@ lost. So each frontend flag is here, with what this frontend does with it:
 
 - "implemented by <where>": the flag is ours, with vLLM's meaning;
 - "forwarded to the engine": vLLM's meaning is the engine's business;
-- "refused: <reason>": the supervisor stops at start with that reason (a flag that would change
-  nothing is accepted: the `--no-X` form of a refused switch that is off by default, or the
-  `--X` form of one on by default).
+- "refused: <reason>": the supervisor stops at start with that reason (a flag written with
+  vLLM's default value changes nothing and is accepted, see `VLLM_DEFAULTS`).
 
 The list is vLLM 0.32's `make_arg_parser` minus its `AsyncEngineArgs` (the `Frontend` group and
 the serve-level flags), plus the vllm-rs 0.33 `serve --help` flags that vLLM's parser lacks;
@@ -18,6 +17,8 @@ is there), so a new upstream frontend flag fails the test until it is classified
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 _CLI = "supervisor/cli.py"
 _MW = "frontend/server/middleware.py"
@@ -111,8 +112,30 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--python": "refused: the engine runs on this supervisor's interpreter",
 }
 
-# Switches on by default: their positive form changes nothing.
-_ON_BY_DEFAULT = frozenset({"--enable-log-deltas", "--cohere-is-reasoning-model", "--enable-flash-late-interaction"})
+# vLLM 0.32's defaults of the refused flags that have a value (FrontendArgs; the test checks
+# them against vLLM): a refused flag written with its default changes nothing and is accepted
+# (`--uvicorn-log-level info`, `--no-enable-ssl-refresh`, `--enable-log-deltas`), and the
+# drop-in, which receives every serve arg with its default, warns only about the others.
+VLLM_DEFAULTS: dict[str, Any] = {
+    "--uds": None, "--grpc-port": None, "--root-path": None, "--middleware": [],
+    "--ssl-keyfile": None, "--ssl-certfile": None, "--ssl-ca-certs": None, "--ssl-cert-reqs": 0,
+    "--ssl-ciphers": None, "--enable-ssl-refresh": False, "--h11-max-incomplete-event-size": 4194304,
+    "--h11-max-header-count": 256, "--uvicorn-log-level": "info", "--disable-access-log-for-endpoints": None,
+    "--enable-offline-docs": False, "--data-parallel-supervisor-port": 9256,
+    "--dp-supervisor-probe-interval-s": 5.0, "--dp-supervisor-probe-timeout-s": 5.0,
+    "--dp-supervisor-probe-failure-threshold": 3, "--enable-scale-out": False, "--enable-log-outputs": False,
+    "--enable-log-deltas": True, "--log-error-stack": False, "--chat-template-content-format": "auto",
+    "--default-chat-template-kwargs": None, "--response-role": "assistant", "--tool-parser-plugin": "",
+    "--tool-strict-level": "auto", "--tool-server": None, "--exclude-tools-when-tool-choice-none": False,
+    "--cohere-is-reasoning-model": True, "--cohere-format": "cmd4", "--anthropic-disabled-thinking-effort": "auto",
+    "--lora-modules": None, "--trust-request-mm-kwargs": False, "--return-tokens-as-token-ids": False,
+    "--enable-prompt-tokens-details": False, "--enable-per-request-metrics": False,
+    "--enable-force-include-usage": False, "--sse-keep-alive-interval": 0, "--enable-tokenizer-info-endpoint": False,
+    "--tokens-only": False, "--fingerprint-mode": "full", "--fingerprint-value": None,
+    "--enable-flash-late-interaction": True,
+    # serve-level switches, off by default
+    "--headless": False, "--grpc": False,
+}
 
 ALIASES = {"-asc": "--api-server-count"}
 
@@ -134,11 +157,36 @@ def is_refused(flag: str) -> bool:
     return entry is not None and entry.startswith("refused: ")
 
 
-def refusal(flag: str) -> str | None:
-    """Why `flag` (as written, normalized) is refused at start, or None."""
+def _is_default(canonical: str, value: Any) -> bool:
+    if canonical not in VLLM_DEFAULTS:
+        return False
+    default = VLLM_DEFAULTS[canonical]
+    if isinstance(default, bool) or default is None or isinstance(value, bool) or value is None:
+        return value == default or (default is None and value in ("", [], None))
+    return str(value) == str(default) or (isinstance(default, list) and value in ([], ""))
+
+
+def refusal(flag: str, value: Any = True) -> str | None:
+    """Why `flag` (as written, normalized) with `value` is refused at start, or None. A switch's
+    value is True for its positive form (`--no-X` means False, whatever `value` says)."""
     canonical, entry = classify(flag)
     if entry is None or not entry.startswith("refused: "):
         return None
-    if flag.startswith("--no-") != (canonical in _ON_BY_DEFAULT):  # writes the default
+    if flag.startswith("--no-"):
+        value = False
+    if _is_default(canonical, value):
         return None
     return f"{canonical} is not supported: {entry[len('refused: '):]}"
+
+
+def refused_serve_args(args: dict[str, Any]) -> list[str]:
+    """The reasons for the refused flags set (not at vLLM's default) in vLLM's jsonified serve
+    args (the drop-in path, which receives every arg)."""
+    reasons = []
+    for flag in FRONTEND_FLAGS:
+        key = flag[2:].replace("-", "_")
+        if key in args:
+            why = refusal(flag, args[key])
+            if why is not None:
+                reasons.append(why)
+    return reasons

@@ -12,7 +12,10 @@ import subprocess
 import pytest
 
 from vllm_pyfrontend.supervisor.cli import build_parser, parse_args
-from vllm_pyfrontend.supervisor.frontend_flags import ALIASES, FRONTEND_FLAGS, classify, refusal
+from vllm_pyfrontend.supervisor.frontend_flags import (
+    ALIASES, FRONTEND_FLAGS, VLLM_DEFAULTS, classify, refusal, refused_serve_args,
+)
+from vllm_pyfrontend.supervisor.vllm_flags import takes_value
 
 VLLM_RS = os.path.expanduser("~/.cache/vllm-pyfrontend/vllm-rs-0.33.0/vllm-rs")
 MODEL = "demo:deepseek-v4"
@@ -60,6 +63,23 @@ def test_table_entries_are_well_formed_and_not_stale(vllm_parsers):
         assert flag in (full - engine) or flag in rs_only, f"{flag} is no longer a vLLM frontend flag"
 
 
+def test_defaults_of_refused_flags_are_vllms():
+    pytest.importorskip("vllm")
+    import dataclasses
+
+    from vllm.entrypoints.launchers.cli_args import FrontendArgs
+
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(FrontendArgs)}
+    for flag, entry in FRONTEND_FLAGS.items():
+        key = flag[2:].replace("-", "_")
+        if entry.startswith("refused: ") and key in defaults:
+            assert flag in VLLM_DEFAULTS and VLLM_DEFAULTS[flag] == defaults[key], flag
+    for flag, default in VLLM_DEFAULTS.items():
+        # the argv scanner must know a switch from a flag with a value
+        assert takes_value(flag) == (not isinstance(default, bool)), flag
+
+
 def test_implemented_flags_are_the_supervisors():
     own = _flags(build_parser())
     for flag, entry in FRONTEND_FLAGS.items():
@@ -102,6 +122,23 @@ def test_switches_that_write_the_default_are_accepted_and_stay_here():
                        "-asc", "3", "--engine-ready-timeout-secs", "5", "--dtype", "half", MODEL])
     assert opts.engine_args == ["--dtype", "half"]  # only the engine's flag goes to the engine
     assert opts.workers == 3 and opts.engine_ready_timeout == 5
+
+
+def test_refused_flags_written_with_vllms_default_are_accepted():
+    opts = parse_args(["--engine", "sim", "--uvicorn-log-level", "info", "--response-role=assistant",
+                       "--no-enable-ssl-refresh", "--ssl-cert-reqs", "0", "--dtype", "half", MODEL])
+    assert opts.engine_args == ["--dtype", "half"]
+    with pytest.raises(SystemExit):
+        parse_args(["--engine", "sim", "--uvicorn-log-level", "debug", MODEL])
+
+
+def test_dropin_reports_only_refused_args_away_from_the_default():
+    args = {"response_role": "assistant", "uvicorn_log_level": "info", "enable_log_deltas": True,
+            "ssl_keyfile": None, "lora_modules": None, "middleware": [], "api_key": ["k"]}
+    assert refused_serve_args(args) == []
+    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False)
+    reasons = refused_serve_args(args)
+    assert len(reasons) == 2 and any(r.startswith("--ssl-keyfile is not supported") for r in reasons)
 
 
 def test_frontend_flags_never_reach_the_engine():
