@@ -32,6 +32,12 @@ class WorkerPolicy:
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    # Admission control (frontend/server/admission.py): deployment-wide bounds, None: unbounded.
+    max_num_queued_reqs: int | None = None
+    max_num_queued_tokens: int | None = None
+    # Tracing (frontend/tracing.py): one span per request, exported over OTLP.
+    otlp_traces_endpoint: str | None = None
+    collect_detailed_traces: list[str] = field(default_factory=list)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":
@@ -47,7 +53,10 @@ class WorkerPolicy:
             elif isinstance(default, bool):
                 value = bool(value)
             elif isinstance(default, list):
-                value = [value] if isinstance(value, str) else [str(v) for v in value]
+                value = [value] if isinstance(value, str) else list(value)
+                # vLLM's form of the CORS lists is one JSON array (`--allowed-origins '["a"]'`).
+                value = [str(x) for v in value
+                         for x in (json.loads(v) if isinstance(v, str) and v.startswith("[") else [v])]
                 value = value or default
             kwargs[f.name] = value
         return cls(**kwargs)

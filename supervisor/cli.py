@@ -3,8 +3,9 @@
     frontend-supervisor [--workers N] [--host H] [--port P] [--engine vllm|sim] ...
                         <model> [vLLM engine flags]
 
-The command line is `vllm serve`'s: flags the supervisor does not know are vLLM's and go to the
-engine unchanged. Some flags are read by the supervisor *and* given to the engine
+The command line is `vllm serve`'s: flags the supervisor does not know are vLLM's engine flags
+and go to the engine unchanged; vLLM's frontend (API-server) flags are either the supervisor's or
+refused at start with the reason (`frontend_flags.FRONTEND_FLAGS`, the one table of them). Some flags are read by the supervisor *and* given to the engine
 (`--max-model-len`, `--max-num-seqs`, `--tokenizer`, `--served-model-name`,
 `--generation-config`, the data-parallel layout). argparse's `parse_known_args` cannot do this
 split: an unknown flag's value (`--dtype half`) would be taken for the positional model. So a small
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 
 from vllm_pyfrontend.config import WorkerPolicy
 from vllm_pyfrontend.supervisor.config_file import split_with_config
+from vllm_pyfrontend.supervisor.frontend_flags import is_refused, refusal
 from vllm_pyfrontend.supervisor.options import DEFAULT_DP_RPC_PORT, SupervisorOptions
 from vllm_pyfrontend.supervisor.vllm_flags import MULTI_VALUE_FLAGS, OPTIONAL_VALUE_FLAGS, normalize_flag, takes_value
 
@@ -29,7 +31,9 @@ DEMO_MODELS = ("demo:deepseek-v4",)
 
 # Supervisor flags that are also vLLM engine flags: forwarded as written (normalized name).
 _FORWARDED_AS_WRITTEN = frozenset(
-    {"--max-model-len", "--max-num-seqs", "--tokenizer", "--served-model-name", "--generation-config"}
+    {"--max-model-len", "--max-num-seqs", "--tokenizer", "--served-model-name", "--generation-config",
+     # the engine traces its own side too (vLLM's ObservabilityConfig), the workers the requests
+     "--otlp-traces-endpoint", "--collect-detailed-traces"}
 )
 
 
@@ -61,6 +65,13 @@ def _human_int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
 
 
+def _non_negative_int(text: str) -> int:
+    value = _human_int_arg(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="frontend-supervisor",
@@ -88,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--chat-template", default=None, help="template file or inline template text")
     p.add_argument("--generation-config", default="auto")
-    p.add_argument("--engine-ready-timeout", type=float, default=600.0)
+    p.add_argument("--engine-ready-timeout", "--engine-ready-timeout-secs", type=float, default=600.0)
     p.add_argument(
         "--on-engine-death", choices=("exit", "restart"), default="exit",
         help="when the engine dies: fail in-flight requests and exit 1 (default; let a process "
@@ -147,6 +158,26 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "deepseek_v4, llama3_json, mistral, kimi_k2, glm45, minimax_m2, or auto")
     p.add_argument("--reasoning-parser", default=None,
                    help="deepseek_r1, qwen3, deepseek_v3, deepseek_v4, glm45, kimi_k2, minimax_m2, or auto")
+    # vLLM frontend switches whose meaning already holds here (supervisor/frontend_flags.py).
+    p.add_argument("--disable-uvicorn-access-log", action=bool_flag, default=False,
+                   help="accepted: no access log is written here")
+    p.add_argument("--disable-fastapi-docs", action=bool_flag, default=False,
+                   help="accepted: there are no docs pages here (only /openapi.json)")
+    p.add_argument("--enable-server-load-tracking", action=bool_flag, default=False,
+                   help="accepted: /load always reports each worker's in-flight requests")
+    # Admission control (vLLM's SchedulerConfig names; enforced by the workers, deployment-wide).
+    p.add_argument("--max-num-queued-reqs", type=_non_negative_int, default=None,
+                   help="refuse new requests (503 + Retry-After) while this many engine requests "
+                        "are unfinished (waiting or running); a request with n choices counts n")
+    p.add_argument("--max-num-queued-tokens", type=_non_negative_int, default=None,
+                   help="refuse new requests (503 + Retry-After) while the prompt tokens of "
+                        "requests still in prefill reach this many")
+    # Tracing (vLLM's ObservabilityConfig names).
+    p.add_argument("--otlp-traces-endpoint", default=None,
+                   help="OTLP endpoint (grpc, or OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) "
+                        "receiving one span per request")
+    p.add_argument("--collect-detailed-traces", nargs="+", default=None,
+                   help="engine-side detailed traces (given to the engine; needs --otlp-traces-endpoint)")
 
 
 def split_argv(
@@ -196,6 +227,22 @@ def split_argv(
         name = normalize_flag(name)
         written = [name + eq + value] if eq else [name]
         action = own_actions.get(name)
+        if action is None and is_refused(name):  # a vLLM frontend flag not implemented here
+            if eq:
+                values, given = [], value
+            elif name in MULTI_VALUE_FLAGS:
+                values = take_values(name, "+")
+                given = values
+            elif takes_value(name):
+                values = tokens[i + 1 : i + 2]
+                given = values[0] if values else None
+            else:
+                values, given = [], True
+            why = refusal(name, given)
+            if why is not None:
+                parser.error(why)
+            i += 1 + len(values)  # written with vLLM's default: changes nothing, not the engine's
+            continue
         if action is not None:
             values = [] if eq else take_values(name, action.nargs)
             own.extend(written + values)
@@ -250,6 +297,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error("--data-parallel-size-local must be between 0 and --data-parallel-size")
     if start < 0 or start + (dp if local is None else local) > dp:
         parser.error("--data-parallel-start-rank + local ranks exceed --data-parallel-size")
+    if ns.collect_detailed_traces and not ns.otlp_traces_endpoint:
+        parser.error("--collect-detailed-traces requires --otlp-traces-endpoint")
     if ns.shutdown_timeout < 0:
         parser.error("--shutdown-timeout must be >= 0")
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
 from vllm_pyfrontend.supervisor.cli import default_workers, human_readable_int
+from vllm_pyfrontend.supervisor.frontend_flags import refused_serve_args
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir
 from vllm_pyfrontend.supervisor.workers import WORKER_EVENTS, Fatal, WorkerPool, WorkerSlot, child_env
@@ -55,14 +56,8 @@ VLLM_MIN_SHUTDOWN_WAIT_S = 5.0  # vLLM kills the frontend's tree this long after
 WORKER_KILL_GRACE_S = 2.5  # past the drain window (a loaded box exits slowly)
 ROUTER_STOP_TIMEOUT_S = 1.0
 
-# `vllm serve` flags that change what vLLM's own frontend does and that this one does not
-# implement (yet): reported at startup so a silently different server is not a surprise.
-_UNSUPPORTED_FRONTEND_ARGS = (
-    "response_role",
-    "chat_template_content_format", "lora_modules", "ssl_keyfile", "ssl_certfile", "root_path",
-    "middleware", "return_tokens_as_token_ids",
-)  # fmt: skip
-
+# `vllm serve` frontend flags this frontend does not implement, set away from vLLM's default, are
+# reported at startup (supervisor/frontend_flags.py), so a silently different server is no surprise.
 
 # -------------------------------------------------------------------- command line
 
@@ -200,9 +195,8 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     if isinstance(max_model_len, int) and max_model_len < 0:
         max_model_len = None  # -1 / auto: the engine decides, its ready response says
     tokenizer = args.get("tokenizer")
-    ignored = [k for k in _UNSUPPORTED_FRONTEND_ARGS if args.get(k) not in (None, False, [], "")]
-    if ignored:
-        log.warning("this frontend ignores these vllm serve options: %s", ", ".join(ignored))
+    for why in refused_serve_args(args):  # vLLM has started the engine already: warn, go on
+        log.warning("ignored: %s", why)
     environ = os.environ if environ is None else environ
     # vLLM: --api-key wins over VLLM_API_KEY.
     api_keys = [k for k in (_str_list(args.get("api_key")) or [environ.get("VLLM_API_KEY") or ""]) if k]

@@ -1,6 +1,7 @@
 """What the supervisor must know about `vllm serve` flags it does not consume itself.
 
-The supervisor forwards unknown flags to vLLM untouched, but to find the positional `<model>`
+The supervisor forwards unknown flags to vLLM untouched (vLLM's frontend flags are not unknown:
+supervisor/frontend_flags.py implements or refuses each), but to find the positional `<model>`
 among them it must know which flags take no value (else `--enforce-eager /models/x` would make the
 model path the flag's value) and which take several. Importing vLLM to ask its own parser costs
 seconds and needs vLLM installed (the simulated engine does not), so the facts live here, taken

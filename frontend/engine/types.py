@@ -103,6 +103,9 @@ class EngineOutput:
     new_logprobs: Logprobs | None = None
     num_cached_tokens: int | None = None
     error: str | None = None
+    # Seconds between the engine's QUEUED and SCHEDULED events (vLLM's queue time), when it
+    # sends events (stats logging on).
+    queue_time: float | None = None
 
     @property
     def finished(self) -> bool:

@@ -323,6 +323,27 @@ def _error_text(err: Any) -> str | None:
     return str(err)
 
 
+_EVENTS_INDEX = 7  # `events` in every supported layout (0.32, 0.33)
+_EVENT_QUEUED, _EVENT_SCHEDULED = 1, 2  # EngineCoreEventType
+
+
+def _queue_time(events: Any) -> float | None:
+    """SCHEDULED - QUEUED from `EngineCoreEvent`s ({type, timestamp} maps; the first
+    SCHEDULED only: later ones are resumptions after preemption, as vLLM ignores them)."""
+    queued = scheduled = None
+    for e in events if isinstance(events, (list, tuple)) else ():
+        if not isinstance(e, dict):
+            continue
+        kind, ts = e.get("type"), e.get("timestamp")
+        if kind == _EVENT_QUEUED and queued is None:
+            queued = ts
+        elif kind == _EVENT_SCHEDULED and scheduled is None:
+            scheduled = ts
+    if isinstance(queued, (int, float)) and isinstance(scheduled, (int, float)):
+        return max(0.0, scheduled - queued)
+    return None
+
+
 def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> EngineOutput:
     if not isinstance(o, (list, tuple)) or len(o) < 2:
         raise ProtocolError("bad EngineCoreOutput encoding")
@@ -335,6 +356,8 @@ def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> En
             out.finish_reason = o[5]
             if n > 6:
                 out.stop_reason = o[6]
+                if n > _EVENTS_INDEX and o[_EVENTS_INDEX]:
+                    out.queue_time = _queue_time(o[_EVENTS_INDEX])
                 if n > 11 and o[11] is not None:
                     stats = o[11]
                     if isinstance(stats, dict):

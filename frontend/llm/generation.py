@@ -50,6 +50,8 @@ class Generation:
         "finished",
         "finish_reason",
         "stop_reason",
+        "admission",
+        "queue_time",
     )
 
     def __init__(
@@ -70,11 +72,18 @@ class Generation:
         self.finished = False
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
+        # Admission control's counts (server/admission.py), only with a queue bound set.
+        self.admission = None
+        self.queue_time: float | None = None  # the engine's QUEUED -> SCHEDULED (seconds)
 
     # -- OutputSink -------------------------------------------------------------------
     def on_output(self, output: EngineOutput) -> None:
         if self.finished:
             return
+        if self.admission is not None:
+            self.admission.on_output(self)
+        if output.queue_time is not None and self.queue_time is None:
+            self.queue_time = output.queue_time
         if output.num_cached_tokens is not None:
             self.num_cached_tokens = output.num_cached_tokens
         self.num_output_tokens += len(output.new_token_ids)
@@ -119,3 +128,5 @@ class Generation:
         self.finished = True
         self.finish_reason = reason
         self.stop_reason = stop_reason
+        if self.admission is not None:
+            self.admission.on_end(self)

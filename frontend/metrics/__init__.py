@@ -182,6 +182,11 @@ class WorkerMetrics:
             "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
         self.prefix_cache_hits = counter(
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        # -- frontend admission (server/admission.py) -----------------------------------------
+        self.admission_rejections = Counter(
+            "vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason.",
+            ["model_name", "reason"], registry=registry,
+        )
         # -- HTTP and worker pool --------------------------------------------------------------
         self.http_requests = Counter(
             "http_requests_total", "Total number of requests by method, status and handler.",
@@ -230,6 +235,9 @@ class WorkerMetrics:
                 c.prefix_queries.inc(queries)
             if hits:
                 c.prefix_hits.inc(hits)
+
+    def record_admission_rejection(self, reason: str) -> None:
+        self.admission_rejections.labels(self.model_name, reason).inc()
 
     # -- HTTP -----------------------------------------------------------------------------------
     def observe_http(self, method: str, handler: str, status: int, duration_s: float) -> None:

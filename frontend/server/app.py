@@ -99,7 +99,8 @@ async def handle_version(request: web.Request) -> web.Response:
 async def handle_load(request: web.Request) -> web.Response:
     """vLLM's /load (`server_load` = this worker's in-flight requests), plus the engine's
     latest scheduler stats as this worker last received them (stats go to one worker per
-    engine step, so callers compare `timestamp` across workers)."""
+    engine step, so callers compare `timestamp` across workers), and with admission control the
+    deployment's queue against its bounds."""
     state: ServerState = request.app["state"]
     engine = state.engine
     times = engine.scheduler_stats_time
@@ -113,6 +114,11 @@ async def handle_load(request: web.Request) -> web.Response:
         for idx, stats in engine.scheduler_stats.items()
     }
     body = {"server_load": state.in_flight, "worker": state.worker_index, "engines": engines}
+    admission = state.admission
+    if admission is not None:  # the deployment-wide queue, against its bounds
+        reqs, tokens = admission.totals()
+        body["queue"] = {"num_unfinished_reqs": reqs, "max_num_queued_reqs": admission.max_reqs,
+                         "num_prefill_tokens": tokens, "max_num_queued_tokens": admission.max_tokens}
     return web.Response(body=_json(body), content_type="application/json")
 
 

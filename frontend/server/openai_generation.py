@@ -102,6 +102,9 @@ def submit_choices(
     priority: int, cache_salt: str | None,
 ) -> Submission:
     """One engine request per (choice, prompt ids, sampling map), all sent or none."""
+    admission = state.admission
+    if admission is not None:
+        admission.admit(len(items))
     sub = Submission(state.engine, state.worker_index, run, run.response_id.split("-", 1)[0])
     arrival = time.monotonic()
     trace = request.get("trace_headers")
@@ -113,6 +116,10 @@ def submit_choices(
         sub.submit()
     except EngineDeadError as e:
         raise APIError(503, f"The engine is not available: {e}") from None
+    if admission is not None:
+        for _, gen in sub.requests:
+            if not gen.finished:
+                admission.track(gen)
     return sub
 
 
@@ -166,7 +173,15 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
         if not run.done.done():
             run.cancel()
         state.request_finished()
+        for _, gen in sub.requests:
+            if gen.admission is not None:  # never left counted, whatever ended the run
+                gen.admission.on_end(gen)
         _record_metrics(run, sub)
+        if state.tracer is not None:
+            try:
+                _record_span(state.tracer, request, run, sub)
+            except Exception:  # noqa: BLE001 - tracing never fails a request
+                log.exception("could not record the request's span")
 
 
 def _record_metrics(run: RequestRun, sub: Submission) -> None:
@@ -179,3 +194,29 @@ def _record_metrics(run: RequestRun, sub: Submission) -> None:
         m.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
                       max_tokens=req.sampling_params.get("max_tokens"),
                       n=len(sub.requests) if i == 0 else None)
+
+
+def _record_span(tracer, request: web.Request, run: RequestRun, sub: Submission) -> None:
+    """One span for the request (frontend/tracing.py), at its end."""
+    from vllm_pyfrontend.tracing import request_attributes
+
+    if not sub.requests:
+        return
+    first_req = sub.requests[0][0]
+    first_metrics = run.choices[sub.requests[0][1].index].metrics
+    now = time.monotonic()
+    arrival = first_metrics.arrival if first_metrics is not None else now
+    firsts = [m.first_token_at for m in (run.choices[g.index].metrics for _, g in sub.requests)
+              if m is not None and m.first_token_at is not None]
+    e2e = now - arrival
+    start_ns = int(first_req.arrival_time * 1e9)
+    prompts = {id(req.prompt_token_ids): gen.num_prompt_tokens for req, gen in sub.requests}
+    attrs = request_attributes(
+        request_id=run.response_id, model=run.model, prompt_tokens=sum(prompts.values()),
+        completion_tokens=sum(gen.num_output_tokens for _, gen in sub.requests), n=len(sub.requests),
+        ttft_s=(min(firsts) - arrival) if firsts else None, e2e_s=e2e,
+        queue_s=max((q for _, g in sub.requests if (q := g.queue_time) is not None), default=None),
+        sampling=first_req.sampling_params,
+    )
+    tracer.record(trace_headers=request.get("trace_headers"), start_ns=start_ns,
+                  end_ns=start_ns + int(e2e * 1e9), attributes=attrs)

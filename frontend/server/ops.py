@@ -3,7 +3,8 @@
 `/health` (app.py) answers "is this process alive and its engine connected": a liveness probe.
 `/ready` adds "and accepting new work": 503 while the worker drains for shutdown, so a load
 balancer or Kubernetes readiness probe takes the pod out of rotation while in-flight requests
-finish. With several engines, one that is down (stalled, or its socket gone) leaves both at
+finish, and while a queue bound (`--max-num-queued-reqs` / `-tokens`) is reached
+("overloaded"). With several engines, one that is down (stalled, or its socket gone) leaves both at
 200 while another serves, and both name it (`engines_down`). Both answer without authentication (as vLLM's /health); `/metrics` requires an API key
 only with `--metrics-require-api-key`.
 """
@@ -33,6 +34,8 @@ async def handle_ready(request: web.Request) -> web.Response:
         reason = "draining"
     elif not state.engine.healthy:
         reason = "engine unavailable"
+    elif state.admission is not None and state.admission.overloaded():
+        reason = "overloaded"  # a queue bound is reached: new requests get 503 until it drains
     else:
         body = {"status": "ready"}
         if state.engine.engines_down:  # data parallel, degraded: the other engines serve

@@ -15,6 +15,7 @@ from vllm_pyfrontend.llm.sampling import GenerationDefaults, ModelLimits
 from vllm_pyfrontend.metrics import WorkerMetrics
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.parsers.selection import ParserSelection
+from vllm_pyfrontend.server.admission import REASONS as ADMISSION_REASONS, Admission
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -56,6 +57,16 @@ class ServerState:
         # into `metrics.start_request()`, the worker tracks serving/draining.
         self.metrics = WorkerMetrics(self.model_names[0], list(config.engine_indices), self.max_model_len)
         self.in_flight = 0
+        policy = config.policy
+        self.admission: Admission | None = None
+        if policy.max_num_queued_reqs is not None or policy.max_num_queued_tokens is not None:
+            self.admission = Admission(config.runtime_dir, config.worker_index, config.num_workers,
+                                       policy.max_num_queued_reqs, policy.max_num_queued_tokens,
+                                       on_reject=self.metrics.record_admission_rejection)
+            for reason in ADMISSION_REASONS:  # both series from the start, at 0 (as vLLM)
+                self.metrics.admission_rejections.labels(self.metrics.model_name, reason)
+        # Request spans (frontend/tracing.py), set by the worker with --otlp-traces-endpoint.
+        self.tracer = None
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -79,6 +90,8 @@ class ServerState:
             raise APIError(503, "The server is shutting down.")
         if not self.engine.healthy:
             raise APIError(503, "The engine is not available.")
+        if self.admission is not None:
+            self.admission.check()
 
     # -- prompt ---------------------------------------------------------------------------------
     def render_and_tokenize(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:

@@ -108,6 +108,10 @@ async def run_worker(config: WorkerConfig) -> int:
         install_stats_tap(engine, state.metrics)
     except TypeError as e:
         log.warning("engine scheduler stats will not reach /metrics: %s", e)
+    if config.policy.otlp_traces_endpoint:
+        from vllm_pyfrontend.tracing import RequestTracer  # OpenTelemetry only with the flag
+
+        state.tracer = RequestTracer(config.policy.otlp_traces_endpoint, config.worker_index)
     app = build_app(state)
     runner = web.AppRunner(
         app,
@@ -166,6 +170,8 @@ async def run_worker(config: WorkerConfig) -> int:
     await site.stop()
     await runner.cleanup()
     await engine.close()
+    if state.tracer is not None:
+        state.tracer.shutdown()  # flush the batched spans
     return 0
 
 

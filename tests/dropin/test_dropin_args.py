@@ -85,3 +85,15 @@ def test_drain_fits_in_vllms_kill_window():
 def test_usage_without_frontend_subcommand(capsys):
     assert main([]) == 2
     assert "VLLM_RUST_FRONTEND_PATH" in capsys.readouterr().err
+
+
+def test_admission_and_tracing_flags_carry_over():
+    """vLLM's serve args of the same names: the drop-in's workers enforce and trace the same."""
+    model = build_tiny_model()
+    p = serve_settings({"model_tag": model, "max_num_queued_reqs": 64, "max_num_queued_tokens": 8192,
+                        "otlp_traces_endpoint": "http://collector:4317",
+                        "collect_detailed_traces": ["model"]}).policy
+    assert (p.max_num_queued_reqs, p.max_num_queued_tokens) == (64, 8192)
+    assert p.otlp_traces_endpoint == "http://collector:4317" and p.collect_detailed_traces == ["model"]
+    plain = serve_settings({"model_tag": model}).policy
+    assert plain.max_num_queued_reqs is None and plain.otlp_traces_endpoint is None

@@ -200,6 +200,17 @@ def test_decode_accepts_zmq_style_frames():
     assert out.outputs[0].new_logprobs.sampled_ranks == list(range(1, 21))
 
 
+def test_decode_queue_time_from_vllm_events():
+    from vllm.v1.engine import EngineCoreEvent, EngineCoreEventType as T
+
+    events = [EngineCoreEvent(T.QUEUED, 10.0), EngineCoreEvent(T.SCHEDULED, 10.25),
+              EngineCoreEvent(T.PREEMPTED, 11.0), EngineCoreEvent(T.SCHEDULED, 12.0)]
+    eco = EngineCoreOutputs(outputs=[EngineCoreOutput("a", [1], events=events), EngineCoreOutput("b", [2])])
+    a, b = wire.decode_outputs(MsgpackEncoder().encode(eco)).outputs
+    assert a.queue_time == pytest.approx(0.25)  # the first SCHEDULED, as vLLM
+    assert b.queue_time is None
+
+
 def test_decode_utility_output():
     eco = EngineCoreOutputs(utility_output=UtilityOutput(77, None, UtilityResult({"a": [1, 2]})))
     out = wire.decode_outputs(MsgpackEncoder().encode(eco))

@@ -1,0 +1,192 @@
+"""Every frontend (API-server) flag of `vllm serve` and `vllm-rs serve`, classified once.
+
+`frontend-supervisor` takes `vllm serve`'s command line. Flags it does not know go to the engine
+(supervisor/cli.py), which is right for engine flags and wrong for frontend flags: the engine
+would ignore them (or refuse to start), and a TLS key or an API-server option would be silently
+lost. So each frontend flag is here, with what this frontend does with it:
+
+- "implemented by <where>": the flag is ours, with vLLM's meaning;
+- "forwarded to the engine": vLLM's meaning is the engine's business;
+- "refused: <reason>": the supervisor stops at start with that reason (a flag written with
+  vLLM's default value changes nothing and is accepted, see `VLLM_DEFAULTS`).
+
+The list is vLLM 0.32's `make_arg_parser` minus its `AsyncEngineArgs` (the `Frontend` group and
+the serve-level flags), plus the vllm-rs 0.33 `serve --help` flags that vLLM's parser lacks;
+tests/supervisor/test_frontend_flags.py walks vLLM's parser (and vllm-rs's help when the binary
+is there), so a new upstream frontend flag fails the test until it is classified here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_CLI = "supervisor/cli.py"
+_MW = "frontend/server/middleware.py"
+_NO_TLS = "TLS is not terminated by this frontend; put a TLS-terminating proxy (or load balancer) in front"
+_NO_ASGI = "there is no ASGI/FastAPI app here (aiohttp workers)"
+
+FRONTEND_FLAGS: dict[str, str] = {
+    # -- serve-level ------------------------------------------------------------------------
+    "--headless": "refused: frontend-supervisor always serves HTTP; run `vllm serve --headless` "
+                  "for an engine alone (it can join with --data-parallel-size-local 0)",
+    "--api-server-count": f"implemented by {_CLI} (--workers: worker processes on one port)",
+    "--config": "implemented by supervisor/config_file.py (YAML file of flags)",
+    "--grpc": "refused: no gRPC server in this frontend (HTTP only)",
+    # -- network and process ------------------------------------------------------------------
+    "--host": f"implemented by {_CLI} (bind address)",
+    "--port": f"implemented by {_CLI} (HTTP port, shared by the workers with SO_REUSEPORT)",
+    "--uds": "refused: listening on a Unix socket is not supported (TCP only)",
+    "--grpc-port": "refused: no gRPC services in this frontend (HTTP only)",
+    "--root-path": f"refused: {_NO_ASGI}; strip the prefix in the proxy",
+    "--middleware": f"refused: {_NO_ASGI} to add middleware to",
+    "--ssl-keyfile": f"refused: {_NO_TLS}",
+    "--ssl-certfile": f"refused: {_NO_TLS}",
+    "--ssl-ca-certs": f"refused: {_NO_TLS}",
+    "--ssl-cert-reqs": f"refused: {_NO_TLS}",
+    "--ssl-ciphers": f"refused: {_NO_TLS}",
+    "--enable-ssl-refresh": f"refused: {_NO_TLS}",
+    "--h11-max-incomplete-event-size": "refused: aiohttp's parser has its own fixed header limits "
+                                       "(8190 bytes per line); the body limit is 32 MiB",
+    "--h11-max-header-count": "refused: aiohttp's parser has its own fixed header limits",
+    "--uvicorn-log-level": "refused: there is no uvicorn here; use --log-level",
+    "--disable-uvicorn-access-log": "implemented by frontend/server/worker.py (no access log is "
+                                    "written; --enable-log-requests logs one line per request)",
+    "--disable-access-log-for-endpoints": "refused: there is no access log to filter (see "
+                                          "--enable-log-requests)",
+    "--disable-fastapi-docs": "implemented by frontend/server/app.py (there are no docs pages; "
+                              "only /openapi.json)",
+    "--enable-offline-docs": "refused: there are no docs pages (only /openapi.json)",
+    "--data-parallel-supervisor-port": "refused: multi-port external LB mode (one API server per "
+                                       "DP rank with a health supervisor) is not supported",
+    "--dp-supervisor-probe-interval-s": "refused: multi-port external LB mode is not supported",
+    "--dp-supervisor-probe-timeout-s": "refused: multi-port external LB mode is not supported",
+    "--dp-supervisor-probe-failure-threshold": "refused: multi-port external LB mode is not supported",
+    "--enable-scale-out": "refused: elastic scale-out is not supported",
+    # -- security and request hygiene ---------------------------------------------------------
+    "--api-key": f"implemented by {_MW}",
+    "--allow-credentials": f"implemented by {_MW} (CORS)",
+    "--allowed-origins": f"implemented by {_MW} (CORS)",
+    "--allowed-methods": f"implemented by {_MW} (CORS)",
+    "--allowed-headers": f"implemented by {_MW} (CORS)",
+    "--enable-request-id-headers": f"implemented by {_MW}",
+    "--max-log-len": f"implemented by {_MW} (request logs)",
+    "--enable-log-outputs": "refused: request logs carry no outputs here",
+    "--enable-log-deltas": "refused: request logs carry no outputs here",
+    "--log-error-stack": "refused: error responses never carry stack traces here",
+    "--enable-server-load-tracking": "implemented by frontend/server/app.py (/load always reports "
+                                     "each worker's in-flight requests)",
+    # -- chat templates, tools, reasoning -------------------------------------------------------
+    "--chat-template": f"implemented by {_CLI} (frontend/chat/template.py)",
+    "--trust-request-chat-template": "implemented by frontend/server/state.py",
+    "--chat-template-content-format": "refused: content is rendered as the template expects "
+                                      "(auto detection only)",
+    "--default-chat-template-kwargs": "refused: not supported yet (pass chat_template_kwargs per request)",
+    "--response-role": "refused: the role is always `assistant`",
+    "--enable-auto-tool-choice": "implemented by frontend/chat/tools.py",
+    "--tool-call-parser": "implemented by frontend/parsers/tool (registry)",
+    "--tool-parser-plugin": "refused: tool parsers are built-in plug-ins (frontend/parsers/tool), "
+                            "not loaded from a file",
+    "--tool-strict-level": "refused: not supported (tools are constrained per request's `strict`)",
+    "--tool-server": "refused: built-in tools (Responses API tool servers) are not supported",
+    "--exclude-tools-when-tool-choice-none": "refused: not supported; tools are always given to the template",
+    "--cohere-is-reasoning-model": "refused: Cohere formats are not supported",
+    "--cohere-format": "refused: Cohere formats are not supported",
+    "--anthropic-disabled-thinking-effort": "refused: the Anthropic Messages API is not served",
+    # -- responses -------------------------------------------------------------------------------
+    "--lora-modules": "refused: LoRA adapters are not served by this frontend",
+    "--trust-request-mm-kwargs": "refused: multimodal inputs are not supported",
+    "--return-tokens-as-token-ids": "refused: not supported (logprobs tokens are text)",
+    "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",
+    "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",
+    "--enable-force-include-usage": "refused: usage is streamed only when stream_options asks for it",
+    "--sse-keep-alive-interval": "refused: SSE keep-alive comments are not sent",
+    "--enable-tokenizer-info-endpoint": "refused: /tokenizer_info is not served",
+    "--tokens-only": "refused: token-in/token-out serving is not supported",
+    "--fingerprint-mode": "refused: system_fingerprint is always the full form "
+                          "(vllm-<version>-<hash>)",
+    "--fingerprint-value": "refused: system_fingerprint is always computed",
+    "--enable-flash-late-interaction": "refused: pooling (late-interaction scoring) is not served",
+    # -- vllm-rs 0.33 serve flags that vLLM's parser lacks --------------------------------------
+    "--engine-ready-timeout-secs": f"implemented by {_CLI} (--engine-ready-timeout)",
+    "--http-timeout-keep-alive": "refused: aiohttp's keep-alive timeout (75 s) is fixed",
+    "--python": "refused: the engine runs on this supervisor's interpreter",
+}
+
+# vLLM 0.32's defaults of the refused flags that have a value (FrontendArgs; the test checks
+# them against vLLM): a refused flag written with its default changes nothing and is accepted
+# (`--uvicorn-log-level info`, `--no-enable-ssl-refresh`, `--enable-log-deltas`), and the
+# drop-in, which receives every serve arg with its default, warns only about the others.
+VLLM_DEFAULTS: dict[str, Any] = {
+    "--uds": None, "--grpc-port": None, "--root-path": None, "--middleware": [],
+    "--ssl-keyfile": None, "--ssl-certfile": None, "--ssl-ca-certs": None, "--ssl-cert-reqs": 0,
+    "--ssl-ciphers": None, "--enable-ssl-refresh": False, "--h11-max-incomplete-event-size": 4194304,
+    "--h11-max-header-count": 256, "--uvicorn-log-level": "info", "--disable-access-log-for-endpoints": None,
+    "--enable-offline-docs": False, "--data-parallel-supervisor-port": 9256,
+    "--dp-supervisor-probe-interval-s": 5.0, "--dp-supervisor-probe-timeout-s": 5.0,
+    "--dp-supervisor-probe-failure-threshold": 3, "--enable-scale-out": False, "--enable-log-outputs": False,
+    "--enable-log-deltas": True, "--log-error-stack": False, "--chat-template-content-format": "auto",
+    "--default-chat-template-kwargs": None, "--response-role": "assistant", "--tool-parser-plugin": "",
+    "--tool-strict-level": "auto", "--tool-server": None, "--exclude-tools-when-tool-choice-none": False,
+    "--cohere-is-reasoning-model": True, "--cohere-format": "cmd4", "--anthropic-disabled-thinking-effort": "auto",
+    "--lora-modules": None, "--trust-request-mm-kwargs": False, "--return-tokens-as-token-ids": False,
+    "--enable-prompt-tokens-details": False, "--enable-per-request-metrics": False,
+    "--enable-force-include-usage": False, "--sse-keep-alive-interval": 0, "--enable-tokenizer-info-endpoint": False,
+    "--tokens-only": False, "--fingerprint-mode": "full", "--fingerprint-value": None,
+    "--enable-flash-late-interaction": True,
+    # serve-level switches, off by default
+    "--headless": False, "--grpc": False,
+}
+
+ALIASES = {"-asc": "--api-server-count"}
+
+
+def classify(flag: str) -> tuple[str, str | None]:
+    """(canonical flag, its entry) for a normalized flag name; entry None: not a frontend flag."""
+    flag = ALIASES.get(flag, flag)
+    if flag in FRONTEND_FLAGS:
+        return flag, FRONTEND_FLAGS[flag]
+    if flag.startswith("--no-") and "--" + flag[5:] in FRONTEND_FLAGS:
+        positive = "--" + flag[5:]
+        return positive, FRONTEND_FLAGS[positive]
+    return flag, None
+
+
+def is_refused(flag: str) -> bool:
+    """A frontend flag this frontend does not implement (whatever the form written)."""
+    entry = classify(flag)[1]
+    return entry is not None and entry.startswith("refused: ")
+
+
+def _is_default(canonical: str, value: Any) -> bool:
+    if canonical not in VLLM_DEFAULTS:
+        return False
+    default = VLLM_DEFAULTS[canonical]
+    if isinstance(default, bool) or default is None or isinstance(value, bool) or value is None:
+        return value == default or (default is None and value in ("", [], None))
+    return str(value) == str(default) or (isinstance(default, list) and value in ([], ""))
+
+
+def refusal(flag: str, value: Any = True) -> str | None:
+    """Why `flag` (as written, normalized) with `value` is refused at start, or None. A switch's
+    value is True for its positive form (`--no-X` means False, whatever `value` says)."""
+    canonical, entry = classify(flag)
+    if entry is None or not entry.startswith("refused: "):
+        return None
+    if flag.startswith("--no-"):
+        value = False
+    if _is_default(canonical, value):
+        return None
+    return f"{canonical} is not supported: {entry[len('refused: '):]}"
+
+
+def refused_serve_args(args: dict[str, Any]) -> list[str]:
+    """The reasons for the refused flags set (not at vLLM's default) in vLLM's jsonified serve
+    args (the drop-in path, which receives every arg)."""
+    reasons = []
+    for flag in FRONTEND_FLAGS:
+        key = flag[2:].replace("-", "_")
+        if key in args:
+            why = refusal(flag, args[key])
+            if why is not None:
+                reasons.append(why)
+    return reasons
