@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
+from vllm_pyfrontend.server.connections import check_tls_files
 from vllm_pyfrontend.supervisor.cli import default_workers, human_readable_int
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir
@@ -59,7 +60,7 @@ ROUTER_STOP_TIMEOUT_S = 1.0
 # implement (yet): reported at startup so a silently different server is not a surprise.
 _UNSUPPORTED_FRONTEND_ARGS = (
     "response_role",
-    "chat_template_content_format", "lora_modules", "ssl_keyfile", "ssl_certfile", "root_path",
+    "chat_template_content_format", "lora_modules", "enable_ssl_refresh", "root_path",
     "middleware", "return_tokens_as_token_ids",
 )  # fmt: skip
 
@@ -206,6 +207,8 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     environ = os.environ if environ is None else environ
     # vLLM: --api-key wins over VLLM_API_KEY.
     api_keys = [k for k in (_str_list(args.get("api_key")) or [environ.get("VLLM_API_KEY") or ""]) if k]
+    policy = WorkerPolicy.from_mapping(args)
+    check_tls_files(policy)  # (vLLM bound the --uds socket, if any, and hands it over as listen_fd)
     return ServeSettings(
         model=_local_dir(str(model_arg), args.get("revision")),
         served_model_names=list(served) if served else [str(model_arg)],
@@ -218,7 +221,7 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
         shutdown_timeout=float(args.get("shutdown_timeout") or 0),
         engine_ready_timeout=float(args.get("engine_ready_timeout_secs") or 600),
         api_keys=api_keys,
-        policy=WorkerPolicy.from_mapping(args),
+        policy=policy,
     )
 
 

@@ -28,6 +28,7 @@ from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.metrics import install_stats_tap
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.server.app import build_app
+from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite, make_ssl_context
 from vllm_pyfrontend.server.sse import begin_drain, end_drain
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -109,6 +110,7 @@ async def run_worker(config: WorkerConfig) -> int:
     except TypeError as e:
         log.warning("engine scheduler stats will not reach /metrics: %s", e)
     app = build_app(state)
+    policy = config.policy
     runner = web.AppRunner(
         app,
         handler_cancellation=True,
@@ -116,6 +118,8 @@ async def run_worker(config: WorkerConfig) -> int:
         # Our own drain window runs first (wait_idle below); this bound only covers the
         # final close of connections, after which remaining handlers are cancelled.
         shutdown_timeout=1.0,
+        # Idle connections close after this; 0 closes them after each response (as uvicorn).
+        keepalive_timeout=policy.http_timeout_keep_alive,
     )
     await runner.setup()
     if config.listen_fd is not None:
@@ -125,7 +129,8 @@ async def run_worker(config: WorkerConfig) -> int:
         sock = make_listen_socket(config.host, config.port, config.reuse_port)
     # aiohttp listen()s again with its own backlog (128 by default): bursts of connections
     # (1024 streams opening at once) would overflow it and wait for SYN retransmits.
-    site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
+    guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker)
+    site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy))
     await site.start()
 
     tune_gc()
@@ -151,7 +156,7 @@ async def run_worker(config: WorkerConfig) -> int:
             os.write(config.status_fd, b"ready\n")
         except OSError:
             pass
-    log.info("serving on %s:%s (engine vLLM %s, max_model_len %d)", config.host, config.port,
+    log.info("serving on %s (engine vLLM %s, max_model_len %d)", site.name,
              engine.vllm_version, state.max_model_len)
     state.metrics.set_serving(True)
 
