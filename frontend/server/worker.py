@@ -156,7 +156,11 @@ async def run_worker(config: WorkerConfig) -> int:
             os.write(config.status_fd, b"ready\n")
         except OSError:
             pass
-    log.info("serving on %s (engine vLLM %s, max_model_len %d)", site.name,
+    if sock.family == socket.AF_UNIX:
+        where = f"unix:{sock.getsockname()}"
+    else:
+        where = "%s:%s" % sock.getsockname()[:2]
+    log.info("serving on %s%s (engine vLLM %s, max_model_len %d)", where, " (https)" if policy.ssl_certfile else "",
              engine.vllm_version, state.max_model_len)
     state.metrics.set_serving(True)
 

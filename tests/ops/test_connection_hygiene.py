@@ -406,7 +406,8 @@ def test_serving_on_a_unix_socket_shared_by_the_workers(tmp_path):
                                                  max_tokens=4)
             assert out.choices[0].message.content
         logs = stack.logs()
-        assert logs.count(f"serving on http://unix:{path}") == 2  # both workers, one listener
+        workers = [line for line in logs.splitlines() if line.startswith("[worker") and f"serving on unix:{path}" in line]
+        assert len(workers) == 2, logs  # both workers, one listener
         assert f"serving on unix:{path}" in logs and f"--unix-socket {path}" in logs
         # Nothing listens on TCP.
         with pytest.raises(OSError):
