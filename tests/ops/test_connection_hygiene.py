@@ -434,3 +434,35 @@ def test_sse_keep_alive_comments_during_a_pause():
             model=SERVED, messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True))
         text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
         assert text and chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_unix_socket_binding_replaces_only_a_stale_socket(tmp_path):
+    from vllm_pyfrontend.supervisor.deployment import bind_unix_socket
+    from vllm_pyfrontend.supervisor.workers import Fatal
+
+    path = str(tmp_path / "s.sock")
+    first = bind_unix_socket(path)
+    with pytest.raises(Fatal, match="another server is listening"):
+        bind_unix_socket(path)
+    first.close()  # the file stays behind, nobody listens: replaced
+    bind_unix_socket(path).close()
+    other = tmp_path / "file"
+    other.write_text("x")
+    with pytest.raises(Fatal, match="not a socket"):
+        bind_unix_socket(str(other))
+
+
+def test_startup_curl_follows_the_listener():
+    from vllm_pyfrontend.config import WorkerPolicy
+    from vllm_pyfrontend.supervisor.deployment import example_curl, serving_address
+    from vllm_pyfrontend.supervisor.options import SupervisorOptions
+
+    plain = SupervisorOptions(model="m", host="0.0.0.0", port=8000)
+    assert serving_address(plain) == "http://0.0.0.0:8000"
+    assert "curl -s http://127.0.0.1:8000/v1/chat/completions" in example_curl(plain)
+    mtls = SupervisorOptions(model="m", uds="/run/api.sock", policy=WorkerPolicy(
+        ssl_keyfile="k", ssl_certfile="c", ssl_ca_certs="ca", ssl_cert_reqs=2))
+    assert serving_address(mtls) == "unix:/run/api.sock (https)"
+    assert example_curl(mtls).startswith(
+        "curl -s --unix-socket /run/api.sock --cacert <CA of the server certificate> "
+        "--cert <client.crt> --key <client.key> https://localhost/v1/chat/completions")
