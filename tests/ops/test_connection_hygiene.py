@@ -71,6 +71,14 @@ class NetStack(Stack):
             return None
 
 
+def wait_log(stack: Stack, text: str, timeout: float = 60) -> None:
+    """/health answers once one worker listens; the supervisor's startup lines come when all do."""
+    deadline = time.monotonic() + timeout
+    while text not in stack.logs():
+        assert time.monotonic() < deadline, f"no {text!r} in the log:\n{stack.logs()}"
+        time.sleep(0.2)
+
+
 def raise_fd_limit(want: int) -> int:
     """Raise this process's soft fd limit toward `want` (up to the hard limit); the supervisor
     and its workers inherit it. Returns the soft limit now in force."""
@@ -364,8 +372,8 @@ def test_https_with_mutual_tls_and_the_openai_client(certs):
         # Plain http on the TLS port is no way in either.
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{stack.port}/v1/models", timeout=5)
+        wait_log(stack, f"serving on https://127.0.0.1:{stack.port}")
         logs = stack.logs()
-        assert f"serving on https://127.0.0.1:{stack.port}" in logs
         assert "curl -s --cacert" in logs and f"https://127.0.0.1:{stack.port}/v1/chat/completions" in logs
 
 
@@ -399,6 +407,7 @@ def test_unreadable_tls_files_fail_fast(certs, tmp_path, capsys):
 def test_serving_on_a_unix_socket_shared_by_the_workers(tmp_path):
     path = str(tmp_path / "api.sock")
     with NetStack(sim("--uds", path), uds=path) as stack:
+        wait_log(stack, f"serving on unix:{path} (2 workers)")
         http = stack.client(timeout=30)
         client = openai.OpenAI(base_url="http://localhost/v1", api_key="none", http_client=http, max_retries=0)
         for _ in range(8):
