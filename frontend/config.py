@@ -38,6 +38,18 @@ class WorkerPolicy:
     # Tracing (frontend/tracing.py): one span per request, exported over OTLP.
     otlp_traces_endpoint: str | None = None
     collect_detailed_traces: list[str] = field(default_factory=list)
+    # Connection hygiene (see frontend/server/connections.py); seconds, 0 disables.
+    http_timeout_keep_alive: float = 5.0  # vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE default
+    http_header_timeout: float = 60.0  # a request head must be complete within this
+    http_body_timeout: float = 0.0  # a request body must be complete within this
+    max_connections_per_worker: int = 0  # past it, new connections get a 503 and are closed
+    sse_keep_alive_interval: float = 0.0  # ": keep-alive" comment on a stream silent this long
+    # TLS (vLLM's flags; ssl_cert_reqs is an ssl.VerifyMode: 0 none, 1 optional, 2 required).
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0
+    ssl_ciphers: str | None = None
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":
@@ -52,6 +64,8 @@ class WorkerPolicy:
                 value = default
             elif isinstance(default, bool):
                 value = bool(value)
+            elif isinstance(default, (int, float)):
+                value = type(default)(value)
             elif isinstance(default, list):
                 value = [value] if isinstance(value, str) else list(value)
                 # vLLM's form of the CORS lists is one JSON array (`--allowed-origins '["a"]'`).

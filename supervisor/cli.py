@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from vllm_pyfrontend.config import WorkerPolicy
+from vllm_pyfrontend.server.connections import check_tls_files
 from vllm_pyfrontend.supervisor.config_file import split_with_config
 from vllm_pyfrontend.supervisor.frontend_flags import is_refused, refusal
 from vllm_pyfrontend.supervisor.options import DEFAULT_DP_RPC_PORT, SupervisorOptions
@@ -89,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--uds", default=None, metavar="PATH",
+                   help="serve on this Unix domain socket instead of --host/--port")
     p.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
     p.add_argument("--sim-step-time", type=float, default=None, help="simulated engine step time (s)")
     p.add_argument(
@@ -178,6 +181,28 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "receiving one span per request")
     p.add_argument("--collect-detailed-traces", nargs="+", default=None,
                    help="engine-side detailed traces (given to the engine; needs --otlp-traces-endpoint)")
+    # Connection hygiene (seconds; 0 disables) and TLS, in every worker.
+    p.add_argument("--http-timeout-keep-alive", type=float,
+                   default=float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE") or 5),
+                   help="close a keep-alive connection idle this long (default: "
+                        "$VLLM_HTTP_TIMEOUT_KEEP_ALIVE, else 5, as vLLM)")
+    p.add_argument("--http-header-timeout", type=float, default=60.0,
+                   help="close a connection whose request head is not complete this long after "
+                        "it opened (or after the head's first byte, for a keep-alive request)")
+    p.add_argument("--http-body-timeout", type=float, default=0.0,
+                   help="answer 408 to a request whose body is not complete this long after its "
+                        "head (default 0: no limit)")
+    p.add_argument("--max-connections-per-worker", type=int, default=0,
+                   help="open connections a worker accepts; past it a new connection gets a 503 "
+                        "and is closed (default 0: no cap)")
+    p.add_argument("--sse-keep-alive-interval", type=float, default=0.0,
+                   help='write a ": keep-alive" SSE comment on a stream silent this long (default 0: never)')
+    p.add_argument("--ssl-keyfile", default=None, help="TLS private key file (with --ssl-certfile)")
+    p.add_argument("--ssl-certfile", default=None, help="TLS certificate chain file: serve https")
+    p.add_argument("--ssl-ca-certs", default=None, help="CA certificates that sign client certificates")
+    p.add_argument("--ssl-cert-reqs", type=int, default=0,
+                   help="client certificates: 0 not asked, 1 optional, 2 required (ssl.VerifyMode)")
+    p.add_argument("--ssl-ciphers", default=None, help="TLS cipher suites (TLS 1.2 and below), OpenSSL syntax")
 
 
 def split_argv(
@@ -301,6 +326,15 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error("--collect-detailed-traces requires --otlp-traces-endpoint")
     if ns.shutdown_timeout < 0:
         parser.error("--shutdown-timeout must be >= 0")
+    for flag in ("http_timeout_keep_alive", "http_header_timeout", "http_body_timeout",
+                 "max_connections_per_worker", "sse_keep_alive_interval"):
+        if getattr(ns, flag) < 0:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 0")
+    policy = WorkerPolicy.from_mapping(vars(ns))
+    try:
+        check_tls_files(policy)
+    except ValueError as e:
+        parser.error(str(e))
 
     # The engine's DP layout, explicit, so `vllm serve --headless` and we agree on it.
     engine_args = list(forwarded)
@@ -318,6 +352,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         workers=workers,
         host=ns.host,
         port=ns.port,
+        uds=ns.uds,
         engine=ns.engine,
         sim_step_time=ns.sim_step_time,
         shutdown_timeout=ns.shutdown_timeout,
@@ -340,7 +375,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         engine_args=engine_args,
         # vLLM: --api-key wins over VLLM_API_KEY.
         api_keys=[k for k in (ns.api_key or [os.environ.get("VLLM_API_KEY") or ""]) if k],
-        policy=WorkerPolicy.from_mapping(vars(ns)),
+        policy=policy,
     )
 
 

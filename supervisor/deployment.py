@@ -19,8 +19,10 @@ import asyncio
 import errno
 import json
 import logging
+import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -157,6 +159,7 @@ class Supervisor:
         self._env = child_env()
         self.runtime: RuntimeDir | None = None
         self._handshake: _Handshake | None = None
+        self._uds: socket.socket | None = None  # --uds: bound here once, shared by the workers
 
     # ---------------------------------------------------------------- entry points
 
@@ -195,12 +198,25 @@ class Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             self.runtime.cleanup()
+            if self._uds is not None:
+                self._uds.close()
+                try:
+                    os.unlink(self.options.uds or "")
+                except OSError:
+                    pass
 
     # ---------------------------------------------------------------- startup
 
     def _prepare_port(self) -> None:
-        """Fail before a long engine load if the HTTP port is taken; pick one for --port 0."""
+        """Fail before a long engine load if the HTTP port is taken; pick one for --port 0.
+        With --uds, bind the socket now: SO_REUSEPORT does not apply to Unix sockets, so every
+        worker inherits this one listener (as on the drop-in path)."""
         opts = self.options
+        if opts.uds:
+            self._uds = bind_unix_socket(opts.uds)
+            assert self._pool is not None
+            self._pool.pass_fds = (self._uds.fileno(),)
+            return
         if opts.port == 0:
             opts.port = free_tcp_port(opts.host if opts.host not in ("", "0.0.0.0") else "127.0.0.1")
         family = socket.AF_INET6 if ":" in opts.host else socket.AF_INET
@@ -313,7 +329,8 @@ class Supervisor:
             shutdown_timeout=opts.shutdown_timeout,
             engine_ready_timeout=opts.engine_ready_timeout,
             engine_timeout=opts.engine_timeout,
-            reuse_port=True,
+            listen_fd=self._uds.fileno() if self._uds is not None else None,
+            reuse_port=self._uds is None,
             log_level=opts.log_level,
             generation_config=opts.generation_config,
             policy=opts.policy,
@@ -377,9 +394,8 @@ class Supervisor:
             if not self._serving and handshake.done and pool.all_ready:
                 self._serving = True
                 ready_deadline = None
-                host = f"[{opts.host}]" if ":" in opts.host else opts.host
-                log.info("serving on http://%s:%d (%d workers)", host, opts.port, opts.workers)
-                log.info("try: %s", example_curl(host, opts.port, opts.served_names[0]))
+                log.info("serving on %s (%d workers)", serving_address(opts), opts.workers)
+                log.info("try: %s", example_curl(opts))
 
     def _on_signal(self, sig: int) -> None:
         """First SIGTERM/SIGINT: orderly shutdown. A second Ctrl-C: stop waiting, kill.
@@ -457,14 +473,61 @@ def run(options: SupervisorOptions) -> int:
     return asyncio.run(Supervisor(options).run())
 
 
-def example_curl(host: str, port: int, model: str) -> str:
+def bind_unix_socket(path: str) -> socket.socket:
+    """A listening Unix socket at `path`. A socket file nobody listens on (left by a killed
+    server) is replaced; a live one, or any other file, is an error."""
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect(path)
+                except ConnectionRefusedError:
+                    os.unlink(path)  # stale
+                else:
+                    raise Fatal(f"--uds {path}: another server is listening there")
+        else:
+            raise Fatal(f"--uds {path}: the path exists and is not a socket")
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise Fatal(f"--uds {path}: {e}") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        sock.listen(4096)
+    except OSError as e:
+        sock.close()
+        raise Fatal(f"cannot listen on --uds {path}: {e}") from None
+    return sock
+
+
+def serving_address(opts: SupervisorOptions) -> str:
+    if opts.uds:
+        return f"unix:{opts.uds}" + (" (https)" if opts.policy.ssl_certfile else "")
+    host = f"[{opts.host}]" if ":" in opts.host else opts.host
+    return f"{'https' if opts.policy.ssl_certfile else 'http'}://{host}:{opts.port}"
+
+
+def example_curl(opts: SupervisorOptions) -> str:
     """A chat completion request that works against this server, for the startup log."""
-    if host in ("0.0.0.0", "[::]", ""):
-        host = "127.0.0.1"
+    policy = opts.policy
+    scheme = "https" if policy.ssl_certfile else "http"
+    options = ""
+    if opts.uds:
+        options, host = f" --unix-socket {opts.uds}", "localhost"
+    else:
+        host = f"[{opts.host}]" if ":" in opts.host else opts.host
+        if host in ("0.0.0.0", "[::]", ""):
+            host = "127.0.0.1"
+        host = f"{host}:{opts.port}"
+    if policy.ssl_certfile:
+        options += " --cacert <CA of the server certificate>"
+        if policy.ssl_cert_reqs:
+            options += " --cert <client.crt> --key <client.key>"
     body = json.dumps(
-        {"model": model, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32}
+        {"model": opts.served_names[0], "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32}
     )
     return (
-        f"curl -s http://{host}:{port}/v1/chat/completions "
+        f"curl -s{options} {scheme}://{host}/v1/chat/completions "
         f"-H 'Content-Type: application/json' -d '{body}'"
     )

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
+from vllm_pyfrontend.server.connections import check_tls_files
 from vllm_pyfrontend.supervisor.cli import default_workers, human_readable_int
 from vllm_pyfrontend.supervisor.frontend_flags import refused_serve_args
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
@@ -200,6 +201,8 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     environ = os.environ if environ is None else environ
     # vLLM: --api-key wins over VLLM_API_KEY.
     api_keys = [k for k in (_str_list(args.get("api_key")) or [environ.get("VLLM_API_KEY") or ""]) if k]
+    policy = WorkerPolicy.from_mapping(args)
+    check_tls_files(policy)  # (vLLM bound the --uds socket, if any, and hands it over as listen_fd)
     return ServeSettings(
         model=_local_dir(str(model_arg), args.get("revision")),
         served_model_names=list(served) if served else [str(model_arg)],
@@ -212,7 +215,7 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
         shutdown_timeout=float(args.get("shutdown_timeout") or 0),
         engine_ready_timeout=float(args.get("engine_ready_timeout_secs") or 600),
         api_keys=api_keys,
-        policy=WorkerPolicy.from_mapping(args),
+        policy=policy,
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 _CLI = "supervisor/cli.py"
 _MW = "frontend/server/middleware.py"
-_NO_TLS = "TLS is not terminated by this frontend; put a TLS-terminating proxy (or load balancer) in front"
+_TLS = "frontend/server/connections.py (TLS in every worker; files checked at start)"
 _NO_ASGI = "there is no ASGI/FastAPI app here (aiohttp workers)"
 
 FRONTEND_FLAGS: dict[str, str] = {
@@ -35,16 +35,17 @@ FRONTEND_FLAGS: dict[str, str] = {
     # -- network and process ------------------------------------------------------------------
     "--host": f"implemented by {_CLI} (bind address)",
     "--port": f"implemented by {_CLI} (HTTP port, shared by the workers with SO_REUSEPORT)",
-    "--uds": "refused: listening on a Unix socket is not supported (TCP only)",
+    "--uds": "implemented by supervisor/deployment.py (binds the Unix socket once; every worker "
+             "serves on its fd)",
     "--grpc-port": "refused: no gRPC services in this frontend (HTTP only)",
     "--root-path": f"refused: {_NO_ASGI}; strip the prefix in the proxy",
     "--middleware": f"refused: {_NO_ASGI} to add middleware to",
-    "--ssl-keyfile": f"refused: {_NO_TLS}",
-    "--ssl-certfile": f"refused: {_NO_TLS}",
-    "--ssl-ca-certs": f"refused: {_NO_TLS}",
-    "--ssl-cert-reqs": f"refused: {_NO_TLS}",
-    "--ssl-ciphers": f"refused: {_NO_TLS}",
-    "--enable-ssl-refresh": f"refused: {_NO_TLS}",
+    "--ssl-keyfile": f"implemented by {_TLS}",
+    "--ssl-certfile": f"implemented by {_TLS}",
+    "--ssl-ca-certs": f"implemented by {_TLS}",
+    "--ssl-cert-reqs": f"implemented by {_TLS}",
+    "--ssl-ciphers": f"implemented by {_TLS}",
+    "--enable-ssl-refresh": "refused: certificates are read at start; restart to load new ones",
     "--h11-max-incomplete-event-size": "refused: aiohttp's parser has its own fixed header limits "
                                        "(8190 bytes per line); the body limit is 32 MiB",
     "--h11-max-header-count": "refused: aiohttp's parser has its own fixed header limits",
@@ -99,7 +100,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",
     "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",
     "--enable-force-include-usage": "refused: usage is streamed only when stream_options asks for it",
-    "--sse-keep-alive-interval": "refused: SSE keep-alive comments are not sent",
+    "--sse-keep-alive-interval": "implemented by frontend/server/sse.py (keep-alive comments on a "
+                                 "silent stream)",
     "--enable-tokenizer-info-endpoint": "refused: /tokenizer_info is not served",
     "--tokens-only": "refused: token-in/token-out serving is not supported",
     "--fingerprint-mode": "refused: system_fingerprint is always the full form "
@@ -108,7 +110,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--enable-flash-late-interaction": "refused: pooling (late-interaction scoring) is not served",
     # -- vllm-rs 0.33 serve flags that vLLM's parser lacks --------------------------------------
     "--engine-ready-timeout-secs": f"implemented by {_CLI} (--engine-ready-timeout)",
-    "--http-timeout-keep-alive": "refused: aiohttp's keep-alive timeout (75 s) is fixed",
+    "--http-timeout-keep-alive": "implemented by frontend/server/connections.py (idle keep-alive "
+                                 "connections closed)",
     "--python": "refused: the engine runs on this supervisor's interpreter",
 }
 

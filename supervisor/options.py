@@ -17,6 +17,7 @@ class SupervisorOptions:
     workers: int = 1
     host: str = "0.0.0.0"
     port: int = 8000
+    uds: str | None = None  # a Unix domain socket path instead of host:port
     engine: str = "vllm"  # "vllm" | "sim"
     sim_step_time: float | None = None
     shutdown_timeout: float = 30.0

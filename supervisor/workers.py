@@ -111,7 +111,7 @@ class WorkerPool:
         self._make_event = make_event
         self._build_config = build_config
         self._command = command
-        self._pass_fds = tuple(pass_fds)
+        self.pass_fds = tuple(pass_fds)
         self._env = env
         self._api_keys = api_keys
         self._log = logger or logging.getLogger("supervisor")
@@ -151,7 +151,7 @@ class WorkerPool:
         config.status_fd = write_fd
         try:
             child = await Child.spawn(
-                f"worker {slot.index}", self._command(config), pass_fds=(*self._pass_fds, write_fd),
+                f"worker {slot.index}", self._command(config), pass_fds=(*self.pass_fds, write_fd),
                 env=worker_env(self._env, self.metrics_dir, self._api_keys),
             )
         except OSError as e:

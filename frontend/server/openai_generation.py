@@ -148,7 +148,13 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
                 sse.attach(request.transport, first_chunk=first)
                 if not sse.alive:
                     run.cancel()
-                await run.done
+                interval = state.config.policy.sse_keep_alive_interval
+                if interval > 0:
+                    sse.keep_alive(interval)
+                try:
+                    await run.done
+                finally:
+                    sse.stop_keep_alive()
             except Exception:
                 # The headers are out: the answer is an error event in this stream, never a
                 # second response on the connection (which the error middleware would send).

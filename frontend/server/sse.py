@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from time import monotonic
 from typing import Any
 
 import msgspec
 
 _enc = msgspec.json.encode
 DONE = b"data: [DONE]\n\n"
+KEEP_ALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it, idle-timeout proxies see bytes
 
 
 def _env_bytes(name: str, default: int) -> int:
@@ -64,7 +66,7 @@ def end_drain() -> None:
 
 class SSEWriter:
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
-                 "out")
+                 "out", "last_write", "_keep_alive")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -78,6 +80,8 @@ class SSEWriter:
         self.held: bytearray | None = None  # coalesced events waiting for a slow client
         self._retry: asyncio.TimerHandle | None = None
         self.out: bytearray | None = None  # this drain's events, written at its end
+        self.last_write = 0.0  # monotonic time of the last write to the transport
+        self._keep_alive: asyncio.TimerHandle | None = None
 
     def attach(self, transport, first_chunk: bytes) -> None:
         """The response headers are out: write the role chunk, then anything held."""
@@ -111,6 +115,7 @@ class SSEWriter:
         held = self.held
         if held is None and buffered <= SOFT_LIMIT:
             t.write(b"%x\r\n%b\r\n" % (len(data), data))  # the hot path
+            self.last_write = monotonic()
             return
         if held is None:
             held = self.held = bytearray()
@@ -121,6 +126,30 @@ class SSEWriter:
             self._flush()  # the client caught up: out it goes, as one frame
         elif self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(_RETRY_S, self._retry_flush)
+
+    def keep_alive(self, interval: float) -> None:
+        """Write a keep-alive comment whenever the stream has written nothing for `interval`
+        seconds (--sse-keep-alive-interval), until `stop_keep_alive`."""
+        self.last_write = monotonic()
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            self._keep_alive = None
+            if not self.alive:
+                return
+            quiet = monotonic() - self.last_write
+            if quiet >= interval and self.held is None:
+                self._write_now(KEEP_ALIVE)  # (a slow client's held events say enough)
+                quiet = 0.0
+            if self.alive:
+                self._keep_alive = loop.call_later(max(interval - quiet, 0.01), tick)
+
+        self._keep_alive = loop.call_later(interval, tick)
+
+    def stop_keep_alive(self) -> None:
+        if self._keep_alive is not None:
+            self._keep_alive.cancel()
+            self._keep_alive = None
 
     def last_frame(self, before_done: bytes = b"") -> bytes:
         """The end of the stream, for `StreamResponse.write_eof(...)`: whatever is still held for

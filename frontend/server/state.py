@@ -75,8 +75,16 @@ class ServerState:
         limit = self.config.max_request_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise APIError(413, f"Request body of {request.content_length} bytes exceeds the limit of {limit} bytes.")
+        timeout = self.config.policy.http_body_timeout
         try:
-            return await request.read()
+            if timeout <= 0:
+                return await request.read()
+            async with asyncio.timeout(timeout):
+                return await request.read()
+        except TimeoutError:
+            # aiohttp writes the 408, reads what is left of the body for at most its lingering
+            # time (10 s) and closes the connection.
+            raise APIError(408, f"The request body did not arrive within {timeout:g} s.") from None
         except web.HTTPRequestEntityTooLarge:
             raise APIError(413, f"Request body exceeds the limit of {limit} bytes.") from None
 

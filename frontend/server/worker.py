@@ -28,6 +28,7 @@ from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.metrics import install_stats_tap
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.server.app import build_app
+from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite, make_ssl_context
 from vllm_pyfrontend.server.sse import begin_drain, end_drain
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -113,6 +114,7 @@ async def run_worker(config: WorkerConfig) -> int:
 
         state.tracer = RequestTracer(config.policy.otlp_traces_endpoint, config.worker_index)
     app = build_app(state)
+    policy = config.policy
     runner = web.AppRunner(
         app,
         handler_cancellation=True,
@@ -120,6 +122,8 @@ async def run_worker(config: WorkerConfig) -> int:
         # Our own drain window runs first (wait_idle below); this bound only covers the
         # final close of connections, after which remaining handlers are cancelled.
         shutdown_timeout=1.0,
+        # Idle connections close after this; 0 closes them after each response (as uvicorn).
+        keepalive_timeout=policy.http_timeout_keep_alive,
     )
     await runner.setup()
     if config.listen_fd is not None:
@@ -129,7 +133,8 @@ async def run_worker(config: WorkerConfig) -> int:
         sock = make_listen_socket(config.host, config.port, config.reuse_port)
     # aiohttp listen()s again with its own backlog (128 by default): bursts of connections
     # (1024 streams opening at once) would overflow it and wait for SYN retransmits.
-    site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)
+    guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker)
+    site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy))
     await site.start()
 
     tune_gc()
@@ -155,7 +160,11 @@ async def run_worker(config: WorkerConfig) -> int:
             os.write(config.status_fd, b"ready\n")
         except OSError:
             pass
-    log.info("serving on %s:%s (engine vLLM %s, max_model_len %d)", config.host, config.port,
+    if sock.family == socket.AF_UNIX:
+        where = f"unix:{sock.getsockname()}"
+    else:
+        where = "%s:%s" % sock.getsockname()[:2]
+    log.info("serving on %s%s (engine vLLM %s, max_model_len %d)", where, " (https)" if policy.ssl_certfile else "",
              engine.vllm_version, state.max_model_len)
     state.metrics.set_serving(True)
 

@@ -69,6 +69,23 @@ def test_vllm_security_flags_carry_over():
     assert serve_settings({"model_tag": model}, environ={}).api_keys == []
 
 
+def test_vllm_network_flags_carry_over(tmp_path):
+    model = build_tiny_model()
+    cert = tmp_path / "c.pem"
+    cert.write_text("not a certificate")
+    s = serve_settings({"model_tag": model, "http_timeout_keep_alive": 7, "sse_keep_alive_interval": 15,
+                        "ssl_cert_reqs": 0, "uds": "/tmp/x.sock"})
+    p = s.policy
+    assert (p.http_timeout_keep_alive, p.sse_keep_alive_interval) == (7.0, 15.0)
+    assert p.http_header_timeout == 60 and p.ssl_certfile is None
+    assert serve_settings({"model_tag": model}).policy.http_timeout_keep_alive == 5
+    # TLS files are checked before anything starts, naming the flag.
+    with pytest.raises(ValueError, match="--ssl-keyfile /nonexistent: not a readable file"):
+        serve_settings({"model_tag": model, "ssl_keyfile": "/nonexistent", "ssl_certfile": str(cert)})
+    with pytest.raises(ValueError, match="cannot load the TLS settings"):
+        serve_settings({"model_tag": model, "ssl_keyfile": str(cert), "ssl_certfile": str(cert)})
+
+
 def test_model_must_be_local_or_cached():
     with pytest.raises(ValueError, match="neither a local directory"):
         serve_settings({"model_tag": "/nonexistent/model"})

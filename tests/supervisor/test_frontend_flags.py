@@ -90,11 +90,8 @@ def test_implemented_flags_are_the_supervisors():
 
 
 @pytest.mark.parametrize("argv, reason", [
-    (["--ssl-keyfile", "/k.pem"], "TLS"),
-    (["--ssl_certfile=/c.pem"], "TLS"),
-    (["--uds", "/tmp/s"], "Unix socket"),
     (["--response-role", "bot"], "assistant"),
-    (["--enable-ssl-refresh"], "TLS"),
+    (["--enable-ssl-refresh"], "restart"),
     (["--no-enable-log-deltas"], "outputs"),
     (["--lora-modules", "a=/x"], "LoRA"),
 ])
@@ -108,10 +105,18 @@ def test_refused_flags_stop_the_start_with_the_reason(argv, reason, capsys):
 
 def test_refused_flags_in_a_config_file_too(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("ssl-keyfile: /k.pem\n")
+    cfg.write_text("lora-modules: a=/x\n")
     with pytest.raises(SystemExit):
         parse_args(["--config", str(cfg), "--engine", "sim", MODEL])
-    assert "--ssl-keyfile is not supported" in capsys.readouterr().err
+    assert "--lora-modules is not supported" in capsys.readouterr().err
+
+
+def test_tls_and_unix_socket_flags_are_the_supervisors_not_the_engines():
+    opts = parse_args(["--engine", "sim", "--uds", "/tmp/s.sock",
+                       "--sse-keep-alive-interval", "15", "--http-timeout-keep-alive", "7", MODEL])
+    assert opts.engine_args == []
+    assert opts.uds == "/tmp/s.sock" and opts.policy.sse_keep_alive_interval == 15
+    assert opts.policy.http_timeout_keep_alive == 7
 
 
 def test_switches_that_write_the_default_are_accepted_and_stay_here():
@@ -136,9 +141,9 @@ def test_dropin_reports_only_refused_args_away_from_the_default():
     args = {"response_role": "assistant", "uvicorn_log_level": "info", "enable_log_deltas": True,
             "ssl_keyfile": None, "lora_modules": None, "middleware": [], "api_key": ["k"]}
     assert refused_serve_args(args) == []
-    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False)
-    reasons = refused_serve_args(args)
-    assert len(reasons) == 2 and any(r.startswith("--ssl-keyfile is not supported") for r in reasons)
+    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False, lora_modules=["a=/x"])
+    reasons = refused_serve_args(args)  # (TLS is served here: not among them)
+    assert len(reasons) == 2 and any(r.startswith("--lora-modules is not supported") for r in reasons)
 
 
 def test_frontend_flags_never_reach_the_engine():

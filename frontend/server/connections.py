@@ -1,0 +1,191 @@
+"""Connection hygiene and TLS for a worker's HTTP server.
+
+aiohttp closes a connection that stays idle for `keepalive_timeout` (`--http-timeout-keep-alive`)
+but has no bound on how long a request head may take to arrive, and no cap on open connections.
+`GuardedRequestHandler` adds both at the protocol level; nothing here runs per token:
+
+- header-read timeout (`--http-header-timeout`): a connection must send a complete request head
+  within N seconds of its start, and each later keep-alive request within N seconds of its first
+  byte. Once the first bytes of a head arrive, aiohttp's idle timer gives way to this one (so a
+  generous header timeout is not cut short by a short keep-alive timeout), and aiohttp re-arms
+  its idle timer after the response. A timed-out connection is closed.
+- connection cap (`--max-connections-per-worker`): past it, a new connection is answered with a
+  503 in the OpenAI error shape and closed; refusals are logged at most every 10 seconds.
+
+This leans on three aiohttp internals (`Server._kwargs`, `RequestHandler._waiter` and
+`_keepalive_handle`); tests/ops/test_connection_hygiene.py exercises each of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+import time
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from vllm_pyfrontend.config import WorkerPolicy
+from vllm_pyfrontend.server.errors import APIError
+
+log = logging.getLogger("frontend.connections")
+
+REFUSAL_LOG_INTERVAL_S = 10.0
+REFUSED_LINGER_S = 2.0  # how long a refused connection may take to read its 503 and leave
+
+
+class ConnectionGuard:
+    """The limits and counters one worker's connections share."""
+
+    def __init__(self, header_timeout: float = 0.0, max_connections: int = 0):
+        self.header_timeout = header_timeout
+        self.max_connections = max_connections
+        self.open = 0
+        self.refused = 0  # since the last log line
+        self.refused_total = 0
+        self._last_log = 0.0
+        body = APIError(503, "Too many open connections to this server; retry later.").to_bytes()
+        self.refusal = (
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\nRetry-After: 1\r\n\r\n%b" % (len(body), body)
+        )
+
+    def admit(self) -> bool:
+        if not self.max_connections or self.open < self.max_connections:
+            self.open += 1
+            return True
+        self.refused += 1
+        self.refused_total += 1
+        now = time.monotonic()
+        if now - self._last_log >= REFUSAL_LOG_INTERVAL_S:
+            log.warning("refused %d connection(s) since the last report: %d open, the cap "
+                        "(--max-connections-per-worker)", self.refused, self.open)
+            self.refused = 0
+            self._last_log = now
+        return False
+
+
+class GuardedRequestHandler(RequestHandler):
+    __slots__ = ("_guard", "_head_timer", "_refused")
+
+    def __init__(self, guard: ConnectionGuard, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._guard = guard
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refused: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        guard = self._guard
+        if not guard.admit():
+            self._refuse(transport)  # type: ignore[arg-type]
+            return
+        super().connection_made(transport)
+        if guard.header_timeout > 0:
+            self._head_timer = self._loop.call_later(guard.header_timeout, self._head_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():  # a request (its body) is being handled
+            if self._refused is None:
+                super().data_received(data)
+            return
+        # Waiting for a request head: its bytes are arriving.
+        idle = self._keepalive_handle
+        if idle is not None:  # not idle any more: the header timeout applies from here
+            idle.cancel()
+            self._keepalive_handle = None
+        timeout = self._guard.header_timeout
+        if self._head_timer is None and timeout > 0:
+            self._head_timer = self._loop.call_later(timeout, self._head_timed_out)
+        super().data_received(data)
+        if waiter.done() and self._head_timer is not None:  # the head is complete
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._refused is not None:
+            self._refused = None
+            return
+        self._guard.open -= 1
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():  # still no complete head
+            self.force_close()
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        """Answer 503 at once, discard what the client sends (closing with unread data would
+        reset the connection before the client reads the answer) and close once it leaves."""
+        self._refused = transport
+        transport.write(self._guard.refusal)
+        self._loop.call_later(REFUSED_LINGER_S, transport.close)
+        if transport.can_write_eof():
+            transport.write_eof()
+
+
+class GuardedSite(web.SockSite):
+    """`web.SockSite` whose connections are `GuardedRequestHandler`s."""
+
+    __slots__ = ("_guard",)
+
+    def __init__(self, runner: web.BaseRunner, sock: Any, guard: ConnectionGuard, **kwargs: Any):
+        super().__init__(runner, sock, **kwargs)
+        self._guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        server = self._runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        kwargs = server._kwargs  # the runner's handler settings (keepalive_timeout, ...)
+
+        def protocol() -> GuardedRequestHandler:
+            return GuardedRequestHandler(self._guard, server, loop=loop, **kwargs)
+
+        self._server = await loop.create_server(
+            protocol, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog
+        )
+
+
+def check_tls_files(policy: WorkerPolicy) -> None:
+    """Fail fast, with the flag's name, on TLS settings a worker could not load."""
+    if bool(policy.ssl_keyfile) != bool(policy.ssl_certfile):
+        raise ValueError("--ssl-keyfile and --ssl-certfile must be given together")
+    for flag, path in (("--ssl-keyfile", policy.ssl_keyfile), ("--ssl-certfile", policy.ssl_certfile),
+                       ("--ssl-ca-certs", policy.ssl_ca_certs)):
+        if path and not os.access(path, os.R_OK):
+            raise ValueError(f"{flag} {path}: not a readable file")
+    if policy.ssl_cert_reqs not in (0, 1, 2):
+        raise ValueError(f"--ssl-cert-reqs must be 0 (none), 1 (optional) or 2 (required), "
+                         f"not {policy.ssl_cert_reqs}")
+    if policy.ssl_cert_reqs and not policy.ssl_ca_certs:
+        raise ValueError("--ssl-cert-reqs needs --ssl-ca-certs (the CA that signs client certificates)")
+    if policy.ssl_ca_certs and not policy.ssl_certfile:
+        raise ValueError("--ssl-ca-certs needs --ssl-keyfile and --ssl-certfile")
+    if policy.ssl_certfile:
+        make_ssl_context(policy)  # the files parse, the key matches, the ciphers exist
+
+
+def make_ssl_context(policy: WorkerPolicy) -> ssl.SSLContext | None:
+    """The server's TLS context as vLLM (uvicorn) builds it, or None without a certificate."""
+    if not policy.ssl_certfile:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(policy.ssl_certfile, policy.ssl_keyfile)
+        ctx.verify_mode = ssl.VerifyMode(policy.ssl_cert_reqs)
+        if policy.ssl_ca_certs:
+            ctx.load_verify_locations(policy.ssl_ca_certs)
+        if policy.ssl_ciphers:
+            ctx.set_ciphers(policy.ssl_ciphers)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise ValueError(f"cannot load the TLS settings (--ssl-*): {e}") from None
+    return ctx
