@@ -308,10 +308,6 @@ class EngineClient:
         return sorted(self._engines_down)
 
     @property
-    def dead_message(self) -> str:
-        return self._down.message if self._down is not None else ""
-
-    @property
     def engine_infos(self) -> list[EngineInfo]:
         return [self._infos[i] for i in self.engine_indices if i in self._infos]
 

@@ -36,7 +36,6 @@ class ServerState:
         self.tokenizer = tokenizer
         self.template = template
         self.engine = engine
-        self.generation_defaults = generation_defaults
         self.model_names = list(config.served_model_names) or [config.model]
         engine_len = engine.max_model_len
         self.max_model_len = min(engine_len, config.max_model_len) if config.max_model_len else engine_len
