@@ -47,6 +47,7 @@ MODEL = "demo:deepseek-v4"
 SERVED = "dsv4"
 STOP_TEXT = "alpha beta gamma delta STOPHERE epsilon zeta eta theta"
 STOP_PREFIX = "alpha beta gamma delta "
+REAL_STOPS = ["e", "."]  # common in any text: the output must end before the first of them
 _D = "｜DSML｜"
 # DeepSeek V4's tool-call markup, parsed by `--tool-call-parser deepseek_v4` in the workers.
 TOOL_TEXT = (f'<{_D}tool_calls>\n<{_D}invoke name="get_weather">\n'
@@ -74,7 +75,7 @@ def _name(pid: int) -> str:
     if b"vllm_pyfrontend.server.worker" in argv:
         cfg = json.loads(argv[argv.index(b"--config-json") + 1])
         return f"worker {cfg['worker_index']}"
-    if b"vllm_pyfrontend.supervisor.sim" in argv:
+    if b"vllm_pyfrontend.supervisor.sim" in argv or b"vllm_pyfrontend.supervisor.vllm_headless" in argv:
         return "engine"
     return "?"
 
@@ -153,8 +154,14 @@ class Tally:
             self.problems.append(what)
 
 
+REAL_ENGINE = False  # --engine vllm: no scripted output; stop strings are checked on model text
+
+
 def draw_request(rng: random.Random) -> tuple[str, dict]:
-    kind = rng.choices(["plain", "stop", "tool", "long"], weights=[5, 2, 2, 1])[0]
+    if REAL_ENGINE:
+        kind = rng.choices(["plain", "stop_any", "long"], weights=[5, 3, 1])[0]
+    else:
+        kind = rng.choices(["plain", "stop", "tool", "long"], weights=[5, 2, 2, 1])[0]
     body: dict = {"model": SERVED, "messages": [{"role": "user", "content": f"Tell me something #{rng.randrange(10**6)}"}],
                   "stream": rng.random() < 0.5}
     if kind == "plain":
@@ -164,6 +171,9 @@ def draw_request(rng: random.Random) -> tuple[str, dict]:
         body["max_tokens"] = 64
         body["stop"] = ["STOPHERE"]
         body["vllm_xargs"] = {"sim_text": STOP_TEXT}
+    elif kind == "stop_any":
+        body["max_tokens"] = 64
+        body["stop"] = REAL_STOPS
     elif kind == "tool":
         body["max_tokens"] = 128
         body["tools"] = TOOLS
@@ -192,6 +202,8 @@ async def one_request(session: aiohttp.ClientSession, url: str, kind: str, body:
             content = data["choices"][0]["message"].get("content") or ""
             if kind == "stop" and (reason != "stop" or content != STOP_PREFIX):
                 return f"wrong: stop cut at {content!r} ({reason})"
+            if kind == "stop_any" and any(x in content for x in REAL_STOPS):
+                return f"wrong: stop string in the output {content!r} ({reason})"
             if kind == "tool":
                 calls = data["choices"][0]["message"].get("tool_calls") or []
                 if reason != "tool_calls" or len(calls) != 1 or calls[0]["function"]["name"] != "get_weather" \
@@ -231,6 +243,8 @@ async def one_request(session: aiohttp.ClientSession, url: str, kind: str, body:
             return f"{'duplicated' if finishes else 'lost'}: {len(finishes)} finish events"
         if kind == "stop" and (finishes[0] != "stop" or "".join(content) != STOP_PREFIX):
             return f"wrong: stop cut at {''.join(content)!r} ({finishes[0]})"
+        if kind == "stop_any" and any(x in "".join(content) for x in REAL_STOPS):
+            return f"wrong: stop string in the streamed output {''.join(content)!r} ({finishes[0]})"
         if kind == "tool":
             try:
                 ok = (finishes[0] == "tool_calls" and len(calls) == 1 and calls[0]["name"] == "get_weather"
@@ -295,7 +309,11 @@ async def run_load(base_url: str, duration: float, concurrency: int, cancel_rate
                    sampler) -> Tally:
     tally = Tally()
     deadline = time.monotonic() + duration
-    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    # Idle pooled connections are dropped before the server's keep-alive timeout (5 s, vLLM's
+    # --http-timeout-keep-alive default) closes them: a client that reuses a connection the server
+    # is closing at that instant gets "Server disconnected" for a request nobody received (HTTP
+    # clients such as the openai SDK retry those; this one counts every failure).
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False, keepalive_timeout=3)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         url = base_url + "/v1/chat/completions"
@@ -319,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cancel-rate", type=float, default=0.2, help="fraction cancelled by the client")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--engine", choices=("sim", "vllm"), default="sim",
+                   help="the simulated engine (default), or vLLM's own CPU EngineCore with the tests' tiny "
+                        "random-weight model (plain, long and stop-string requests; no scripted text)")
     p.add_argument("--fault-rate", type=float, default=0.0,
                    help="per engine output, the chance that a fault is armed in a random pipeline layer of "
                         "the worker (bench/faults/sitecustomize.py); 5xx answers are then expected")
@@ -334,10 +355,18 @@ def main(argv: list[str] | None = None) -> int:
         env = {"SOAK_FAULT_RATE": str(args.fault_rate),
                "PYTHONPATH": os.path.join(REPO, "bench", "faults") + (os.pathsep + path if path else "")}
     extra = ["--on-engine-death", "restart"] if args.kill_engine_at is not None else []
-    stack = Stack(["--engine", "sim", "--workers", str(args.workers), "--sim-step-time", str(args.step_time),
-                   "--max-num-seqs", str(args.max_num_seqs), "--max-model-len", "4096",
-                   "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4", *extra,
-                   "--served-model-name", SERVED, "--shutdown-timeout", "10", MODEL], ready_timeout=180, env=env)
+    if args.engine == "vllm":
+        global REAL_ENGINE
+        REAL_ENGINE = True
+        from tests.e2e.tiny_model import ENGINE_ARGS, build_tiny_model
+
+        engine = [*ENGINE_ARGS, build_tiny_model()]
+    else:
+        engine = ["--engine", "sim", "--sim-step-time", str(args.step_time), "--max-num-seqs", str(args.max_num_seqs),
+                  "--max-model-len", "4096", MODEL]
+    stack = Stack(["--workers", str(args.workers), "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4",
+                   *extra, "--served-model-name", SERVED, "--shutdown-timeout", "10", *engine],
+                  ready_timeout=600, env=env)
     try:
         deadline = time.monotonic() + 60
         while not any("serving on http" in l for l in list(stack.log)) and time.monotonic() < deadline:
@@ -456,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         "supervisor exit 0 on SIGTERM": code == 0,
     }
     report = {
-        "duration_s": round(elapsed, 1), "concurrency": args.concurrency, "workers": args.workers,
+        "duration_s": round(elapsed, 1), "engine": args.engine, "concurrency": args.concurrency, "workers": args.workers,
         "step_time_s": args.step_time, "cancel_rate": args.cancel_rate,
         "requests": tally.sent, "completed": completed, "cancelled_by_client": cancelled,
         "fault_rate": args.fault_rate, "engine_killed_at_s": args.kill_engine_at,
