@@ -23,7 +23,6 @@ import os
 import signal
 import socket
 import stat
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from typing import Any, Protocol
 from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.supervisor.engine_launch import EngineLaunch, engine_launches, split_sim_flags
 from vllm_pyfrontend.supervisor.options import SupervisorOptions
-from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
+from vllm_pyfrontend.supervisor.process import Child, describe_exit, log_as, wait_all
 from vllm_pyfrontend.supervisor.runtime import RuntimeDir, free_tcp_port, tcp_uri
 from vllm_pyfrontend.supervisor.workers import (
     WORKER_EVENTS,
@@ -97,13 +96,7 @@ def _not_read_by_sim(args: list[str]) -> list[str]:
 
 def configure_logging(level: str = "info") -> None:
     """Every line this process logs (ours and the handshake's) says `[supervisor]`."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("[supervisor] %(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
-    )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    log_as("supervisor", level)
 
 
 @dataclass

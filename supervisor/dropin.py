@@ -45,7 +45,7 @@ from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
 from vllm_pyfrontend.server.connections import check_tls_files
 from vllm_pyfrontend.supervisor.cli import default_workers, human_readable_int
 from vllm_pyfrontend.supervisor.frontend_flags import refused_serve_args
-from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
+from vllm_pyfrontend.supervisor.process import Child, describe_exit, log_as, wait_all
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir
 from vllm_pyfrontend.supervisor.workers import WORKER_EVENTS, Fatal, WorkerPool, WorkerSlot, child_env
 
@@ -408,15 +408,6 @@ class DropinSupervisor:
 # -------------------------------------------------------------------- entry point
 
 
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("[pyfrontend] %(asctime)s %(levelname)s %(message)s",
-                                           "%H:%M:%S"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-
-
 USAGE = (
     "usage: vllm-pyfrontend frontend --listen-fd N --input-listener-fd N --output-listener-fd N "
     "[--engine-start-index S --engine-count C --data-parallel-size D] --args-json JSON [--workers N]\n"
@@ -430,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] != "frontend":
         print(USAGE, file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    configure_logging(os.environ.get("VLLM_LOGGING_LEVEL") or "info")
+    log_as("pyfrontend", os.environ.get("VLLM_LOGGING_LEVEL") or "info")
     try:
         args = parse_frontend_args(argv[1:])
         settings = serve_settings(args.serve_args)

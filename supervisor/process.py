@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import logging
 import os
 import signal
 import sys
@@ -39,6 +40,15 @@ def write_line(prefix: bytes, line: bytes) -> None:
     else:  # stderr replaced by a text stream (e.g. under a test runner)
         sys.stderr.write((prefix + line).decode("utf-8", "replace") + "\n")
     sys.stderr.flush()
+
+
+def log_as(name: str, level: str) -> None:
+    """This process's own log lines say `[name]`, like its children's (see `Child`)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"[{name}] %(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
 
 
 _pumps: set[asyncio.Future] = set()
