@@ -9,22 +9,16 @@ Where vLLM's behaviour is a bug, the case says so and asserts the right thing in
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.e2e.tiny_model import ENGINE_ARGS, build_tiny_model
-from tests.stack import REPO, Stack, free_port, stop_process_group
+from tests.e2e.vllm_pair import MODEL
 
 pytestmark = pytest.mark.real_engine
 
-MODEL = "tiny"
 SYS = {"role": "system", "content": "You are a helpful assistant."}
 U = {"role": "user", "content": "Write a short poem about the sea."}
 
@@ -123,52 +117,9 @@ VLLM_BUGS = {
 }
 
 
-class VLLMServer:
-    """vLLM's own `vllm serve` (its Python frontend + its own EngineCore) as a subprocess."""
-
-    def __init__(self, model: str):
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        args = ["serve", model, "--port", str(self.port), "--host", "127.0.0.1",
-                "--served-model-name", MODEL, *ENGINE_ARGS]
-        code = f"from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli({args!r})"
-        self.log_path = os.path.join(REPO, ".cache", f"vllm-frontend-{self.port}.log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited: see {self.log_path}")
-            try:
-                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"vllm serve not healthy after {timeout}s: see {self.log_path}")
-
-    def stop(self) -> None:
-        stop_process_group(self.proc, 30)
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
-def servers():
-    model = build_tiny_model()
-    vllm = VLLMServer(model)
-    ours = None
-    try:
-        ours = Stack(["--workers", "2", "--served-model-name", MODEL, "--shutdown-timeout", "5",
-                      *ENGINE_ARGS, model], ready_timeout=600)
-        vllm.wait(600)
-        yield ours.base_url, vllm.base_url
-    finally:
-        if ours is not None:
-            ours.terminate(120)
-        vllm.stop()
+def servers(tiny_pair):
+    return tiny_pair.ours, tiny_pair.vllm
 
 
 def _call(base: str, route: str, body: dict, stream: bool) -> tuple[int, Any]:

@@ -1,0 +1,16 @@
+"""Fixtures shared across test packages."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    """This frontend (2 workers) and vLLM's own Python server, each with its own real EngineCore
+    on CPU serving the tiny chat model as `tiny`: started once per session, for every
+    differential test that needs no other engine flags."""
+    from tests.e2e.vllm_pair import start_pair
+
+    with start_pair() as pair:
+        yield pair

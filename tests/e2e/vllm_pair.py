@@ -1,0 +1,86 @@
+"""vLLM's own Python server and this frontend, each in front of its own real EngineCore on CPU
+with the same tiny model and flags: the two sides of every differential test.
+
+`tiny_pair` (tests/conftest.py) starts one such pair per test session for the plain chat model;
+modules that need other engine flags (LoRA, pooling models) start their own with `start_pair`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+
+from tests.e2e.tiny_model import ENGINE_ARGS, build_tiny_model
+from tests.stack import REPO, Stack, free_port, stop_process_group
+
+MODEL = "tiny"
+
+
+class VLLMServer:
+    """vLLM's own `vllm serve` (its Python frontend + its own EngineCore) as a subprocess."""
+
+    def __init__(self, model: str, args: list[str] | None = None, env: dict | None = None):
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        argv = ["serve", model, "--port", str(self.port), "--host", "127.0.0.1", *(args or [])]
+        code = f"from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli({argv!r})"
+        self.log_path = os.path.join(REPO, ".cache", f"vllm-frontend-{self.port}.log")
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **(env or {})})
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited: see {self.log_path}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"vllm serve not healthy after {timeout}s: see {self.log_path}")
+
+    def stop(self) -> None:
+        stop_process_group(self.proc, 30)
+        self.log.close()
+
+
+@dataclass
+class Pair:
+    ours: str  # base URL of this frontend
+    vllm: str  # base URL of vLLM's Python server
+    stack: Stack
+    vllm_server: VLLMServer
+
+
+@contextlib.contextmanager
+def start_pair(model: str | None = None, *, args: list[str] | None = None, our_args: list[str] | None = None,
+               vllm_args: list[str] | None = None, env: dict | None = None,
+               workers: int = 2) -> Iterator[Pair]:
+    """Both servers on `model` (default: the tiny chat model) with the same engine flags
+    (`args`, default ENGINE_ARGS + --served-model-name tiny); `our_args` / `vllm_args` are
+    flags for one side only. Both engines start at once; each is stopped on exit."""
+    model = model or build_tiny_model()
+    common = args if args is not None else ["--served-model-name", MODEL, *ENGINE_ARGS]
+    vllm = VLLMServer(model, [*common, *(vllm_args or [])], env=env)
+    ours = None
+    try:
+        ours = Stack(["--workers", str(workers), "--shutdown-timeout", "5", *common, *(our_args or []), model],
+                     ready_timeout=600, env=env)
+        vllm.wait(600)
+        yield Pair(ours.base_url, vllm.base_url, ours, vllm)
+    finally:
+        if ours is not None:
+            ours.terminate(120)
+        vllm.stop()
