@@ -10,6 +10,7 @@ from aiohttp import web
 
 from vllm_pyfrontend import __version__
 from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.server.anthropic import add_anthropic_routes
 from vllm_pyfrontend.server.chat_completion import handle_chat_completions
 from vllm_pyfrontend.server.completion import handle_completions
 from vllm_pyfrontend.server.tokenize import handle_detokenize, handle_tokenize
@@ -143,4 +144,5 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_get("/version", handle_version)
     app.router.add_get("/load", handle_load)
     app.router.add_get("/openapi.json", handle_openapi)
+    add_anthropic_routes(app)
     return app

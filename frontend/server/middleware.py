@@ -6,7 +6,8 @@ Order, outermost first (`build_middlewares`):
     context  request id, W3C trace headers, HTTP metrics, in-flight gauge, request log
     cors     preflight answers; CORS headers for allowed origins (also on 401s, so a browser
              can read them)
-    auth     `--api-key`: Bearer token on /v1 (and /metrics with --metrics-require-api-key)
+    auth     `--api-key`: Bearer token (or x-api-key) on /v1 (and /metrics with
+             --metrics-require-api-key)
     error    (app.py) exceptions -> OpenAI-style error responses
 
 Response headers (X-Request-Id, CORS) are added in `on_response_prepare`, which runs before
@@ -65,12 +66,18 @@ class ApiKeys:
     def __bool__(self) -> bool:
         return bool(self._digests)
 
-    def check(self, authorization: str | None) -> bool:
-        if not authorization:
-            return False
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
+    def check(self, authorization: str | None, api_key: str | None = None) -> bool:
+        """`Authorization: Bearer <key>`, or Anthropic's `x-api-key: <key>` header."""
+        token = None
+        if authorization:
+            scheme, _, bearer = authorization.partition(" ")
+            if scheme.lower() == "bearer":
+                token = bearer
+        if token is not None and self._matches(token):
+            return True
+        return bool(api_key) and self._matches(api_key)
+
+    def _matches(self, token: str) -> bool:
         presented = hashlib.sha256(token.strip().encode("utf-8")).digest()
         ok = False
         for digest in self._digests:
@@ -84,7 +91,7 @@ def auth_middleware(keys: ApiKeys, guard_metrics: bool):
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method != "OPTIONS" and request.path.startswith(prefixes):
-            if not keys.check(request.headers.get("Authorization")):
+            if not keys.check(request.headers.get("Authorization"), request.headers.get("x-api-key")):
                 resp = APIError(401, "Unauthorized: a valid API key is required.").to_response()
                 resp.headers["WWW-Authenticate"] = "Bearer"
                 return resp

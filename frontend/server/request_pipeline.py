@@ -247,12 +247,16 @@ class RequestRun:
                 if c.gen is not None and not c.gen.finished:
                     c.gen.cancel()
             if self.stream and self.sse is not None:
-                self.sse.write(b"data: " + error.to_bytes() + b"\n\n")
+                self.sse.write(self.error_frame(error))
                 self.error_sent = True
         finally:
             # Even if writing the error event fails, the handler must wake up and end the
             # response (its [DONE] goes out with the end of the body).
             self.done.set_result(None)
+
+    def error_frame(self, error: APIError) -> bytes:
+        """The error event of a failed stream, in this API's SSE framing (OpenAI's here)."""
+        return b"data: " + error.to_bytes() + b"\n\n"
 
     def cancel(self) -> None:
         """Client gone: abort every engine request, finish quietly."""

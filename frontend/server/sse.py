@@ -65,6 +65,11 @@ def end_drain() -> None:
 
 
 class SSEWriter:
+    # What ends the stream and what a silent stream writes; another API style's writer (a
+    # subclass) sets its own.
+    done_frame = DONE
+    keep_alive_frame = KEEP_ALIVE
+
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
                  "out", "last_write", "_keep_alive")
 
@@ -139,7 +144,7 @@ class SSEWriter:
                 return
             quiet = monotonic() - self.last_write
             if quiet >= interval and self.held is None:
-                self._write_now(KEEP_ALIVE)  # (a slow client's held events say enough)
+                self._write_now(self.keep_alive_frame)  # (a slow client's held events say enough)
                 quiet = 0.0
             if self.alive:
                 self._keep_alive = loop.call_later(max(interval - quiet, 0.01), tick)
@@ -162,7 +167,7 @@ class SSEWriter:
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
-        return bytes(held or b"") + bytes(out or b"") + before_done + DONE
+        return bytes(held or b"") + bytes(out or b"") + before_done + self.done_frame
 
     def _flush(self) -> None:
         held, self.held = self.held, None

@@ -1,0 +1,234 @@
+"""An Anthropic Messages request lowered to what the chat pipeline takes: chat messages for the
+template, function tools, a tool choice, template kwargs and `llm` sampling options.
+
+The mapping is vLLM's (`AnthropicServingMessages.to_chat_completion_request`):
+- `system` (a string or text blocks) becomes a leading system message;
+- text blocks become the message's text, `thinking` blocks its `reasoning`, `tool_use` blocks
+  its `tool_calls` (arguments as JSON), `redacted_thinking` blocks are dropped;
+- a user's `tool_result` blocks become `tool` messages (before the rest of that user turn);
+- tools become function tools (`input_schema` -> `parameters`); tool_choice `auto` / `any` /
+  `tool` / `none` become "auto" / "required" / a named function / "none";
+  `disable_parallel_tool_use` turns parallel tool calls off;
+- `thinking: disabled` is reasoning effort "none" (thinking off in the template), `enabled`
+  leaves the template's default (thinking on for reasoning models);
+- `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `top_k` are the sampling options.
+
+Where this differs from vLLM, on purpose:
+- a `tool_result` with `is_error: true` reaches the model as "Error: <content>" (vLLM drops the
+  flag, so a failed tool looks like a successful one);
+- `thinking.budget_tokens` is validated as vLLM does (at least 1024, below max_tokens) but is
+  not sent to the engine: vLLM sends it as `thinking_token_budget`, which its own server refuses
+  unless the engine was started with a reasoning config, and this frontend's engines are not
+  (the reasoning parser runs in the workers). `max_tokens` bounds thinking and answer together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.llm.sampling import SamplingOptions
+from vllm_pyfrontend.server.anthropic.protocol import Block, CountTokensRequest, MessagesRequest
+
+# Claude Code puts a per-request hash in a system block; vLLM drops it (it would defeat the
+# prefix cache), and so do we.
+_BILLING_HEADER = "x-anthropic-billing-header"
+MIN_THINKING_BUDGET = 1024
+
+
+@dataclass
+class LoweredChat:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    tool_choice: Any
+    parallel_tool_calls: bool
+    template_kwargs: dict[str, Any]
+    response_format: dict[str, Any] | None = None
+    options: SamplingOptions = field(default_factory=SamplingOptions)
+
+
+def _block_text(block: Block, where: str) -> str:
+    if not isinstance(block.text, str):
+        raise InvalidRequestError(f"{where}: a text block needs a string `text`.", "messages")
+    return block.text
+
+
+def _system_text(system: str | list[Block] | None) -> str | None:
+    if system is None:
+        return None
+    if isinstance(system, str):
+        return system or None
+    parts = []
+    for i, block in enumerate(system):
+        if block.type != "text":
+            raise InvalidRequestError(f"system[{i}]: only text blocks are allowed in `system`.", "system")
+        text = _block_text(block, f"system[{i}]")
+        if text and not text.startswith(_BILLING_HEADER):
+            parts.append(text)
+    return "".join(parts) or None
+
+
+def _tool_result_text(block: Block, where: str) -> str:
+    content = block.content
+    if content is None:
+        text = ""
+    elif isinstance(content, str):
+        text = content
+    else:
+        texts = []
+        for j, item in enumerate(content):
+            kind = item.get("type") if isinstance(item, dict) else None
+            if kind == "text" and isinstance(item.get("text"), str):
+                texts.append(item["text"])
+            elif kind == "image":
+                raise InvalidRequestError(f"{where}.content[{j}]: images are not supported by this text-only model.",
+                                          "messages")
+            else:
+                raise InvalidRequestError(f"{where}.content[{j}]: content of type {kind!r} is not supported.",
+                                          "messages")
+        text = "\n".join(texts)
+    if block.is_error:
+        text = f"Error: {text}" if text else "Error"
+    return text
+
+
+def _lower_messages(req: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:
+    if not req.messages:
+        raise InvalidRequestError("`messages` must contain at least one message.", "messages")
+    out: list[dict[str, Any]] = []
+    system = _system_text(req.system)
+    if system is not None:
+        out.append({"role": "system", "content": system})
+    for i, msg in enumerate(req.messages):
+        where = f"messages[{i}]"
+        if isinstance(msg.content, str):
+            out.append({"role": msg.role, "content": msg.content})
+            continue
+        texts: list[str] = []
+        reasoning: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for j, block in enumerate(msg.content):
+            at = f"{where}.content[{j}]"
+            kind = block.type
+            if kind == "text":
+                text = _block_text(block, at)
+                if text and not (msg.role == "system" and text.startswith(_BILLING_HEADER)):
+                    texts.append(text)
+            elif kind == "thinking":
+                if msg.role != "assistant":
+                    raise InvalidRequestError(f"{at}: thinking blocks belong to assistant messages.", "messages")
+                if block.thinking is not None:
+                    reasoning.append(block.thinking)
+            elif kind == "redacted_thinking":
+                pass  # opaque (encrypted) reasoning: accepted when echoed back, never shown to the model
+            elif kind == "tool_use":
+                if msg.role != "assistant":
+                    raise InvalidRequestError(f"{at}: tool_use blocks belong to assistant messages.", "messages")
+                if not block.id or not block.name:
+                    raise InvalidRequestError(f"{at}: a tool_use block needs `id` and `name`.", "messages")
+                calls.append({"id": block.id, "type": "function",
+                              "function": {"name": block.name, "arguments": json.dumps(block.input or {})}})
+            elif kind == "tool_result":
+                if msg.role == "user":
+                    if not block.tool_use_id:
+                        raise InvalidRequestError(f"{at}: a tool_result block needs `tool_use_id`.", "messages")
+                    out.append({"role": "tool", "tool_call_id": block.tool_use_id,
+                                "content": _tool_result_text(block, at)})
+                else:  # vLLM: a tool result in an assistant turn is shown as text
+                    texts.append(f"Tool result: {_tool_result_text(block, at)}")
+            elif kind in ("image", "document"):
+                raise InvalidRequestError(f"{at}: {kind} blocks are not supported by this text-only model.",
+                                          "messages")
+            else:
+                raise InvalidRequestError(f"{at}: content block type {kind!r} is not supported.", "messages")
+        m: dict[str, Any] = {"role": msg.role}
+        if texts:
+            m["content"] = "\n".join(texts)
+        if reasoning:
+            m["reasoning"] = "".join(reasoning)
+        if calls:
+            m["tool_calls"] = calls
+        if "content" in m:
+            out.append(m)
+        elif msg.role == "assistant" and (reasoning or calls):
+            m["content"] = None
+            out.append(m)
+        # else: a user turn made only of tool results (now tool messages), or an empty turn
+    return out
+
+
+def _lower_tools(req: MessagesRequest | CountTokensRequest) -> tuple[list[dict[str, Any]] | None, Any, bool]:
+    tools = None
+    if req.tools is not None:
+        tools = []
+        for i, tool in enumerate(req.tools):
+            if tool.type not in (None, "custom"):
+                raise InvalidRequestError(f"tools[{i}]: server tools ({tool.type!r}) are not supported.", "tools")
+            schema = dict(tool.input_schema)
+            schema.setdefault("type", "object")
+            fn: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": schema}
+            tools.append({"type": "function", "function": fn})
+    choice: Any = None
+    parallel = True
+    tc = req.tool_choice
+    if tc is not None:
+        parallel = not tc.disable_parallel_tool_use
+        if tc.type == "tool":
+            if not tc.name:
+                raise InvalidRequestError("tool_choice.name is required when type is 'tool'.", "tool_choice")
+            choice = {"type": "function", "function": {"name": tc.name}}
+        else:
+            choice = {"auto": "auto", "any": "required", "none": "none"}[tc.type]
+    if tools is not None and choice is None:
+        choice = "auto"
+    return tools, choice, parallel
+
+
+def lower_request(req: MessagesRequest | CountTokensRequest) -> LoweredChat:
+    """Messages, tools, tool choice and template kwargs (and, for a Messages request, the
+    sampling options): what the chat pipeline renders and submits."""
+    messages = _lower_messages(req)
+    tools, tool_choice, parallel = _lower_tools(req)
+    kwargs = dict(req.chat_template_kwargs or {})
+    response_format = None
+    oc = req.output_config
+    if oc is not None:
+        if oc.format is not None and oc.format.schema is not None:
+            response_format = {"type": "json_schema", "json_schema": {"name": "json_schema", "schema": oc.format.schema}}
+        if oc.effort is not None:
+            kwargs["reasoning_effort"] = oc.effort
+            kwargs.setdefault("enable_thinking", True)
+    thinking = req.thinking
+    if thinking is not None:
+        if thinking.type == "disabled":
+            kwargs["reasoning_effort"] = "none"
+            kwargs.setdefault("enable_thinking", False)
+        elif thinking.type == "enabled":
+            budget = thinking.budget_tokens
+            if budget is None:
+                raise InvalidRequestError("thinking.budget_tokens is required when thinking is enabled.",
+                                          "thinking.budget_tokens")
+            if budget < MIN_THINKING_BUDGET:
+                raise InvalidRequestError(f"thinking.budget_tokens must be at least {MIN_THINKING_BUDGET}, "
+                                          f"got {budget}.", "thinking.budget_tokens")
+            if isinstance(req, MessagesRequest) and budget >= req.max_tokens:
+                raise InvalidRequestError("thinking.budget_tokens must be less than max_tokens.",
+                                          "thinking.budget_tokens")
+    lowered = LoweredChat(messages, tools, tool_choice, parallel, kwargs, response_format)
+    if isinstance(req, MessagesRequest):
+        if req.max_tokens < 1:
+            raise InvalidRequestError(f"max_tokens must be at least 1, got {req.max_tokens}.", "max_tokens")
+        extra = dict(req.vllm_xargs) if req.vllm_xargs else {}
+        if req.kv_transfer_params:
+            extra["kv_transfer_params"] = req.kv_transfer_params
+        lowered.options = SamplingOptions(
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            stop=[s for s in (req.stop_sequences or []) if s],
+            extra_args=extra or None,
+        )
+    return lowered
