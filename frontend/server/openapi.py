@@ -3,7 +3,8 @@
 The request body schemas are generated from the msgspec structs that validate requests
 (`schemas.py`), so the description cannot drift from what the server accepts: schemathesis
 fuzzes the server from it (`tests/reliability/test_schemathesis.py`). Responses are described
-loosely (an object, or an event stream); every error has the OpenAI error shape.
+loosely (an object, or an event stream); every error has the OpenAI error shape, except on the
+Anthropic Messages routes (`anthropic/openapi.py`), whose errors have Anthropic's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import msgspec
 
 from vllm_pyfrontend import __version__
 from vllm_pyfrontend.server import schemas
+from vllm_pyfrontend.server.anthropic import openapi as anthropic_openapi
 
 _REF = "#/components/schemas/{name}"
 
@@ -116,6 +118,7 @@ def build_openapi() -> dict[str, Any]:
     }
     for path, (op_id, summary, ok) in simple.items():
         paths[path] = {"get": {"operationId": op_id, "summary": summary, "responses": {"200": ok}}}
+    anthropic_openapi.describe(paths, components, _REF)
     return {
         "openapi": "3.1.0",
         "info": {

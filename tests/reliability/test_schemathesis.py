@@ -38,9 +38,14 @@ def api_schema(stack):
 
 
 def error_shape(response, case) -> None:
-    """A 4xx from a route is an OpenAI-style error (aiohttp's own parser errors aside)."""
+    """A 4xx from a route is an OpenAI-style error (aiohttp's own parser errors aside), or
+    Anthropic's on the /v1/messages routes."""
     if 400 <= response.status_code < 500 and case.method.upper() != "HEAD":
         if response.headers.get("content-type", [""])[0].startswith("application/json"):
+            if case.operation.path.startswith("/v1/messages"):
+                body = response.json()
+                assert body["type"] == "error" and body["error"]["type"] and body["error"]["message"], body
+                return
             err = response.json()["error"]
             assert err["message"] and err["code"] == response.status_code, err
 
@@ -48,7 +53,8 @@ def error_shape(response, case) -> None:
 def shorten(case) -> None:
     """Keep generations short where the fuzzer picked a valid length (CI time, not coverage:
     long valid requests are the soak's business)."""
-    if case.operation.path in ("/v1/chat/completions", "/v1/completions") and isinstance(case.body, dict):
+    if case.operation.path in ("/v1/chat/completions", "/v1/completions", "/v1/messages") \
+            and isinstance(case.body, dict):
         mt = case.body.get("max_tokens")
         if isinstance(mt, int) and mt > 16:
             case.body["max_tokens"] = 16
