@@ -92,7 +92,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--exclude-tools-when-tool-choice-none": "refused: not supported; tools are always given to the template",
     "--cohere-is-reasoning-model": "refused: Cohere formats are not supported",
     "--cohere-format": "refused: Cohere formats are not supported",
-    "--anthropic-disabled-thinking-effort": "refused: the Anthropic Messages API is not served",
+    "--anthropic-disabled-thinking-effort": "refused: thinking disabled in /v1/messages is always "
+                                            "reasoning effort \"none\" (frontend/server/anthropic)",
     # -- responses -------------------------------------------------------------------------------
     "--lora-modules": "refused: LoRA adapters are not served by this frontend",
     "--trust-request-mm-kwargs": "refused: multimodal inputs are not supported",
