@@ -13,6 +13,8 @@ Where vLLM is wrong, the case says so and asserts the right thing:
   `{"type": "error", "error": {"type": "invalid_request_error", "message": ...}}`.
 - vLLM omits `stop_sequence` when it is null; Anthropic's messages always carry it.
 - vLLM drops a tool_result's `is_error`; here the model sees "Error: <content>".
+- vLLM refuses `thinking: {"type": "enabled"}` unless its engine has a reasoning config;
+  here the budget is validated and the request served (see test_stop_sequence_as_vllm).
 """
 
 from __future__ import annotations
@@ -153,6 +155,15 @@ def test_stop_sequence_as_vllm(pair):
     assert essentials(a)["text"] == said[:said.index(stop)]
     sa, sb = stream_essentials(stream_events(pair.ours, body)), stream_essentials(stream_events(pair.vllm, body))
     assert sa == sb and sa["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": stop}
+
+    # Extended thinking: vLLM sends budget_tokens to the engine as thinking_token_budget and so
+    # refuses the request unless the engine has a reasoning config (400); here the budget is
+    # validated and max_tokens bounds the output (the stop sequence keeps it short).
+    thinking = {**body, "max_tokens": 1100, "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    refused = post(pair.vllm, "/v1/messages", thinking)
+    assert refused.status_code == 400 and "thinking_token_budget" in refused.text
+    served = post(pair.ours, "/v1/messages", thinking)
+    assert served.status_code == 200 and essentials(served.json()) == essentials(a)
 
 
 @pytest.mark.parametrize("body", [
