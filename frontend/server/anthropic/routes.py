@@ -12,16 +12,13 @@ answered (authentication, unknown method, request validation, engine unavailable
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
-from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
-from vllm_pyfrontend.llm.errors import InvalidRequestError
 from vllm_pyfrontend.llm.sampling import lower_choices
 from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
 from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter, AnthropicRun, AnthropicSSE
@@ -33,26 +30,10 @@ from vllm_pyfrontend.server.anthropic.protocol import (
 )
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.responder import new_choice, respond, submit_choices
+from vllm_pyfrontend.server.schemas import decode_body  # msgspec decoding, any request struct
 
 PREFIX = "/v1/messages"
 _json = msgspec.json.encode
-_decoders: dict[type, msgspec.json.Decoder] = {}
-_PATH_RE = re.compile(r"`\$\.?([^`]*)`")
-
-
-def _decode(body: bytes, cls: type) -> Any:
-    dec = _decoders.get(cls)
-    if dec is None:
-        dec = _decoders[cls] = msgspec.json.Decoder(cls)
-    if not body:
-        raise APIError(400, "The request body is empty; expected a JSON object.")
-    try:
-        return dec.decode(body)
-    except msgspec.ValidationError as e:
-        m = _PATH_RE.search(str(e))
-        raise APIError(400, str(e), (m.group(1) or None) if m else None) from None
-    except msgspec.DecodeError as e:
-        raise APIError(400, f"Invalid JSON in request body: {e}") from None
 
 
 def _prompt_ids(state, lowered: LoweredChat) -> list[int]:
@@ -74,7 +55,7 @@ def _plan(state, lowered: LoweredChat):
 async def handle_messages(request: web.Request) -> web.StreamResponse:
     state = request.app["state"]
     body = await state.read_body(request)
-    req: MessagesRequest = _decode(body, MessagesRequest)
+    req: MessagesRequest = decode_body(body, MessagesRequest)
     model = state.check_model(req.model)
     state.check_engine()
     lowered = lower_request(req)
@@ -117,7 +98,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
 async def handle_count_tokens(request: web.Request) -> web.Response:
     state = request.app["state"]
     body = await state.read_body(request)
-    req: CountTokensRequest = _decode(body, CountTokensRequest)
+    req: CountTokensRequest = decode_body(body, CountTokensRequest)
     state.check_model(req.model)
     lowered = lower_request(req)
     _plan(state, lowered)
