@@ -36,6 +36,7 @@ from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.parsers.pipeline import AssistantPipeline
 from vllm_pyfrontend.server import sse as sse_module
+from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter
 from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.server.formatters import ChatFormatter, CompletionFormatter
 from vllm_pyfrontend.server.request_pipeline import RequestRun
@@ -157,6 +158,7 @@ class Fault:
     stream_only: bool = False
     json_only: bool = False
     body: dict | None = None  # extra request fields this fault needs to be reached
+    api: str = "openai"  # or "anthropic": POST /v1/messages (one choice; Anthropic's error shapes)
 
 
 def _final_output(args: tuple, kwargs: dict) -> bool:
@@ -188,6 +190,14 @@ FAULTS = [
     Fault("sse_write_and_error_event", SSEWriter, "write", nth=(3, 4), stream_only=True, body={"logprobs": True}),
     Fault("completion_formatter_nth", CompletionFormatter, "stream_delta", nth=3, stream_only=True,
           body={"logprobs": 1}),
+    # The Anthropic Messages route: its formatter, and the shared layers under its framing.
+    Fault("messages_formatter_nth", AnthropicFormatter, "stream_delta", nth=3, stream_only=True, api="anthropic"),
+    Fault("messages_formatter_body", AnthropicFormatter, "body", nth=1, json_only=True, body={"max_tokens": 6},
+          api="anthropic"),
+    Fault("messages_pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_tokens": 6},
+          api="anthropic"),
+    Fault("messages_parser_nth", AssistantPipeline, "feed", nth=3, api="anthropic"),
+    Fault("messages_sse_write_nth", SSEWriter, "write", nth=3, stream_only=True, api="anthropic"),
 ]
 
 
@@ -211,6 +221,10 @@ def _arm(monkeypatch, fault: Fault) -> dict:
 
 
 def _request(fault: Fault, stream: bool, n: int) -> tuple[str, dict]:
+    if fault.api == "anthropic":
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": LONG,
+                "stream": stream, "temperature": 1.0, **(fault.body or {})}
+        return "/v1/messages", body
     if fault.cls is CompletionFormatter:
         path, body = "/v1/completions", {"model": MODEL, "prompt": "Once upon a time"}
     else:
@@ -234,6 +248,7 @@ CASES = [
     pytest.param(fault, stream, n, id=f"{fault.name}-{'sse' if stream else 'json'}-{n}")
     for fault in FAULTS for stream in (False, True) for n in (1, 2)
     if not (fault.stream_only and not stream) and not (fault.json_only and stream)  # where the layer runs
+    and not (fault.api == "anthropic" and n > 1)
 ]
 
 
@@ -248,7 +263,16 @@ def test_every_request_ends_under_a_fault(worker, monkeypatch, fault, stream, n)
     assert seen["raised"] == seen["expected"], f"the fault was not reached ({seen})"
 
     # The request ended, with an error (not with the answer the engine would have finished).
-    if not stream:
+    if fault.api == "anthropic":  # Anthropic's shapes: a 500 body, or an error event ending the stream
+        if not stream:
+            assert r.status_code == 500 and r.json()["error"]["type"] == "api_error", r.text
+        else:
+            assert r.status_code == 200
+            frames = [f for f in r.text.split("\n\n") if f]
+            assert frames[-1].startswith("event: error\ndata: "), r.text[-500:]
+            assert json.loads(frames[-1].split("data: ", 1)[1])["error"]["type"] == "api_error"
+            assert "[DONE]" not in r.text
+    elif not stream:
         assert r.status_code == 500, r.text
         assert r.json()["error"]["code"] == 500
     else:
