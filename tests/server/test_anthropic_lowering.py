@@ -142,3 +142,35 @@ def test_error_event_framing():
     frame = run.error_frame(APIError(500, "Internal server error."))
     assert frame == b'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"Internal server error."}}\n\n'
     assert json.loads(event("ping", {"type": "ping"}).split(b"data: ")[1]) == {"type": "ping"}
+
+
+def test_text_during_a_tool_call_follows_the_tool_use_block():
+    """Text that arrives while a tool_use block is open waits for the block's end (the call's
+    arguments may still come), then goes out as a text block of its own (as vLLM)."""
+    from types import SimpleNamespace
+
+    from vllm_pyfrontend.chat.assistant import AssistantDelta
+    from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter
+
+    written: list[bytes] = []
+    run = SimpleNamespace(sse=SimpleNamespace(write=written.append), num_prompt_tokens=7, completion_tokens=5,
+                          finish_reason_of=lambda choice: "tool_calls")
+    f = AnthropicFormatter("msg_1", "m")
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "now", "arguments": '{"a"'}}
+    for delta, finish in ((AssistantDelta(tool_calls=[call]), None),
+                          (AssistantDelta(content="aside"), None),
+                          (AssistantDelta(tool_calls=[{"index": 0, "function": {"arguments": ": 1}"}}]), None),
+                          (None, "tool_calls")):
+        f.stream_delta(run, None, delta, None, None, finish, None)
+    events = [json.loads(frame.split(b"data: ", 1)[1]) for frame in b"".join(written).split(b"\n\n") if frame]
+    kinds = [(e["type"], (e.get("delta") or e.get("content_block") or {}).get("type"), e.get("index"))
+             for e in events]
+    assert kinds == [
+        ("content_block_start", "tool_use", 0), ("content_block_delta", "input_json_delta", 0),
+        ("content_block_delta", "input_json_delta", 0), ("content_block_stop", None, 0),
+        ("content_block_start", "text", 1), ("content_block_delta", "text_delta", 1),
+        ("content_block_stop", None, 1), ("message_delta", None, None), ("message_stop", None, None),
+    ]
+    assert events[5]["delta"]["text"] == "aside"
+    assert events[-2]["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
+    assert events[-2]["usage"] == {"input_tokens": 7, "output_tokens": 5}

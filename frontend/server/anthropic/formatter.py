@@ -99,6 +99,7 @@ class AnthropicFormatter:
         self._tool_index: int | None = None  # the chat layer's index of the open tool call
         self._tools_used = False
         self._last_args: list[str] = []
+        self._held_text: list[str] = []  # text that came while a tool_use block was open
 
     # -- streaming ---------------------------------------------------------------------------
     def message_start(self, input_tokens: int) -> bytes:
@@ -117,6 +118,16 @@ class AnthropicFormatter:
         return event("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta})
 
     def _stop(self) -> bytes:
+        """Close the open block; text held back during a tool_use block follows as its own."""
+        out = self._close()
+        if self._held_text:
+            text = "".join(self._held_text)
+            self._held_text = []
+            out += self._start({"type": "text", "text": ""}) + self._delta({"type": "text_delta", "text": text})
+            out += self._close()
+        return out
+
+    def _close(self) -> bytes:
         if self._open is None:
             return b""
         out = b""
@@ -134,7 +145,10 @@ class AnthropicFormatter:
             if self._open != "thinking":
                 out += self._stop() + self._start({"type": "thinking", "thinking": ""})
             out += self._delta({"type": "thinking_delta", "thinking": delta.reasoning})
-        if delta.content:
+        if delta.content and self._open == "tool_use":
+            # (as vLLM: the call's arguments may still come; the text waits for the block's end)
+            self._held_text.append(delta.content)
+        elif delta.content:
             if self._open != "text":
                 out += self._stop() + self._start({"type": "text", "text": ""})
             out += self._delta({"type": "text_delta", "text": delta.content})
