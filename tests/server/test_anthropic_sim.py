@@ -257,8 +257,8 @@ def test_raw_stream_events(stack):
 
 
 def test_ping_events_keep_a_silent_stream_alive():
-    with Stack(sim_args("--sse-keep-alive-interval", "0.2", step="0.8")) as s:
-        body = {"model": "dsv4", "max_tokens": 3, "messages": [USER], "stream": True}
+    with Stack(sim_args("--sse-keep-alive-interval", "0.15", step="0.6")) as s:
+        body = {"model": "dsv4", "max_tokens": 2, "messages": [USER], "stream": True}
         with httpx.stream("POST", s.base_url + "/v1/messages", json=body, timeout=30) as r:
             lines = [line for line in r.iter_lines() if line]
         assert lines.count("event: ping") >= 3, lines
@@ -266,9 +266,9 @@ def test_ping_events_keep_a_silent_stream_alive():
         assert not any(line.startswith(":") for line in lines)
         # The SDK skips them.
         client = anthropic.Anthropic(base_url=s.base_url, api_key="none", max_retries=0)
-        with client.messages.stream(model="dsv4", max_tokens=2, messages=[USER]) as stream:
+        with client.messages.stream(model="dsv4", max_tokens=1, messages=[USER]) as stream:
             final = stream.get_final_message()
-        assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 2
+        assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 1
 
 
 def test_metrics_logs_and_openapi(stack, client):
