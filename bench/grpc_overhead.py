@@ -158,25 +158,37 @@ def _stop(p: subprocess.Popen) -> None:
 
 
 def measure(root_pid: int, kind: str, target: str, args) -> dict:
-    client = subprocess.Popen([PY, __file__, "--client", kind, target, str(args.concurrency), str(args.warmup),
-                               str(args.duration), str(args.prompt_len), str(args.max_tokens), str(args.channels)],
-                              stdout=subprocess.PIPE, text=True)
-    assert client.stdout is not None
-    before = None
+    """`args.clients` load-generator processes share the concurrency; the frontend's CPU is
+    sampled around the window in which all of them measure."""
+    per = args.concurrency // args.clients
+    clients = [subprocess.Popen([PY, __file__, "--client", kind, target, str(per), str(args.warmup),
+                                 str(args.duration), str(args.prompt_len), str(args.max_tokens),
+                                 str(max(1, args.channels // args.clients))],
+                                stdout=subprocess.PIPE, text=True) for _ in range(args.clients)]
+    for c in clients:  # every client has warmed up
+        assert c.stdout is not None
+        line = c.stdout.readline()
+        assert line.startswith("START"), line
+    before = sample_cpu(root_pid)
+    t0 = time.monotonic()
+    results = []
+    stopped = False
     cpu = 0.0
-    result = None
-    for line in client.stdout:
-        if line.startswith("START"):
-            before = sample_cpu(root_pid)
-        elif line.startswith("STOP") and before is not None:
-            cpu = cpu_delta(before, sample_cpu(root_pid))
-        elif line.startswith("RESULT "):
-            result = json.loads(line[7:])
-    client.wait()
-    assert result is not None
-    n = max(result["requests"], 1)
-    return {"req_s": result["requests"] / result["seconds"], "cpu_ms_per_req": 1000 * cpu / n,
-            "cpu_cores": cpu / result["seconds"], "errors": result["errors"], "requests": result["requests"]}
+    for c in clients:
+        assert c.stdout is not None
+        for line in c.stdout:
+            if line.startswith("STOP") and not stopped:
+                cpu = cpu_delta(before, sample_cpu(root_pid))
+                window = time.monotonic() - t0
+                stopped = True
+            elif line.startswith("RESULT "):
+                results.append(json.loads(line[7:]))
+        c.wait()
+    requests = sum(r["requests"] for r in results)
+    seconds = max(r["seconds"] for r in results)
+    n = max(requests, 1)
+    return {"req_s": requests / seconds, "cpu_ms_per_req": 1000 * cpu / n,
+            "cpu_cores": cpu / window, "errors": sum(r["errors"] for r in results), "requests": requests}
 
 
 def run_ours(model: str, args, logs: Path) -> list[dict]:
@@ -241,6 +253,7 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--step-time", type=float, default=0.01)
     p.add_argument("--channels", type=int, default=8, help="gRPC channels (connections) of the client")
+    p.add_argument("--clients", type=int, default=2, help="load-generator processes")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--frontends", default="ours,vllm")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "grpc_overhead.json"))
