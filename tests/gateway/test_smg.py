@@ -129,19 +129,29 @@ TOPICS = ["astronomy", "bread baking", "cello technique", "desert ecology", "ele
           "fjords of Norway", "glass blowing", "honey bees"]
 
 
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Two deployments serving HTTP and gRPC, shared by both gateways (the kill comes last)."""
+    # One model directory for the deployments and for smg in gRPC mode (it renders and tokenizes).
+    model_dir = materialize_deepseek_v4(str(tmp_path_factory.mktemp("dsv4")))
+    ports = (free_port(), free_port())
+    a, b = _deployments(model_dir, ports)
+    try:
+        yield a, b, ports, model_dir
+    finally:
+        a.terminate()
+        b.stop()
+
+
 # ------------------------------------------------------------------ HTTP mode
 @pytest.fixture(scope="module")
-def http_fleet():
-    a, b = _deployments()
-    gw = None
+def http_fleet(fleet):
+    a, b, _, _ = fleet
+    gw = Gateway([a.base_url, b.base_url], [])
     try:
-        gw = Gateway([a.base_url, b.base_url], [])
         yield gw, a, b
     finally:
-        if gw is not None:
-            gw.stop()
-        a.terminate()
-        b.terminate()
+        gw.stop()
 
 
 def test_http_smg_probes_find_both_deployments_healthy(http_fleet):
@@ -174,22 +184,15 @@ def test_http_conversation_sticks_and_load_spreads(http_fleet):
 
 # ------------------------------------------------------------------ gRPC mode
 @pytest.fixture(scope="module")
-def grpc_fleet(tmp_path_factory):
-    # One model directory for the deployments and for smg (which renders and tokenizes).
-    model_dir = materialize_deepseek_v4(str(tmp_path_factory.mktemp("dsv4")))
-    ports = [free_port(), free_port()]
-    a, b = _deployments(model_dir, tuple(ports))
-    gw = None
+def grpc_fleet(fleet):
+    a, b, ports, model_dir = fleet
+    # round_robin: the run below must have requests in flight on both when one is killed
+    # (cache_aware keeps these similar prompts on one; it is covered in HTTP mode).
+    gw = Gateway([f"grpc://127.0.0.1:{p}" for p in ports], ["--model-path", model_dir], policy="round_robin")
     try:
-        # round_robin: the run below must have requests in flight on both when one is killed
-        # (cache_aware keeps these similar prompts on one; it is covered in HTTP mode).
-        gw = Gateway([f"grpc://127.0.0.1:{p}" for p in ports], ["--model-path", model_dir], policy="round_robin")
         yield gw, a, b, ports
     finally:
-        if gw is not None:
-            gw.stop()
-        a.terminate()
-        b.stop()
+        gw.stop()
 
 
 def test_grpc_smg_templating_and_tokenization_over_our_grpc(grpc_fleet):
