@@ -200,6 +200,14 @@ def test_grpc_smg_templating_and_tokenization_over_our_grpc(grpc_fleet):
     workers = gw.workers()
     assert {w["url"] for w in workers} == {f"grpc://127.0.0.1:{p}" for p in ports}
     assert all(w["connection_mode"] == "grpc" and w["runtime_type"] == "vllm" for w in workers), workers
+    # smg read our GetModelInfo / GetServerInfo into the worker's labels, and polls GetLoads.
+    for w in workers:
+        assert w["labels"]["served_model_name"] == MODEL_NAME and w["labels"]["max_num_seqs"], w
+    deadline = time.monotonic() + 30
+    while not all((w.get("engine_load") or {}).get("dp_rank_count") == 1 for w in workers):
+        assert time.monotonic() < deadline, workers
+        time.sleep(0.5)
+        workers = gw.workers()
     before = _served(a) + _served(b)
     r = _chat(gw.base_url, [{"role": "user", "content": "Hello!"}], max_tokens=5)
     assert r.status_code == 200, r.text
