@@ -140,7 +140,9 @@ async def run_worker(config: WorkerConfig) -> int:
     if config.grpc_port is not None:
         from vllm_pyfrontend.grpc.server import GrpcFrontend  # grpcio only with --grpc-port
 
-        grpc_frontend = GrpcFrontend(state, config.host, config.grpc_port)
+        # As vLLM: gRPC follows the HTTP host, or IPv4 loopback when HTTP is a Unix socket.
+        grpc_host = "127.0.0.1" if sock.family == socket.AF_UNIX else config.host
+        grpc_frontend = GrpcFrontend(state, grpc_host, config.grpc_port)
         await grpc_frontend.start()
 
     tune_gc()
