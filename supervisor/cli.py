@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--uds", default=None, metavar="PATH",
                    help="serve on this Unix domain socket instead of --host/--port")
+    p.add_argument("--grpc-port", type=int, default=None, metavar="PORT",
+                   help="also serve vLLM's gRPC service (vllm.grpc.engine.VllmEngine, as `vllm serve "
+                        "--grpc`) on this port, shared by the workers (needs the grpc packages)")
     p.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
     p.add_argument("--sim-step-time", type=float, default=None, help="simulated engine step time (s)")
     p.add_argument(
@@ -330,6 +333,11 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
                  "max_connections_per_worker", "sse_keep_alive_interval"):
         if getattr(ns, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must be >= 0")
+    if ns.grpc_port is not None:
+        if not 1 <= ns.grpc_port <= 65535:
+            parser.error("--grpc-port must be between 1 and 65535 (the workers share it)")
+        if ns.grpc_port == ns.port and not ns.uds:
+            parser.error("--grpc-port must differ from --port when HTTP uses TCP")
     policy = WorkerPolicy.from_mapping(vars(ns))
     try:
         check_tls_files(policy)
@@ -353,6 +361,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         host=ns.host,
         port=ns.port,
         uds=ns.uds,
+        grpc_port=ns.grpc_port,
         engine=ns.engine,
         sim_step_time=ns.sim_step_time,
         shutdown_timeout=ns.shutdown_timeout,

@@ -324,6 +324,7 @@ class Supervisor:
             engine_timeout=opts.engine_timeout,
             listen_fd=self._uds.fileno() if self._uds is not None else None,
             reuse_port=self._uds is None,
+            grpc_port=opts.grpc_port,
             log_level=opts.log_level,
             generation_config=opts.generation_config,
             policy=opts.policy,

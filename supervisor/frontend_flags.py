@@ -31,13 +31,14 @@ FRONTEND_FLAGS: dict[str, str] = {
                   "for an engine alone (it can join with --data-parallel-size-local 0)",
     "--api-server-count": f"implemented by {_CLI} (--workers: worker processes on one port)",
     "--config": "implemented by supervisor/config_file.py (YAML file of flags)",
-    "--grpc": "refused: no gRPC server in this frontend (HTTP only)",
+    "--grpc": "refused: HTTP is always served; use --grpc-port for vLLM's gRPC service beside it",
     # -- network and process ------------------------------------------------------------------
     "--host": f"implemented by {_CLI} (bind address)",
     "--port": f"implemented by {_CLI} (HTTP port, shared by the workers with SO_REUSEPORT)",
     "--uds": "implemented by supervisor/deployment.py (binds the Unix socket once; every worker "
              "serves on its fd)",
-    "--grpc-port": "refused: no gRPC services in this frontend (HTTP only)",
+    "--grpc-port": "implemented by frontend/grpc (vLLM's VllmEngine gRPC service, as `vllm serve "
+                   "--grpc` serves it, beside HTTP in every worker)",
     "--root-path": f"refused: {_NO_ASGI}; strip the prefix in the proxy",
     "--middleware": f"refused: {_NO_ASGI} to add middleware to",
     "--ssl-keyfile": f"implemented by {_TLS}",

@@ -136,6 +136,14 @@ async def run_worker(config: WorkerConfig) -> int:
     guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker)
     site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy))
     await site.start()
+    grpc_frontend = None
+    if config.grpc_port is not None:
+        from vllm_pyfrontend.grpc.server import GrpcFrontend  # grpcio only with --grpc-port
+
+        # As vLLM: gRPC follows the HTTP host, or IPv4 loopback when HTTP is a Unix socket.
+        grpc_host = "127.0.0.1" if sock.family == socket.AF_UNIX else config.host
+        grpc_frontend = GrpcFrontend(state, grpc_host, config.grpc_port)
+        await grpc_frontend.start()
 
     tune_gc()
     stop = asyncio.Event()
@@ -176,6 +184,8 @@ async def run_worker(config: WorkerConfig) -> int:
     drained = state.in_flight == 0 or await state.wait_idle(config.shutdown_timeout)
     if not drained:
         log.warning("drain timeout: cancelling %d request(s)", state.in_flight)
+    if grpc_frontend is not None:
+        await grpc_frontend.stop(1.0)
     await site.stop()
     await runner.cleanup()
     await engine.close()

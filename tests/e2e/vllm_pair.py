@@ -29,6 +29,9 @@ class VLLMServer:
     def __init__(self, model: str, args: list[str] | None = None, env: dict | None = None):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        # `--grpc`: vLLM's gRPC server (VllmEngine) on --port instead of HTTP.
+        self.grpc = "--grpc" in (args or [])
+        self.grpc_target = f"127.0.0.1:{self.port}"
         argv = ["serve", model, "--port", str(self.port), "--host", "127.0.0.1", *(args or [])]
         code = f"from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli({argv!r})"
         self.log_path = os.path.join(REPO, ".cache", f"vllm-frontend-{self.port}.log")
@@ -43,17 +46,33 @@ class VLLMServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"vllm serve exited: see {self.log_path}")
-            try:
-                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+            if self.grpc:
+                if _grpc_serving(self.grpc_target):
                     return
-            except httpx.HTTPError:
-                pass
+            else:
+                try:
+                    if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
             time.sleep(0.5)
         raise TimeoutError(f"vllm serve not healthy after {timeout}s: see {self.log_path}")
 
     def stop(self) -> None:
         stop_process_group(self.proc, 30)
         self.log.close()
+
+
+def _grpc_serving(target: str) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as ch:
+        try:
+            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2)
+        except grpc.RpcError:
+            return False
+    return r.status == health_pb2.HealthCheckResponse.SERVING
 
 
 @dataclass
