@@ -50,6 +50,8 @@ class WorkerPolicy:
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0
     ssl_ciphers: str | None = None
+    # LoRA adapters served from the start (vLLM's --lora-modules: name=path or JSON objects).
+    lora_modules: list[str] = field(default_factory=list)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

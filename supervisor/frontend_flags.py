@@ -94,7 +94,7 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--cohere-format": "refused: Cohere formats are not supported",
     "--anthropic-disabled-thinking-effort": "refused: the Anthropic Messages API is not served",
     # -- responses -------------------------------------------------------------------------------
-    "--lora-modules": "refused: LoRA adapters are not served by this frontend",
+    "--lora-modules": "implemented by frontend/server/lora.py (adapters shared by every worker)",
     "--trust-request-mm-kwargs": "refused: multimodal inputs are not supported",
     "--return-tokens-as-token-ids": "refused: not supported (logprobs tokens are text)",
     "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",

@@ -15,6 +15,7 @@ import msgspec
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.engine.types import Logprobs
+from vllm_pyfrontend.server.prompt_logprobs import echo_logprobs, prompt_logprobs_json
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun, fold_tool_calls
 
 _enc = msgspec.json.encode
@@ -38,6 +39,7 @@ class ChatFormatter:
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int):
         self.token_text = token_text
         self.top = top_logprobs
+        self.prompt_logprobs = False  # the engine computes them: the body lists them
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> list[dict[str, Any]]:
         text = self.token_text
@@ -131,13 +133,19 @@ class ChatFormatter:
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
             "usage": {**run.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
-            "prompt_logprobs": None,
+            "prompt_logprobs": self._prompt_logprobs(run),
             "prompt_token_ids": None,
             "prompt_text": None,
             "kv_transfer_params": None,
             "ec_transfer_params": None,
             "metrics": None,
         }
+
+
+    def _prompt_logprobs(self, run: RequestRun) -> list | None:
+        if not self.prompt_logprobs or not run.choices or run.choices[0].gen is None:
+            return None
+        return prompt_logprobs_json(run.choices[0].gen.prompt_logprobs, self.token_text)
 
 
 def _delta_dict(delta: AssistantDelta | None) -> dict[str, Any]:
@@ -163,13 +171,25 @@ class CompletionFormatter:
         self.token_text = token_text
         self.top = top_logprobs
         self.echo_texts = echo_texts  # per choice: prompt text to put in front
+        self.prompt_logprobs = False  # the engine computes them: each choice lists them
+        # echo + logprobs: per choice, the prompt ids whose logprobs open `logprobs`
+        self.echo_ids: list[list[int]] | None = None
         self._offsets: dict[int, int] = {}
         self._started: set[int] = set()  # choices whose first (echo-carrying) chunk went out
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> dict[str, list]:
         text = self.token_text
         tokens, token_lps, tops, offsets = [], [], [], []
-        offset = self._offsets.get(choice.index, len(self.echo_texts[choice.index]) if self.echo_texts else 0)
+        offset = self._offsets.get(choice.index)
+        if offset is None and self.echo_ids is not None:
+            # The first logprobs of an echoed choice start with the prompt's (vLLM).
+            head = echo_logprobs(self.echo_ids[choice.index], choice.gen.prompt_logprobs if choice.gen else None,
+                                 text, self.top)
+            tokens, token_lps, tops, offsets = (head["tokens"], head["token_logprobs"], head["top_logprobs"],
+                                                head["text_offset"])
+            offset = offsets[-1] + len(tokens[-1]) if tokens else 0
+        elif offset is None:
+            offset = len(self.echo_texts[choice.index]) if self.echo_texts else 0
         for i, tid in enumerate(token_ids):
             if i >= len(lp.token_ids):
                 break
@@ -235,7 +255,8 @@ class CompletionFormatter:
                 "finish_reason": gen.finish_reason if gen and gen.finish_reason else "stop",
                 "stop_reason": gen.stop_reason if gen else None,
                 "token_ids": c.token_ids if run.return_token_ids else None,
-                "prompt_logprobs": None,
+                "prompt_logprobs": (prompt_logprobs_json(gen.prompt_logprobs if gen else None, self.token_text)
+                                    if self.prompt_logprobs else None),
                 "prompt_token_ids": None,
                 "routed_experts": None,
             })

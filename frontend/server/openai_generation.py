@@ -66,6 +66,19 @@ def options_from(req: Any, max_tokens: int | None) -> SamplingOptions:
     )
 
 
+def prompt_logprobs_of(req: Any, echo_default: int | None) -> int | None:
+    """How many prompt logprobs the engine computes (vLLM: `prompt_logprobs`, else with `echo`
+    the route's logprobs count), checked as vLLM checks it."""
+    value = req.prompt_logprobs
+    if value is not None:
+        if req.stream and (value > 0 or value == -1):
+            raise APIError(400, "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+        if value < 0 and value != -1:
+            raise APIError(400, "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
+        return value
+    return echo_default if req.echo else None
+
+
 def stream_flags(req: Any) -> tuple[bool, bool, bool]:
     stream = bool(req.stream)
     so = req.stream_options
@@ -99,7 +112,7 @@ def new_sse(state, run_id: str, model: str, created: int, object_name: str) -> S
 
 def submit_choices(
     state, request: web.Request, run: RequestRun, items: list[tuple[Choice, list[int], dict[str, Any]]], *,
-    priority: int, cache_salt: str | None,
+    priority: int, cache_salt: str | None, lora_request: list[Any] | None = None,
 ) -> Submission:
     """One engine request per (choice, prompt ids, sampling map), all sent or none."""
     admission = state.admission
@@ -110,7 +123,7 @@ def submit_choices(
     trace = request.get("trace_headers")
     for choice, prompt_ids, sampling in items:
         choice.gen = sub.add(choice.index, prompt_ids, sampling, external_id=run.response_id, priority=priority,
-                             cache_salt=cache_salt, trace_headers=trace)
+                             cache_salt=cache_salt, trace_headers=trace, lora_request=lora_request)
         choice.metrics = state.metrics.start_request(arrival=arrival)
     try:
         sub.submit()
