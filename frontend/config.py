@@ -71,7 +71,8 @@ class WorkerPolicy:
             elif isinstance(default, list):
                 value = [value] if isinstance(value, str) else list(value)
                 # vLLM's form of the CORS lists is one JSON array (`--allowed-origins '["a"]'`).
-                value = [str(x) for v in value
+                # (objects, e.g. the drop-in's --lora-modules, stay JSON text)
+                value = [json.dumps(x) if isinstance(x, dict) else str(x) for v in value
                          for x in (json.loads(v) if isinstance(v, str) and v.startswith("[") else [v])]
                 value = value or default
             kwargs[f.name] = value

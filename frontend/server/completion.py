@@ -131,6 +131,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
     )
     if prompt_logprobs is not None and not req.use_beam_search:
         run.formatter.prompt_logprobs = True
+        run.formatter.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
         if req.echo and req.logprobs is not None:
             run.formatter.echo_ids = [prompt_ids[pi] for pi in choice_prompts]
     if stream:

@@ -40,6 +40,8 @@ class ChatFormatter:
         self.token_text = token_text
         self.top = top_logprobs
         self.prompt_logprobs = False  # the engine computes them: the body lists them
+        self.decode = None  # ids -> text (server/prompt_logprobs.py: UTF-8 repair of prompt tokens)
+        self.token_bytes = True  # beam search: vLLM leaves the chosen token's `bytes` null
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> list[dict[str, Any]]:
         text = self.token_text
@@ -58,7 +60,7 @@ class ChatFormatter:
             out.append({
                 "token": tok,
                 "logprob": _clamp(row.get(tid, lp.logprobs[i][0])),
-                "bytes": list(tok.encode("utf-8")),
+                "bytes": list(tok.encode("utf-8")) if self.token_bytes else None,
                 "top_logprobs": tops,
             })
         return out
@@ -145,7 +147,7 @@ class ChatFormatter:
     def _prompt_logprobs(self, run: RequestRun) -> list | None:
         if not self.prompt_logprobs or not run.choices or run.choices[0].gen is None:
             return None
-        return prompt_logprobs_json(run.choices[0].gen.prompt_logprobs, self.token_text)
+        return prompt_logprobs_json(run.choices[0].gen.prompt_logprobs, self.token_text, self.decode)
 
 
 def _delta_dict(delta: AssistantDelta | None) -> dict[str, Any]:
@@ -172,6 +174,7 @@ class CompletionFormatter:
         self.top = top_logprobs
         self.echo_texts = echo_texts  # per choice: prompt text to put in front
         self.prompt_logprobs = False  # the engine computes them: each choice lists them
+        self.decode = None  # ids -> text (server/prompt_logprobs.py: UTF-8 repair of prompt tokens)
         # echo + logprobs: per choice, the prompt ids whose logprobs open `logprobs`
         self.echo_ids: list[list[int]] | None = None
         self._offsets: dict[int, int] = {}
@@ -184,7 +187,7 @@ class CompletionFormatter:
         if offset is None and self.echo_ids is not None:
             # The first logprobs of an echoed choice start with the prompt's (vLLM).
             head = echo_logprobs(self.echo_ids[choice.index], choice.gen.prompt_logprobs if choice.gen else None,
-                                 text, self.top)
+                                 text, self.top, self.decode)
             tokens, token_lps, tops, offsets = (head["tokens"], head["token_logprobs"], head["top_logprobs"],
                                                 head["text_offset"])
             offset = offsets[-1] + len(tokens[-1]) if tokens else 0
@@ -255,7 +258,7 @@ class CompletionFormatter:
                 "finish_reason": gen.finish_reason if gen and gen.finish_reason else "stop",
                 "stop_reason": gen.stop_reason if gen else None,
                 "token_ids": c.token_ids if run.return_token_ids else None,
-                "prompt_logprobs": (prompt_logprobs_json(gen.prompt_logprobs if gen else None, self.token_text)
+                "prompt_logprobs": (prompt_logprobs_json(gen.prompt_logprobs if gen else None, self.token_text, self.decode)
                                     if self.prompt_logprobs else None),
                 "prompt_token_ids": None,
                 "routed_experts": None,
