@@ -132,10 +132,10 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         want_logprobs=bool(req.logprobs),
         return_token_ids=bool(req.return_token_ids),
     )
-    if prompt_logprobs is not None and not req.use_beam_search:
-        run.formatter.prompt_logprobs = True
+    if not req.use_beam_search:
+        run.formatter.prompt_logprobs = prompt_logprobs is not None
         run.formatter.decode = lambda ids: state.tokenizer.decode(ids, skip_special_tokens=False)
-    if req.use_beam_search:
+    else:
         run.formatter.token_bytes = False  # vLLM's beam tokens have no decoded text of their own
     if stream:
         run.sse = new_sse(state, response_id, model, created, "chat.completion.chunk")

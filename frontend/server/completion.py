@@ -129,8 +129,8 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         want_logprobs=req.logprobs is not None,
         return_token_ids=bool(req.return_token_ids),
     )
-    if prompt_logprobs is not None and not req.use_beam_search:
-        run.formatter.prompt_logprobs = True
+    if not req.use_beam_search:  # (vLLM decodes beam search tokens one by one: no repair)
+        run.formatter.prompt_logprobs = prompt_logprobs is not None
         run.formatter.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
         if req.echo and req.logprobs is not None:
             run.formatter.echo_ids = [prompt_ids[pi] for pi in choice_prompts]

@@ -15,7 +15,7 @@ import msgspec
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.engine.types import Logprobs
-from vllm_pyfrontend.server.prompt_logprobs import echo_logprobs, prompt_logprobs_json
+from vllm_pyfrontend.server.prompt_logprobs import SampledTexts, echo_logprobs, prompt_logprobs_json
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun, fold_tool_calls
 
 _enc = msgspec.json.encode
@@ -40,22 +40,27 @@ class ChatFormatter:
         self.token_text = token_text
         self.top = top_logprobs
         self.prompt_logprobs = False  # the engine computes them: the body lists them
-        self.decode = None  # ids -> text (server/prompt_logprobs.py: UTF-8 repair of prompt tokens)
+        # ids -> text: vLLM's UTF-8 repair of logprob tokens (server/prompt_logprobs.py); None
+        # (beam search, whose tokens vLLM decodes one by one) repairs nothing.
+        self.decode = None
         self.token_bytes = True  # beam search: vLLM leaves the chosen token's `bytes` null
+        self._texts: SampledTexts | None = None
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> list[dict[str, Any]]:
-        text = self.token_text
+        if self._texts is None:
+            self._texts = SampledTexts(self.token_text, self.decode)
         out = []
         for i, tid in enumerate(token_ids):
             if i >= len(lp.token_ids):
                 break
             row = _row(lp, i)
-            tok = text(tid)
+            names = self._texts.row(choice.index, lp.token_ids[i])
+            tok = names[tid] if tid in names else self.token_text(tid)
             tops = []
             for j, (t, v) in enumerate(row.items()):
                 if j >= self.top:
                     break
-                s = text(t)
+                s = names[t]
                 tops.append({"token": s, "logprob": _clamp(v), "bytes": list(s.encode("utf-8"))})
             out.append({
                 "token": tok,
@@ -193,14 +198,17 @@ class CompletionFormatter:
             offset = offsets[-1] + len(tokens[-1]) if tokens else 0
         elif offset is None:
             offset = len(self.echo_texts[choice.index]) if self.echo_texts else 0
+        if self._texts is None:
+            self._texts = SampledTexts(text, self.decode)
         for i, tid in enumerate(token_ids):
             if i >= len(lp.token_ids):
                 break
             row = _row(lp, i)
-            tok = text(tid)
+            names = self._texts.row(choice.index, lp.token_ids[i])
+            tok = names[tid] if tid in names else text(tid)
             tokens.append(tok)
             token_lps.append(_clamp(row.get(tid, lp.logprobs[i][0])))
-            tops.append({text(t): _clamp(v) for j, (t, v) in enumerate(row.items()) if j <= self.top})
+            tops.append({names[t]: _clamp(v) for j, (t, v) in enumerate(row.items()) if j <= self.top})
             offsets.append(offset)
             offset += len(tok)
         self._offsets[choice.index] = offset

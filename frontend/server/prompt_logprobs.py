@@ -24,6 +24,28 @@ _REPLACEMENT = "\ufffd"
 Decode = Callable[[list[int]], str]
 
 
+class SampledTexts:
+    """Texts of sampled-logprob rows, per choice, with the same UTF-8 repair (vLLM's context
+    there: the last 4 sampled tokens, column 0 of the rows before)."""
+
+    def __init__(self, token_text: Callable[[int], str], decode: Decode | None):
+        self.token_text = token_text
+        self.decode = decode
+        self._context: dict[int, list[int]] = {}
+
+    def row(self, choice: int, ids: list[int]) -> dict[int, str]:
+        """The text of each token of one position's row; call once per position, in order."""
+        text = self.token_text
+        names = {t: text(t) for t in ids}
+        context = self._context.get(choice, [])
+        if self.decode is not None and any(x.endswith(_REPLACEMENT) for x in names.values()):
+            names = {t: _corrected(t, context, self.decode) if x.endswith(_REPLACEMENT) else x
+                     for t, x in names.items()}
+        if ids:
+            self._context[choice] = (context + [ids[0]])[-4:]
+        return names
+
+
 def _corrected(token_id: int, context: list[int], decode: Decode) -> str:
     """vLLM's LogprobsProcessor._correct_decoded_token."""
     for num_ctx in range(1, min(len(context), 4) + 1):
