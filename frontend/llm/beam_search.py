@@ -15,6 +15,7 @@ and none here: the results are vLLM's. Candidate selection uses numpy's `argpart
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +82,13 @@ def beam_score(tokens: list[int], cum_logprob: float, eos_token_id: int | None, 
     seq_len = len(tokens)
     if tokens[-1] == eos_token_id:
         seq_len -= 1
-    return cum_logprob / (max(seq_len, 1) ** length_penalty)
+    try:
+        denominator = max(seq_len, 1) ** length_penalty
+    except OverflowError:  # an absurd length_penalty (vLLM raises): still a ranking, not a crash
+        denominator = math.inf
+    if denominator == 0:
+        return math.copysign(math.inf, cum_logprob) if cum_logprob else 0.0
+    return cum_logprob / denominator
 
 
 class _Step:

@@ -179,7 +179,8 @@ class CompletionFormatter:
         self.top = top_logprobs
         self.echo_texts = echo_texts  # per choice: prompt text to put in front
         self.prompt_logprobs = False  # the engine computes them: each choice lists them
-        self.decode = None  # ids -> text (server/prompt_logprobs.py: UTF-8 repair of prompt tokens)
+        self.decode = None  # ids -> text: vLLM's UTF-8 repair of logprob tokens (server/prompt_logprobs.py)
+        self._texts: SampledTexts | None = None
         # echo + logprobs: per choice, the prompt ids whose logprobs open `logprobs`
         self.echo_ids: list[list[int]] | None = None
         self._offsets: dict[int, int] = {}
