@@ -90,24 +90,7 @@ async def respond_beam_search(
             trace_headers=request.get("trace_headers"),
         )
 
-    async def search() -> None:
-        try:
-            found = await asyncio.gather(*(search_one(pi, ids) for pi, ids in enumerate(prompts)))
-        except BeamSearchFailed as e:
-            run.fail(APIError(503 if e.failure.kind.engine_unavailable else 500, e.failure.message))
-            return
-        except InvalidRequestError as e:
-            run.fail(APIError(400, e.message, e.param))
-            return
-        except EngineDeadError as e:
-            run.fail(APIError(503, f"The engine is not available: {e}"))
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - the request must end with an answer
-            log.exception("beam search %s failed", run.response_id)
-            run.fail(APIError(500, "Internal server error."))
-            return
+    def answer(found) -> None:
         for pi, results in found:
             prompt_len = len(prompts[pi])
             for bi, beam in enumerate(results):
@@ -127,6 +110,32 @@ async def respond_beam_search(
         if not run.done.done():  # every choice answered (or none was left)
             run._remaining = 0
             run.done.set_result(None)
+
+    async def search_all():
+        tasks = [asyncio.ensure_future(search_one(pi, ids)) for pi, ids in enumerate(prompts)]
+        try:
+            return await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:  # one prompt's search failed: the others stop (and abort) too
+                t.cancel()
+
+    async def search() -> None:
+        try:
+            answer(await search_all())
+        except BeamSearchFailed as e:
+            run.fail(APIError(503 if e.failure.kind.engine_unavailable else 500, e.failure.message))
+            return
+        except InvalidRequestError as e:
+            run.fail(APIError(400, e.message, e.param))
+            return
+        except EngineDeadError as e:
+            run.fail(APIError(503, f"The engine is not available: {e}"))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the request must end with an answer
+            log.exception("beam search %s failed", run.response_id)
+            run.fail(APIError(500, "Internal server error."))
 
     task = asyncio.ensure_future(search())
     try:
