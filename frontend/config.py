@@ -50,6 +50,8 @@ class WorkerPolicy:
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0
     ssl_ciphers: str | None = None
+    # LoRA adapters served from the start (vLLM's --lora-modules: name=path or JSON objects).
+    lora_modules: list[str] = field(default_factory=list)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":
@@ -69,7 +71,8 @@ class WorkerPolicy:
             elif isinstance(default, list):
                 value = [value] if isinstance(value, str) else list(value)
                 # vLLM's form of the CORS lists is one JSON array (`--allowed-origins '["a"]'`).
-                value = [str(x) for v in value
+                # (objects, e.g. the drop-in's --lora-modules, stay JSON text)
+                value = [json.dumps(x) if isinstance(x, dict) else str(x) for v in value
                          for x in (json.loads(v) if isinstance(v, str) and v.startswith("[") else [v])]
                 value = value or default
             kwargs[f.name] = value

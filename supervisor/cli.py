@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from vllm_pyfrontend.config import WorkerPolicy
 from vllm_pyfrontend.server.connections import check_tls_files
 from vllm_pyfrontend.supervisor.config_file import split_with_config
+from vllm_pyfrontend.llm.lora import parse_lora_modules
 from vllm_pyfrontend.supervisor.frontend_flags import is_refused, refusal
 from vllm_pyfrontend.supervisor.options import DEFAULT_DP_RPC_PORT, SupervisorOptions
 from vllm_pyfrontend.supervisor.vllm_flags import MULTI_VALUE_FLAGS, OPTIONAL_VALUE_FLAGS, normalize_flag, takes_value
@@ -206,6 +207,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssl-cert-reqs", type=int, default=0,
                    help="client certificates: 0 not asked, 1 optional, 2 required (ssl.VerifyMode)")
     p.add_argument("--ssl-ciphers", default=None, help="TLS cipher suites (TLS 1.2 and below), OpenSSL syntax")
+    p.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH",
+                   help="LoRA adapters to serve: name=path, or JSON {\"name\", \"path\", \"base_model_name\"} "
+                        "(the engine needs --enable-lora)")
 
 
 def split_argv(
@@ -341,6 +345,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
     policy = WorkerPolicy.from_mapping(vars(ns))
     try:
         check_tls_files(policy)
+        parse_lora_modules(policy.lora_modules)  # a malformed --lora-modules stops the start
     except ValueError as e:
         parser.error(str(e))
 

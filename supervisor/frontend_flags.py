@@ -96,7 +96,7 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--anthropic-disabled-thinking-effort": "refused: thinking disabled in /v1/messages is always "
                                             "reasoning effort \"none\" (frontend/server/anthropic)",
     # -- responses -------------------------------------------------------------------------------
-    "--lora-modules": "refused: LoRA adapters are not served by this frontend",
+    "--lora-modules": "implemented by frontend/server/lora.py (adapters shared by every worker)",
     "--trust-request-mm-kwargs": "refused: multimodal inputs are not supported",
     "--return-tokens-as-token-ids": "refused: not supported (logprobs tokens are text)",
     "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",

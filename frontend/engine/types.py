@@ -76,6 +76,8 @@ class EngineRequest:
     cache_salt: str | None = None
     data_parallel_rank: int | None = None
     trace_headers: dict[str, str] | None = None
+    # vLLM's LoRARequest as its positional array (frontend/llm/lora.py builds it), or None.
+    lora_request: list[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -101,6 +103,8 @@ class EngineOutput:
     finish_reason: int | None = None
     stop_reason: int | str | None = None
     new_logprobs: Logprobs | None = None
+    # Rows for prompt positions 1.. (column 0: the prompt token), in one or more chunks.
+    new_prompt_logprobs: Logprobs | None = None
     num_cached_tokens: int | None = None
     error: str | None = None
     # Seconds between the engine's QUEUED and SCHEDULED events (vLLM's queue time), when it

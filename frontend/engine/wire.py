@@ -352,6 +352,8 @@ def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> En
     if n > 2:
         if o[2] is not None:
             out.new_logprobs = _decode_logprobs(o[2], frames)
+        if n > 3 and o[3] is not None:
+            out.new_prompt_logprobs = _decode_logprobs(o[3], frames)
         if n > 5:
             out.finish_reason = o[5]
             if n > 6:

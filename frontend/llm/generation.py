@@ -52,6 +52,7 @@ class Generation:
         "stop_reason",
         "admission",
         "queue_time",
+        "prompt_logprobs",
     )
 
     def __init__(
@@ -75,6 +76,8 @@ class Generation:
         # Admission control's counts (server/admission.py), only with a queue bound set.
         self.admission = None
         self.queue_time: float | None = None  # the engine's QUEUED -> SCHEDULED (seconds)
+        # Prompt logprobs (sampling `prompt_logprobs`): the rows of every chunk so far.
+        self.prompt_logprobs: Logprobs | None = None
 
     # -- OutputSink -------------------------------------------------------------------
     def on_output(self, output: EngineOutput) -> None:
@@ -86,6 +89,8 @@ class Generation:
             self.queue_time = output.queue_time
         if output.num_cached_tokens is not None:
             self.num_cached_tokens = output.num_cached_tokens
+        if output.new_prompt_logprobs is not None:
+            self._add_prompt_logprobs(output.new_prompt_logprobs)
         self.num_output_tokens += len(output.new_token_ids)
         code = output.finish_reason
         if code == FINISH_ERROR:
@@ -98,6 +103,16 @@ class Generation:
         if finish is not None:
             self._finish(finish, output.stop_reason)
         self.consumer.on_delta(self, output.new_token_ids, output.new_logprobs, finish, output.stop_reason)
+
+    def _add_prompt_logprobs(self, rows: Logprobs) -> None:
+        """Chunked prefill sends the prompt's rows in pieces, in order."""
+        have = self.prompt_logprobs
+        if have is None:
+            self.prompt_logprobs = Logprobs(list(rows.token_ids), list(rows.logprobs), list(rows.sampled_ranks))
+        else:
+            have.token_ids.extend(rows.token_ids)
+            have.logprobs.extend(rows.logprobs)
+            have.sampled_ranks.extend(rows.sampled_ranks)
 
     def on_failure(self, failure: Failure) -> None:
         if self.finished:

@@ -207,6 +207,7 @@ def lower_choices(
     logprobs: int | None = None,
     structured: dict[str, Any] | None = None,
     bad_words: list[list[int]] | None = None,
+    prompt_logprobs: int | None = None,
 ) -> list[dict[str, Any]]:
     """The engine's sampling map for each of the n choices of one prompt (seed + i, as vLLM's
     fan-out). `structured` is a full map from `llm.structured`; `bad_words` token sequences
@@ -215,6 +216,8 @@ def lower_choices(
     base = lower_sampling(opts, max_tokens=max_tokens, eos_token_id=limits.eos_token_id, defaults=limits.defaults)
     if logprobs is not None:
         base["logprobs"] = logprobs
+    if prompt_logprobs is not None:
+        base["prompt_logprobs"] = prompt_logprobs
     if structured is not None:
         base["structured_outputs"] = structured
     if bad_words:

@@ -37,6 +37,7 @@ class Submission:
         priority: int = 0,
         cache_salt: str | None = None,
         trace_headers: dict[str, str] | None = None,
+        lora_request: list[Any] | None = None,
     ) -> Generation:
         """One engine request for choice `index`; returns the Generation that tracks it."""
         engine_id = make_request_id(self.id_prefix, self.worker_index)
@@ -50,6 +51,7 @@ class Submission:
             priority=priority,
             cache_salt=cache_salt,
             trace_headers=trace_headers,
+            lora_request=lora_request,
         )
         self.requests.append((req, gen))
         return gen

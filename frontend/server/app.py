@@ -17,6 +17,7 @@ from vllm_pyfrontend.server.tokenize import handle_detokenize, handle_tokenize
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.middleware import build_middlewares
 from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
+from vllm_pyfrontend.server.lora import add_lora_routes, model_cards as lora_model_cards
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
 from vllm_pyfrontend.server.state import ServerState
@@ -74,6 +75,7 @@ async def handle_models(request: web.Request) -> web.Response:
         }
         for name in state.model_names
     ]
+    data.extend(lora_model_cards(state, created))
     return web.Response(body=_json({"object": "list", "data": data}), content_type="application/json")
 
 
@@ -135,6 +137,7 @@ def build_app(state: ServerState) -> web.Application:
     app["state"] = state
     install_middleware_hooks(app, state.config)
     add_ops_routes(app)
+    add_lora_routes(app)
     app.router.add_post("/v1/chat/completions", handle_chat_completions)
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/tokenize", handle_tokenize)

@@ -12,6 +12,10 @@ import time
 from aiohttp import web
 
 from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
+from vllm_pyfrontend.llm.beam_search import BeamSearchParams, check_beam_width
+from vllm_pyfrontend.llm.sampling import resolve_max_tokens
+from vllm_pyfrontend.server.beam_generation import beam_choice, respond_beam_search, step_sampling
+from vllm_pyfrontend.server.lora import lora_request_for
 from vllm_pyfrontend.llm.request_ids import make_request_id
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.formatters import ChatFormatter
@@ -22,6 +26,7 @@ from vllm_pyfrontend.server.openai_generation import (
     new_choice,
     new_sse,
     options_from,
+    prompt_logprobs_of,
     respond,
     stream_flags,
     submit_choices,
@@ -35,6 +40,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     body = await state.read_body(request)
     req: ChatCompletionRequest = decode_body(body, ChatCompletionRequest)
     model = state.check_model(req.model)
+    lora = lora_request_for(state, model)
     state.check_engine()
 
     for name in ("max_tokens", "max_completion_tokens"):
@@ -52,7 +58,11 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
             "Refused request with untrusted chat template.",
             "chat_template",
         )
-    n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
+    if req.use_beam_search:
+        n = check_beam_width(req.n)
+    else:
+        n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
+    prompt_logprobs = prompt_logprobs_of(req, req.top_logprobs)
     try:
         plan = plan_tools(
             req.tools, req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
@@ -88,22 +98,30 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         # "required" / named tool choice: the engine's structured outputs enforce the call.
         structured = {**(structured or {}), **forced_json(plan.schema)}
     bad = bad_words_token_ids(state.tokenizer.encode, req.bad_words, state.limits.vocab_size) if req.bad_words else None
-    samplings = lower_choices(
-        state.limits, opts, len(prompt_ids), n,
-        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
-        structured=structured, bad_words=bad,
-    )  # fmt: skip
+    if req.use_beam_search:
+        beams = BeamSearchParams(
+            n, resolve_max_tokens(opts.max_tokens, len(prompt_ids), state.max_model_len, state.limits.defaults),
+            ignore_eos=req.ignore_eos, length_penalty=req.length_penalty,
+            include_stop_str_in_output=req.include_stop_str_in_output,
+        )
+        samplings = []
+    else:
+        samplings = lower_choices(
+            state.limits, opts, len(prompt_ids), n,
+            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+            structured=structured, bad_words=bad, prompt_logprobs=prompt_logprobs,
+        )  # fmt: skip
 
     stream, include_usage, continuous = stream_flags(req)
     response_id = f"chatcmpl-{req.request_id}" if req.request_id else make_request_id("chatcmpl", state.worker_index)
     created = int(time.time())
+    assistants = [state.parsers.new_assistant_stream(plan, prompt_ids, template_kwargs, req.tools) for _ in range(n)]
     run = RequestRun(
         response_id=response_id,
         model=model,
         created=created,
         choices=[
-            new_choice(state, i, prompt_ids, opts,
-                       state.parsers.new_assistant_stream(plan, prompt_ids, template_kwargs, req.tools))
+            beam_choice(i, assistants[i]) if req.use_beam_search else new_choice(state, i, prompt_ids, opts, assistants[i])
             for i in range(n)
         ],
         num_prompt_tokens=len(prompt_ids),
@@ -114,6 +132,11 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         want_logprobs=bool(req.logprobs),
         return_token_ids=bool(req.return_token_ids),
     )
+    if not req.use_beam_search:
+        run.formatter.prompt_logprobs = prompt_logprobs is not None
+        run.formatter.decode = lambda ids: state.tokenizer.decode(ids, skip_special_tokens=False)
+    else:
+        run.formatter.token_bytes = False  # vLLM's beam tokens have no decoded text of their own
     if stream:
         run.sse = new_sse(state, response_id, model, created, "chat.completion.chunk")
     run.include_reasoning = req.include_reasoning
@@ -126,6 +149,12 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         last = messages[-1]
         if last.get("role") == role and isinstance(last.get("content"), str):
             run.echo_text = last["content"]
+    if req.use_beam_search:
+        return await respond_beam_search(
+            state, request, run, [prompt_ids], [beams], step_sampling(state, n, req.temperature),
+            skip_special_tokens=opts.skip_special_tokens, lora_request=lora, priority=req.priority,
+            cache_salt=req.cache_salt, role_chunks=True,
+        )
     sub = submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(run.choices, samplings)],
-                         priority=req.priority, cache_salt=req.cache_salt)
+                         priority=req.priority, cache_salt=req.cache_salt, lora_request=lora)
     return await respond(state, request, run, sub, role_chunks=True)

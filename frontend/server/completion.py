@@ -7,6 +7,10 @@ import time
 from aiohttp import web
 
 from vllm_pyfrontend.chat.assistant import AssistantStream
+from vllm_pyfrontend.llm.beam_search import BeamSearchParams, check_beam_width
+from vllm_pyfrontend.llm.sampling import resolve_max_tokens
+from vllm_pyfrontend.server.beam_generation import beam_choice, respond_beam_search, step_sampling
+from vllm_pyfrontend.server.lora import lora_request_for
 from vllm_pyfrontend.llm.request_ids import make_request_id
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.formatters import CompletionFormatter
@@ -17,6 +21,7 @@ from vllm_pyfrontend.server.openai_generation import (
     new_choice,
     new_sse,
     options_from,
+    prompt_logprobs_of,
     respond,
     stream_flags,
     submit_choices,
@@ -52,6 +57,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
     body = await state.read_body(request)
     req: CompletionRequest = decode_body(body, CompletionRequest)
     model = state.check_model(req.model)
+    lora = lora_request_for(state, model)
     state.check_engine()
 
     if req.suffix is not None:
@@ -62,9 +68,16 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         raise APIError(400, f"max_tokens must be at least 1, got {req.max_tokens}.", "max_tokens")
     if req.logprobs is not None and req.logprobs < 0:
         raise APIError(400, f"logprobs must be non-negative, got {req.logprobs}.", "logprobs")
-    if req.echo and req.logprobs is not None:
-        raise APIError(400, "echo together with logprobs (prompt logprobs) is not supported yet.", "echo")
-    n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
+    if req.use_beam_search:
+        if req.echo and req.logprobs is not None:
+            raise APIError(400, "`echo` with `logprobs` is not supported with beam search because beam "
+                           "search does not compute prompt logprobs.", "echo")
+        if req.stream:
+            raise APIError(400, "Streaming is not currently supported with beam search")
+        n = check_beam_width(req.n)
+    else:
+        n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
+    prompt_logprobs = prompt_logprobs_of(req, req.logprobs)
 
     tokenizer = state.tokenizer
     prompt_ids: list[list[int]] = []
@@ -84,8 +97,9 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
     opts = options_from(req, req.max_tokens)
     bad = bad_words_token_ids(tokenizer.encode, req.bad_words, state.limits.vocab_size) if req.bad_words else None
     structured = lower_structured_outputs(req.structured_outputs, req.response_format)
-    samplings = [
-        lower_choices(state.limits, opts, len(ids), n, logprobs=req.logprobs, structured=structured, bad_words=bad)
+    samplings = [] if req.use_beam_search else [
+        lower_choices(state.limits, opts, len(ids), n, logprobs=req.logprobs, structured=structured, bad_words=bad,
+                      prompt_logprobs=prompt_logprobs)
         for ids in prompt_ids
     ]
 
@@ -96,7 +110,8 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
     choice_prompts = []
     for pi, ids in enumerate(prompt_ids):
         for i in range(n):
-            choices.append(new_choice(state, pi * n + i, ids, opts, AssistantStream()))
+            choices.append(beam_choice(pi * n + i, AssistantStream()) if req.use_beam_search
+                           else new_choice(state, pi * n + i, ids, opts, AssistantStream()))
             choice_prompts.append(pi)
     run = RequestRun(
         response_id=response_id,
@@ -114,8 +129,25 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         want_logprobs=req.logprobs is not None,
         return_token_ids=bool(req.return_token_ids),
     )
+    if not req.use_beam_search:  # (vLLM decodes beam search tokens one by one: no repair)
+        run.formatter.prompt_logprobs = prompt_logprobs is not None
+        run.formatter.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+        if req.echo and req.logprobs is not None:
+            run.formatter.echo_ids = [prompt_ids[pi] for pi in choice_prompts]
     if stream:
         run.sse = new_sse(state, response_id, model, created, "text_completion")
+    if req.use_beam_search:
+        beams = [BeamSearchParams(
+            n, resolve_max_tokens(opts.max_tokens, len(ids), state.max_model_len, state.limits.defaults),
+            ignore_eos=req.ignore_eos, length_penalty=req.length_penalty,
+            include_stop_str_in_output=req.include_stop_str_in_output,
+        ) for ids in prompt_ids]
+        return await respond_beam_search(
+            state, request, run, prompt_ids, beams, step_sampling(state, n, req.temperature),
+            skip_special_tokens=opts.skip_special_tokens, lora_request=lora, priority=req.priority,
+            cache_salt=req.cache_salt, role_chunks=False,
+        )
     items = [(c, prompt_ids[pi], samplings[pi][c.index % n]) for c, pi in zip(choices, choice_prompts)]
-    sub = submit_choices(state, request, run, items, priority=req.priority, cache_salt=req.cache_salt)
+    sub = submit_choices(state, request, run, items, priority=req.priority, cache_salt=req.cache_salt,
+                         lora_request=lora)
     return await respond(state, request, run, sub, role_chunks=False)

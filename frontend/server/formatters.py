@@ -15,6 +15,7 @@ import msgspec
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.engine.types import Logprobs
+from vllm_pyfrontend.server.prompt_logprobs import SampledTexts, echo_logprobs, prompt_logprobs_json
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun, fold_tool_calls
 
 _enc = msgspec.json.encode
@@ -38,25 +39,33 @@ class ChatFormatter:
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int):
         self.token_text = token_text
         self.top = top_logprobs
+        self.prompt_logprobs = False  # the engine computes them: the body lists them
+        # ids -> text: vLLM's UTF-8 repair of logprob tokens (server/prompt_logprobs.py); None
+        # (beam search, whose tokens vLLM decodes one by one) repairs nothing.
+        self.decode = None
+        self.token_bytes = True  # beam search: vLLM leaves the chosen token's `bytes` null
+        self._texts: SampledTexts | None = None
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> list[dict[str, Any]]:
-        text = self.token_text
+        if self._texts is None:
+            self._texts = SampledTexts(self.token_text, self.decode)
         out = []
         for i, tid in enumerate(token_ids):
             if i >= len(lp.token_ids):
                 break
             row = _row(lp, i)
-            tok = text(tid)
+            names = self._texts.row(choice.index, lp.token_ids[i])
+            tok = names[tid] if tid in names else self.token_text(tid)
             tops = []
             for j, (t, v) in enumerate(row.items()):
                 if j >= self.top:
                     break
-                s = text(t)
+                s = names[t]
                 tops.append({"token": s, "logprob": _clamp(v), "bytes": list(s.encode("utf-8"))})
             out.append({
                 "token": tok,
                 "logprob": _clamp(row.get(tid, lp.logprobs[i][0])),
-                "bytes": list(tok.encode("utf-8")),
+                "bytes": list(tok.encode("utf-8")) if self.token_bytes else None,
                 "top_logprobs": tops,
             })
         return out
@@ -131,13 +140,19 @@ class ChatFormatter:
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
             "usage": {**run.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
-            "prompt_logprobs": None,
+            "prompt_logprobs": self._prompt_logprobs(run),
             "prompt_token_ids": None,
             "prompt_text": None,
             "kv_transfer_params": None,
             "ec_transfer_params": None,
             "metrics": None,
         }
+
+
+    def _prompt_logprobs(self, run: RequestRun) -> list | None:
+        if not self.prompt_logprobs or not run.choices or run.choices[0].gen is None:
+            return None
+        return prompt_logprobs_json(run.choices[0].gen.prompt_logprobs, self.token_text, self.decode)
 
 
 def _delta_dict(delta: AssistantDelta | None) -> dict[str, Any]:
@@ -163,21 +178,38 @@ class CompletionFormatter:
         self.token_text = token_text
         self.top = top_logprobs
         self.echo_texts = echo_texts  # per choice: prompt text to put in front
+        self.prompt_logprobs = False  # the engine computes them: each choice lists them
+        self.decode = None  # ids -> text: vLLM's UTF-8 repair of logprob tokens (server/prompt_logprobs.py)
+        self._texts: SampledTexts | None = None
+        # echo + logprobs: per choice, the prompt ids whose logprobs open `logprobs`
+        self.echo_ids: list[list[int]] | None = None
         self._offsets: dict[int, int] = {}
         self._started: set[int] = set()  # choices whose first (echo-carrying) chunk went out
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> dict[str, list]:
         text = self.token_text
         tokens, token_lps, tops, offsets = [], [], [], []
-        offset = self._offsets.get(choice.index, len(self.echo_texts[choice.index]) if self.echo_texts else 0)
+        offset = self._offsets.get(choice.index)
+        if offset is None and self.echo_ids is not None:
+            # The first logprobs of an echoed choice start with the prompt's (vLLM).
+            head = echo_logprobs(self.echo_ids[choice.index], choice.gen.prompt_logprobs if choice.gen else None,
+                                 text, self.top, self.decode)
+            tokens, token_lps, tops, offsets = (head["tokens"], head["token_logprobs"], head["top_logprobs"],
+                                                head["text_offset"])
+            offset = offsets[-1] + len(tokens[-1]) if tokens else 0
+        elif offset is None:
+            offset = len(self.echo_texts[choice.index]) if self.echo_texts else 0
+        if self._texts is None:
+            self._texts = SampledTexts(text, self.decode)
         for i, tid in enumerate(token_ids):
             if i >= len(lp.token_ids):
                 break
             row = _row(lp, i)
-            tok = text(tid)
+            names = self._texts.row(choice.index, lp.token_ids[i])
+            tok = names[tid] if tid in names else text(tid)
             tokens.append(tok)
             token_lps.append(_clamp(row.get(tid, lp.logprobs[i][0])))
-            tops.append({text(t): _clamp(v) for j, (t, v) in enumerate(row.items()) if j <= self.top})
+            tops.append({names[t]: _clamp(v) for j, (t, v) in enumerate(row.items()) if j <= self.top})
             offsets.append(offset)
             offset += len(tok)
         self._offsets[choice.index] = offset
@@ -235,7 +267,8 @@ class CompletionFormatter:
                 "finish_reason": gen.finish_reason if gen and gen.finish_reason else "stop",
                 "stop_reason": gen.stop_reason if gen else None,
                 "token_ids": c.token_ids if run.return_token_ids else None,
-                "prompt_logprobs": None,
+                "prompt_logprobs": (prompt_logprobs_json(gen.prompt_logprobs if gen else None, self.token_text, self.decode)
+                                    if self.prompt_logprobs else None),
                 "prompt_token_ids": None,
                 "routed_experts": None,
             })

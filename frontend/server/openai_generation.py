@@ -56,6 +56,19 @@ def options_from(req: Any, max_tokens: int | None) -> SamplingOptions:
     )
 
 
+def prompt_logprobs_of(req: Any, echo_default: int | None) -> int | None:
+    """How many prompt logprobs the engine computes (vLLM: `prompt_logprobs`, else with `echo`
+    the route's logprobs count), checked as vLLM checks it."""
+    value = req.prompt_logprobs
+    if value is not None:
+        if req.stream and (value > 0 or value == -1):
+            raise APIError(400, "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+        if value < 0 and value != -1:
+            raise APIError(400, "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
+        return value
+    return echo_default if req.echo else None
+
+
 def stream_flags(req: Any) -> tuple[bool, bool, bool]:
     stream = bool(req.stream)
     so = req.stream_options

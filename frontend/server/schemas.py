@@ -75,6 +75,10 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     kv_transfer_params: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    early_stopping: bool = False  # accepted and unused, as by vLLM's online beam search
+    prompt_logprobs: int | None = None
 
 
 class CompletionRequest(msgspec.Struct, omit_defaults=True):
@@ -119,6 +123,10 @@ class CompletionRequest(msgspec.Struct, omit_defaults=True):
     vllm_xargs: dict[str, Any] | None = None
     return_token_ids: bool | None = None
     kv_transfer_params: dict[str, Any] | None = None
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    early_stopping: bool = False  # accepted and unused, as by vLLM's online beam search
+    prompt_logprobs: int | None = None
 
 
 class TokenizeRequest(msgspec.Struct, omit_defaults=True):

@@ -66,6 +66,9 @@ class ServerState:
                 self.metrics.admission_rejections.labels(self.metrics.model_name, reason)
         # Request spans (frontend/tracing.py), set by the worker with --otlp-traces-endpoint.
         self.tracer = None
+        # The deployment's LoRA adapters (frontend/llm/lora.py), set by server/lora.py when
+        # adapters can be served.
+        self.loras = None
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -90,6 +93,8 @@ class ServerState:
     def check_model(self, name: str | None) -> str:
         if name is None or name in self.model_names:
             return name or self.model_names[0]
+        if self.loras is not None and self.loras.get(name) is not None:
+            return name  # a LoRA adapter (server/lora.py)
         raise APIError(404, f"The model `{name}` does not exist.", "model")
 
     def check_engine(self) -> None:

@@ -93,7 +93,7 @@ def test_implemented_flags_are_the_supervisors():
     (["--response-role", "bot"], "assistant"),
     (["--enable-ssl-refresh"], "restart"),
     (["--no-enable-log-deltas"], "outputs"),
-    (["--lora-modules", "a=/x"], "LoRA"),
+    (["--tokens-only"], "token-in/token-out"),
 ])
 def test_refused_flags_stop_the_start_with_the_reason(argv, reason, capsys):
     with pytest.raises(SystemExit) as e:
@@ -105,10 +105,10 @@ def test_refused_flags_stop_the_start_with_the_reason(argv, reason, capsys):
 
 def test_refused_flags_in_a_config_file_too(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("lora-modules: a=/x\n")
+    cfg.write_text("response-role: bot\n")
     with pytest.raises(SystemExit):
         parse_args(["--config", str(cfg), "--engine", "sim", MODEL])
-    assert "--lora-modules is not supported" in capsys.readouterr().err
+    assert "--response-role is not supported" in capsys.readouterr().err
 
 
 def test_tls_and_unix_socket_flags_are_the_supervisors_not_the_engines():
@@ -141,9 +141,9 @@ def test_dropin_reports_only_refused_args_away_from_the_default():
     args = {"response_role": "assistant", "uvicorn_log_level": "info", "enable_log_deltas": True,
             "ssl_keyfile": None, "lora_modules": None, "middleware": [], "api_key": ["k"]}
     assert refused_serve_args(args) == []
-    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False, lora_modules=["a=/x"])
-    reasons = refused_serve_args(args)  # (TLS is served here: not among them)
-    assert len(reasons) == 2 and any(r.startswith("--lora-modules is not supported") for r in reasons)
+    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False, lora_modules=["a=/x"], response_role="bot")
+    reasons = refused_serve_args(args)  # (TLS and LoRA modules are served here: not among them)
+    assert len(reasons) == 2 and any(r.startswith("--response-role is not supported") for r in reasons)
 
 
 def test_frontend_flags_never_reach_the_engine():
