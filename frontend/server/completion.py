@@ -21,6 +21,7 @@ from vllm_pyfrontend.server.openai_generation import (
     stream_flags,
     submit_choices,
 )
+from vllm_pyfrontend.server.request_checks import check_openai_request
 from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.schemas import CompletionRequest, decode_body
 
@@ -64,6 +65,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         raise APIError(400, f"logprobs must be non-negative, got {req.logprobs}.", "logprobs")
     if req.echo and req.logprobs is not None:
         raise APIError(400, "echo together with logprobs (prompt logprobs) is not supported yet.", "echo")
+    check_openai_request(req, state.max_model_len)
     n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
 
     tokenizer = state.tokenizer

@@ -22,8 +22,9 @@ NonNegInt = Annotated[int, Meta(ge=0)]
 
 
 class StreamOptions(msgspec.Struct, omit_defaults=True):
-    include_usage: bool | None = False
-    continuous_usage_stats: bool | None = False
+    # None when not given: vLLM refuses any non-empty stream_options without `stream`.
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None
 
 
 class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
@@ -75,6 +76,7 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     kv_transfer_params: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
+    stream_interval: Annotated[int, Meta(ge=1)] | None = None
 
 
 class CompletionRequest(msgspec.Struct, omit_defaults=True):
@@ -119,6 +121,7 @@ class CompletionRequest(msgspec.Struct, omit_defaults=True):
     vllm_xargs: dict[str, Any] | None = None
     return_token_ids: bool | None = None
     kv_transfer_params: dict[str, Any] | None = None
+    stream_interval: Annotated[int, Meta(ge=1)] | None = None
 
 
 class TokenizeRequest(msgspec.Struct, omit_defaults=True):
