@@ -50,6 +50,11 @@ class WorkerPolicy:
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0
     ssl_ciphers: str | None = None
+    # vLLM's scale-out routes (render / derender / token-in generate) and /tokenizer_info.
+    enable_scale_out: bool = False
+    enable_tokenizer_info_endpoint: bool = False
+    # /start_profile and /stop_profile exist when the engines have a profiler configured.
+    profiler_enabled: bool = False
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

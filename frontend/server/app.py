@@ -19,6 +19,7 @@ from vllm_pyfrontend.server.middleware import install as install_middleware_hook
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
 from vllm_pyfrontend.server.state import ServerState
+from vllm_pyfrontend.server import admin, generate_tokens, render, sagemaker
 
 log = logging.getLogger("vllm_pyfrontend.server")
 _json = msgspec.json.encode
@@ -143,4 +144,8 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_get("/version", handle_version)
     app.router.add_get("/load", handle_load)
     app.router.add_get("/openapi.json", handle_openapi)
+    generate_tokens.add_routes(app)  # /inference/v1/generate, abort (scale-out)
+    render.add_routes(app)  # render / derender (scale-out)
+    admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes
+    sagemaker.add_routes(app)  # /ping, /invocations
     return app

@@ -48,6 +48,9 @@ def _prompts(req: CompletionRequest) -> list[str | list[int]]:
                    "or a list of token-id lists.", "prompt")
 
 
+prompts_of = _prompts  # also the render route's (server/render.py)
+
+
 async def handle_completions(request: web.Request) -> web.StreamResponse:
     state = request.app["state"]
     body = await state.read_body(request)
