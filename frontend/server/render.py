@@ -15,6 +15,7 @@ render accepts is one chat/completions accepts.
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 import msgspec
@@ -299,7 +300,7 @@ async def handle_derender_chat(request: web.Request) -> web.Response:
             "routed_experts": None,
         })
     return _ok({
-        "id": resp.request_id, "object": "chat.completion", "created": resp.created, "model": model,
+        "id": resp.request_id, "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": choices, "service_tier": None, "system_fingerprint": None,
         "usage": _usage(req.prompt_tokens or 0, completion), "prompt_logprobs": None, "prompt_token_ids": None,
         "prompt_text": None, "kv_transfer_params": resp.kv_transfer_params,
@@ -365,7 +366,7 @@ async def handle_derender_completion(request: web.Request) -> web.Response:
             })
     prompt = sum(req.prompt_tokens or [])
     return _ok({
-        "id": first.request_id, "object": "text_completion", "created": first.created, "model": model,
+        "id": first.request_id, "object": "text_completion", "created": int(time.time()), "model": model,
         "choices": choices, "service_tier": None, "system_fingerprint": None, "usage": _usage(prompt, completion),
         "kv_transfer_params": first.kv_transfer_params, "ec_transfer_params": first.ec_transfer_params,
         "metrics": None,
