@@ -211,8 +211,8 @@ async def handle_server_info(request: web.Request) -> web.Response:
         "frontend_version": __version__,
         "num_workers": state.config.num_workers,
     }
-    env = {k: ("<redacted>" if "KEY" in k else v) for k, v in sorted(os.environ.items()) if k.startswith("VLLM_")}
-    env = {k: v for k, v in env.items() if "KEY" not in k}
+    # vLLM lists its VLLM_* settings, leaving out any whose name holds "KEY".
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_") and "KEY" not in k}
     system = {"python_version": sys.version, "python_platform": platform.platform(),
               "os": platform.system(), "machine": platform.machine(), "cpu_count": os.cpu_count()}
     return _ok({"vllm_config": json.dumps(config) if fmt == "text" else config, "vllm_env": env,
