@@ -52,6 +52,11 @@ class WorkerPolicy:
     ssl_ciphers: str | None = None
     # LoRA adapters served from the start (vLLM's --lora-modules: name=path or JSON objects).
     lora_modules: list[str] = field(default_factory=list)
+    # vLLM's scale-out routes (render / derender / token-in generate) and /tokenizer_info.
+    enable_scale_out: bool = False
+    enable_tokenizer_info_endpoint: bool = False
+    # /start_profile and /stop_profile exist when the engines have a profiler configured.
+    profiler_enabled: bool = False
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

@@ -210,6 +210,33 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH",
                    help="LoRA adapters to serve: name=path, or JSON {\"name\", \"path\", \"base_model_name\"} "
                         "(the engine needs --enable-lora)")
+    p.add_argument("--enable-scale-out", action=bool_flag, default=False,
+                   help="serve vLLM's scale-out routes: /inference/v1/generate (token ids in and out), "
+                        "render and derender (else they answer 403)")
+    p.add_argument("--enable-tokenizer-info-endpoint", action=bool_flag, default=False,
+                   help="serve GET /tokenizer_info (the tokenizer's configuration and chat template)")
+
+
+def profiler_configured(engine_args: Sequence[str]) -> bool:
+    """Whether `--profiler-config` (an engine flag, forwarded) names a profiler: vLLM serves
+    /start_profile and /stop_profile only then."""
+    import json
+
+    for i, arg in enumerate(engine_args):
+        if arg == "--profiler-config" and i + 1 < len(engine_args):
+            value = engine_args[i + 1]
+        elif arg.startswith("--profiler-config="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("--profiler-config."):  # vLLM's dotted form: --profiler-config.profiler torch
+            return True
+        else:
+            continue
+        try:
+            cfg = json.loads(value)
+        except ValueError:
+            return False
+        return isinstance(cfg, dict) and cfg.get("profiler") is not None
+    return False
 
 
 def split_argv(
@@ -342,6 +369,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
             parser.error("--grpc-port must be between 1 and 65535 (the workers share it)")
         if ns.grpc_port == ns.port and not ns.uds:
             parser.error("--grpc-port must differ from --port when HTTP uses TCP")
+    ns.profiler_enabled = profiler_configured(forwarded)  # the engine's flag: /start_profile exists
     policy = WorkerPolicy.from_mapping(vars(ns))
     try:
         check_tls_files(policy)

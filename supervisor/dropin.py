@@ -201,7 +201,9 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     environ = os.environ if environ is None else environ
     # vLLM: --api-key wins over VLLM_API_KEY.
     api_keys = [k for k in (_str_list(args.get("api_key")) or [environ.get("VLLM_API_KEY") or ""]) if k]
-    policy = WorkerPolicy.from_mapping(args)
+    profiler = args.get("profiler_config")
+    policy = WorkerPolicy.from_mapping({**args, "profiler_enabled": isinstance(profiler, dict)
+                                        and profiler.get("profiler") is not None})
     check_tls_files(policy)  # (vLLM bound the --uds socket, if any, and hands it over as listen_fd)
     return ServeSettings(
         model=_local_dir(str(model_arg), args.get("revision")),

@@ -63,7 +63,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--dp-supervisor-probe-interval-s": "refused: multi-port external LB mode is not supported",
     "--dp-supervisor-probe-timeout-s": "refused: multi-port external LB mode is not supported",
     "--dp-supervisor-probe-failure-threshold": "refused: multi-port external LB mode is not supported",
-    "--enable-scale-out": "refused: elastic scale-out is not supported",
+    "--enable-scale-out": "implemented by frontend/server/generate_tokens.py and render.py (token-in "
+                          "/inference/v1/generate, render and derender routes; 403 without the flag)",
     # -- security and request hygiene ---------------------------------------------------------
     "--api-key": f"implemented by {_MW}",
     "--allow-credentials": f"implemented by {_MW} (CORS)",
@@ -104,7 +105,7 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--enable-force-include-usage": "refused: usage is streamed only when stream_options asks for it",
     "--sse-keep-alive-interval": "implemented by frontend/server/sse.py (keep-alive comments on a "
                                  "silent stream)",
-    "--enable-tokenizer-info-endpoint": "refused: /tokenizer_info is not served",
+    "--enable-tokenizer-info-endpoint": "implemented by frontend/server/admin.py (/tokenizer_info)",
     "--tokens-only": "refused: token-in/token-out serving is not supported",
     "--fingerprint-mode": "refused: system_fingerprint is always the full form "
                           "(vllm-<version>-<hash>)",

@@ -423,6 +423,10 @@ class EngineClient:
                 raise EngineDeadError(f"engine {engine} is not connected") from None
             raise EngineDeadError(f"cannot send to engine {engine}: {e}") from None
 
+    def in_flight_sinks(self) -> list[tuple[str, OutputSink]]:
+        """Every request in flight (engine id, sink): for an operator's "abort everything"."""
+        return list(self._sinks.items())
+
     def abort(self, request_ids: Iterable[str]) -> None:
         """Forget these requests now (no more callbacks); tell the engines soon.
 

@@ -21,6 +21,7 @@ from vllm_pyfrontend.server.lora import add_lora_routes, model_cards as lora_mod
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
 from vllm_pyfrontend.server.state import ServerState
+from vllm_pyfrontend.server import admin, generate_tokens, render, sagemaker
 
 log = logging.getLogger("vllm_pyfrontend.server")
 _json = msgspec.json.encode
@@ -148,4 +149,8 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_get("/load", handle_load)
     app.router.add_get("/openapi.json", handle_openapi)
     add_anthropic_routes(app)
+    generate_tokens.add_routes(app)  # /inference/v1/generate, abort (scale-out)
+    render.add_routes(app)  # render / derender (scale-out)
+    admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes
+    sagemaker.add_routes(app)  # /ping, /invocations
     return app

@@ -31,6 +31,7 @@ from vllm_pyfrontend.server.openai_generation import (
     stream_flags,
     submit_choices,
 )
+from vllm_pyfrontend.server.request_checks import check_openai_request
 from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.schemas import ChatCompletionRequest, decode_body, normalize_messages
 
@@ -58,6 +59,8 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
             "Refused request with untrusted chat template.",
             "chat_template",
         )
+    check_openai_request(req, state.max_model_len,
+                         max_tokens_param="max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens")
     if req.use_beam_search:
         n = check_beam_width(req.n)
     else:

@@ -26,6 +26,7 @@ from vllm_pyfrontend.server.openai_generation import (
     stream_flags,
     submit_choices,
 )
+from vllm_pyfrontend.server.request_checks import check_openai_request
 from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.schemas import CompletionRequest, decode_body
 
@@ -52,6 +53,9 @@ def _prompts(req: CompletionRequest) -> list[str | list[int]]:
                    "or a list of token-id lists.", "prompt")
 
 
+prompts_of = _prompts  # also the render route's (server/render.py)
+
+
 async def handle_completions(request: web.Request) -> web.StreamResponse:
     state = request.app["state"]
     body = await state.read_body(request)
@@ -68,6 +72,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         raise APIError(400, f"max_tokens must be at least 1, got {req.max_tokens}.", "max_tokens")
     if req.logprobs is not None and req.logprobs < 0:
         raise APIError(400, f"logprobs must be non-negative, got {req.logprobs}.", "logprobs")
+    check_openai_request(req, state.max_model_len)
     if req.use_beam_search:
         if req.echo and req.logprobs is not None:
             raise APIError(400, "`echo` with `logprobs` is not supported with beam search because beam "

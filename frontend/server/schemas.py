@@ -22,8 +22,9 @@ NonNegInt = Annotated[int, Meta(ge=0)]
 
 
 class StreamOptions(msgspec.Struct, omit_defaults=True):
-    include_usage: bool | None = False
-    continuous_usage_stats: bool | None = False
+    # None when not given: vLLM refuses any non-empty stream_options without `stream`.
+    include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None
 
 
 class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
@@ -79,6 +80,7 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     length_penalty: float = 1.0
     early_stopping: bool = False  # accepted and unused, as by vLLM's online beam search
     prompt_logprobs: int | None = None
+    stream_interval: Annotated[int, Meta(ge=1)] | None = None
 
 
 class CompletionRequest(msgspec.Struct, omit_defaults=True):
@@ -127,6 +129,7 @@ class CompletionRequest(msgspec.Struct, omit_defaults=True):
     length_penalty: float = 1.0
     early_stopping: bool = False  # accepted and unused, as by vLLM's online beam search
     prompt_logprobs: int | None = None
+    stream_interval: Annotated[int, Meta(ge=1)] | None = None
 
 
 class TokenizeRequest(msgspec.Struct, omit_defaults=True):

@@ -1,0 +1,43 @@
+"""SageMaker's hosting contract, as vLLM serves it on every deployment: `GET|POST /ping` answers
+like /health, and `POST /invocations` runs a chat completion when the body is one, else a text
+completion, else 400 (vLLM 0.32 `entrypoints/serve/sagemaker`).
+
+This is a dispatcher over the two OpenAI routes by definition, so it names their handlers.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from vllm_pyfrontend.server.errors import APIError
+
+_EXPECTED = "Cannot find suitable handler for request. Expected one of: ['ChatCompletionRequest', 'CompletionRequest']"
+
+
+async def handle_ping(request: web.Request) -> web.Response:
+    state = request.app["state"]
+    return web.Response(status=200 if state.engine.healthy else 503)
+
+
+async def handle_invocations(request: web.Request) -> web.StreamResponse:
+    from vllm_pyfrontend.server.chat_completion import handle_chat_completions
+    from vllm_pyfrontend.server.completion import handle_completions
+
+    raw = await request.app["state"].read_body(request)  # aiohttp keeps the body for the handler
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError as e:
+        raise APIError(400, f"JSON decode error: {e}") from None
+    if isinstance(body, dict) and isinstance(body.get("messages"), list):
+        return await handle_chat_completions(request)
+    if isinstance(body, dict) and body.get("prompt") not in (None, "", []):
+        return await handle_completions(request)
+    raise APIError(400, _EXPECTED)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/ping", handle_ping)
+    app.router.add_post("/ping", handle_ping)
+    app.router.add_post("/invocations", handle_invocations)
