@@ -214,7 +214,13 @@ class _Turn:
             status = "incomplete"
         else:
             status = "completed"
-        return self.snapshot(status, self.formatter.items, usage_of(run), error)
+        items = self.formatter.items
+        if not items and not self.req.stream and status in ("completed", "incomplete"):
+            # Nothing generated (e.g. a stop at the first token): vLLM answers one empty message
+            # item when not streaming (a stream has no items, as no item events went out).
+            items = [{"id": new_id("msg"), "type": "message", "role": "assistant", "status": "completed",
+                      "content": []}]
+        return self.snapshot(status, items, usage_of(run), error)
 
     async def store(self, response: dict[str, Any]) -> None:
         if self.req.store:
