@@ -34,7 +34,8 @@ def sse_event(event: dict[str, Any]) -> bytes:
 class ResponsesFormatter:
     plain_content_chunks = False  # every delta goes through stream_delta
 
-    def __init__(self, token_text: Callable[[int], str], top_logprobs: int, emit: Callable[[bytes], None]):
+    def __init__(self, token_text: Callable[[int], str], top_logprobs: int,
+                 emit: Callable[[bytes], None] | None):
         self.token_text = token_text
         self.top = top_logprobs
         self.emit = emit
@@ -50,7 +51,8 @@ class ResponsesFormatter:
     def event(self, type_: str, **fields: Any) -> dict[str, Any]:
         ev = {"type": type_, **fields, "sequence_number": self.sequence_number}
         self.sequence_number += 1
-        self.emit(sse_event(ev))
+        if self.emit is not None:  # None: no client stream, only the items are kept
+            self.emit(sse_event(ev))
         return ev
 
     @property

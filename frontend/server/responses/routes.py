@@ -340,7 +340,7 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
     stream, background = bool(req.stream), bool(req.background)
     writer = SSEWriter(response_id, model, 0) if stream else None
     sink = _Sink(writer, background)
-    formatter = ResponsesFormatter(state.token_text, req.top_logprobs or 0, sink.write)
+    formatter = ResponsesFormatter(state.token_text, req.top_logprobs or 0, sink.write if stream else None)
     run = RequestRun(
         response_id=response_id, model=model, created=int(time.time()),
         choices=[new_choice(state, 0, prompt_ids, opts,
@@ -386,6 +386,8 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         raise
     finally:
         turn.ended()
+    if run.error is not None:  # (stored as "failed"); a synchronous answer is the error itself
+        raise run.error
     return _json(state, response)
 
 
@@ -410,8 +412,12 @@ async def _prepare_stream(turn: _Turn) -> web.StreamResponse | None:
         await resp.prepare(turn.request)
     except ConnectionError:
         return None
-    assert turn.sink.writer is not None
-    turn.sink.writer.attach(turn.request.transport, first_chunk=b"")
+    writer = turn.sink.writer
+    assert writer is not None
+    writer.attach(turn.request.transport, first_chunk=b"")
+    interval = turn.state.config.policy.sse_keep_alive_interval
+    if interval > 0:
+        writer.keep_alive(interval)
     return resp
 
 
@@ -419,6 +425,7 @@ async def _end_stream(turn: _Turn, resp: web.StreamResponse) -> None:
     w = turn.sink.writer
     if w is None or not w.alive:
         return
+    w.stop_keep_alive()
     tail = w.last_frame()[: -len(b"data: [DONE]\n\n")]  # Responses streams have no [DONE]
     try:
         await resp.write_eof(tail)
