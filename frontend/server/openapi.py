@@ -136,7 +136,8 @@ def _add_responses_paths(paths: dict[str, Any], components: dict[str, Any],
 
     (ref,), more = msgspec.json.schema_components((ResponsesRequest,), ref_template=_REF)
     components.update(more)
-    param = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    param = [{"name": "response_id", "in": "path", "required": True,
+              "schema": {"type": "string", "minLength": 1, "maxLength": 200}}]
     missing = _error("No stored response with this id.")
     paths["/v1/responses"] = {"post": {
         "operationId": "createResponse", "summary": "Create a model response (OpenAI Responses API).",
