@@ -16,6 +16,7 @@ import logging
 import time
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
@@ -109,7 +110,8 @@ def add_responses_routes(app: web.Application) -> None:
 
 
 def _json(state, body: dict[str, Any], status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, headers={WORKER_HEADER: str(state.worker_index)})
+    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json",
+                        headers={WORKER_HEADER: str(state.worker_index)})
 
 
 def _not_found(response_id: str) -> APIError:
