@@ -449,10 +449,13 @@ async def _stream_foreground(turn: _Turn) -> web.StreamResponse:
         except Exception:  # noqa: BLE001 - headers are out: the answer is a response.failed event
             log.exception("stream %s failed", turn.response_id)
             run.fail(APIError(500, "Internal server error."))
-        if turn.sink.alive:
-            await turn.finish()
-        elif turn.req.store:  # the client left: the run was cancelled
-            await turn.store(turn.final(True))
+        try:
+            if turn.sink.alive:
+                await turn.finish()
+            elif turn.req.store:  # the client left: the run was cancelled
+                await turn.store(turn.final(True))
+        except Exception:  # noqa: BLE001 - the headers are out: never a second response
+            log.exception("stream %s could not finish", turn.response_id)
         await _end_stream(turn, resp)
         return resp
     except asyncio.CancelledError:
