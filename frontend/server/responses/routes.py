@@ -414,13 +414,17 @@ async def _prepare_stream(turn: _Turn) -> web.StreamResponse | None:
         await resp.prepare(turn.request)
     except ConnectionError:
         return None
+    return resp
+
+
+def _attach(turn: _Turn) -> None:
+    """The headers are out: the events held so far go, then every event as it comes."""
     writer = turn.sink.writer
     assert writer is not None
     writer.attach(turn.request.transport, first_chunk=b"")
     interval = turn.state.config.policy.sse_keep_alive_interval
     if interval > 0:
         writer.keep_alive(interval)
-    return resp
 
 
 async def _end_stream(turn: _Turn, resp: web.StreamResponse) -> None:
@@ -442,9 +446,10 @@ async def _stream_foreground(turn: _Turn) -> web.StreamResponse:
         if resp is None:
             run.cancel()
             return web.StreamResponse()
-        if not turn.sink.alive:
-            run.cancel()
         try:
+            _attach(turn)
+            if not turn.sink.alive:
+                run.cancel()
             await run.done
         except Exception:  # noqa: BLE001 - headers are out: the answer is a response.failed event
             log.exception("stream %s failed", turn.response_id)
@@ -470,6 +475,11 @@ async def _stream_until_end(turn: _Turn, task: asyncio.Task) -> web.StreamRespon
     resp = await _prepare_stream(turn)
     if resp is None:
         return web.StreamResponse()
+    try:
+        _attach(turn)
+    except Exception:  # noqa: BLE001 - this client's stream is broken; the run goes on
+        log.exception("stream %s could not start", turn.response_id)
+        turn.sink.writer = None
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:
