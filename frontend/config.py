@@ -57,6 +57,11 @@ class WorkerPolicy:
     enable_tokenizer_info_endpoint: bool = False
     # /start_profile and /stop_profile exist when the engines have a profiler configured.
     profiler_enabled: bool = False
+    # Stored Responses (frontend/store): None = SQLite in the runtime directory, shared by the
+    # workers of one supervisor; "redis://HOST:PORT/DB" = shared by several replicas.
+    response_store: str | None = None
+    response_store_ttl: float = 24 * 3600.0  # seconds a stored response is kept
+    response_store_max_entries: int = 10000  # past it the oldest stored responses go
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

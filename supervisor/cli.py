@@ -201,6 +201,14 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "and is closed (default 0: no cap)")
     p.add_argument("--sse-keep-alive-interval", type=float, default=0.0,
                    help='write a ": keep-alive" SSE comment on a stream silent this long (default 0: never)')
+    # Stored Responses (/v1/responses with store, previous_response_id, background).
+    p.add_argument("--response-store", default=None, metavar="URL",
+                   help="where stored responses live: redis://HOST:PORT/DB (shared by replicas) or "
+                        "sqlite:///PATH (default: SQLite in the runtime directory, shared by the workers)")
+    p.add_argument("--response-store-ttl", type=float, default=24 * 3600.0,
+                   help="seconds a stored response is kept (default 86400)")
+    p.add_argument("--response-store-max-entries", type=_non_negative_int, default=10000,
+                   help="stored responses kept at most; the oldest go first (default 10000)")
     p.add_argument("--ssl-keyfile", default=None, help="TLS private key file (with --ssl-certfile)")
     p.add_argument("--ssl-certfile", default=None, help="TLS certificate chain file: serve https")
     p.add_argument("--ssl-ca-certs", default=None, help="CA certificates that sign client certificates")

@@ -19,6 +19,7 @@ from vllm_pyfrontend.server.middleware import build_middlewares
 from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
 from vllm_pyfrontend.server.lora import add_lora_routes, model_cards as lora_model_cards
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
+from vllm_pyfrontend.server.responses import add_responses_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.server import admin, generate_tokens, render, sagemaker
@@ -141,6 +142,7 @@ def build_app(state: ServerState) -> web.Application:
     add_lora_routes(app)
     app.router.add_post("/v1/chat/completions", handle_chat_completions)
     app.router.add_post("/v1/completions", handle_completions)
+    add_responses_routes(app)
     app.router.add_post("/tokenize", handle_tokenize)
     app.router.add_post("/detokenize", handle_detokenize)
     app.router.add_get("/v1/models", handle_models)

@@ -119,6 +119,7 @@ def build_openapi() -> dict[str, Any]:
     for path, (op_id, summary, ok) in simple.items():
         paths[path] = {"get": {"operationId": op_id, "summary": summary, "responses": {"200": ok}}}
     anthropic_openapi.describe(paths, components, _REF)
+    _add_responses_paths(paths, components, generation_responses)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -129,6 +130,32 @@ def build_openapi() -> dict[str, Any]:
         "paths": paths,
         "components": {"schemas": components},
     }
+
+
+def _add_responses_paths(paths: dict[str, Any], components: dict[str, Any],
+                         generation_responses: dict[str, Any]) -> None:
+    """The Responses API (server/responses): create, retrieve, cancel."""
+    from vllm_pyfrontend.server.responses.schemas import ResponsesRequest
+
+    (ref,), more = msgspec.json.schema_components((ResponsesRequest,), ref_template=_REF)
+    components.update(more)
+    param = [{"name": "response_id", "in": "path", "required": True,
+              "schema": {"type": "string", "minLength": 1, "maxLength": 200}}]
+    missing = _error("No stored response with this id.")
+    paths["/v1/responses"] = {"post": {
+        "operationId": "createResponse", "summary": "Create a model response (OpenAI Responses API).",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref}}},
+        "responses": {**generation_responses, "404": _error("Unknown model or previous_response_id.")},
+    }}
+    paths["/v1/responses/{response_id}"] = {"get": {
+        "operationId": "getResponse", "summary": "A stored response.", "parameters": param,
+        "responses": {"200": _json_ok("The response object."), "404": missing},
+    }}
+    paths["/v1/responses/{response_id}/cancel"] = {"post": {
+        "operationId": "cancelResponse", "summary": "Cancel a background response.", "parameters": param,
+        "responses": {"200": _json_ok("The response object, cancelled."), "400": _error("Not a background response."),
+                      "404": missing},
+    }}
 
 
 _cached: bytes | None = None

@@ -292,3 +292,59 @@ def test_every_request_ends_under_a_fault(worker, monkeypatch, fault, stream, n)
     ok = httpx.post(worker.base + "/v1/chat/completions", timeout=20, json={
         "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5})
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 5, ok.text
+
+
+# -- the Responses API (server/responses): the same faults through its formatter and routes ------
+from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter  # noqa: E402
+
+RESPONSES_FAULTS = [
+    Fault("engine_output_nth", Generation, "on_output", nth=3),
+    Fault("pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_output_tokens": 6}),
+    Fault("parser_nth", AssistantPipeline, "feed", nth=3),
+    Fault("responses_formatter_nth", ResponsesFormatter, "stream_delta", nth=3),
+    Fault("usage_final", RequestRun, "usage", nth=1, body={"max_output_tokens": 6}),
+    Fault("sse_write_first", SSEWriter, "write", nth=1, stream_only=True),
+    Fault("sse_write_attach", SSEWriter, "write", nth=3, stream_only=True),  # replaying the held events
+    Fault("sse_write_nth", SSEWriter, "write", nth=5, stream_only=True),
+]
+
+
+@pytest.mark.parametrize("fault,stream", [
+    pytest.param(f, s, id=f"{f.name}-{'sse' if s else 'json'}")
+    for f in RESPONSES_FAULTS for s in (False, True) if not (f.stream_only and not s)])
+def test_every_responses_request_ends_under_a_fault(worker, monkeypatch, fault, stream):
+    body = {"model": MODEL, "input": "Hi", "max_output_tokens": LONG, "stream": stream, "temperature": 1.0,
+            "seed": 1, **(fault.body or {})}
+    seen = _arm(monkeypatch, fault)
+    try:
+        r = httpx.post(worker.base + "/v1/responses", json=body, timeout=15)
+    finally:
+        monkeypatch.undo()
+    if fault.cls is RequestRun and fault.method == "usage":
+        # Responses never asks the run for chat usage: nothing to inject, the request succeeds.
+        assert seen["raised"] == 0 and r.status_code == 200
+        return
+    assert seen["raised"] == seen["expected"], f"the fault was not reached ({seen})"
+    if not stream or fault.name == "sse_write_first":
+        # (the first write is `response.created`, held until the headers go out: they never do,
+        # and the answer is the 500 itself)
+        assert r.status_code == 500 and r.json()["error"]["code"] == 500, r.text
+    else:
+        assert r.status_code == 200
+        events = [json.loads(block.split("\ndata: ", 1)[1]) for block in r.text.split("\n\n") if block]
+        assert "[DONE]" not in r.text
+        if fault.cls is SSEWriter:
+            # A write to the client failed: the stream is cut (the client sees no terminal event).
+            assert not events or events[-1]["type"] != "response.completed", r.text[-500:]
+        else:
+            assert events[-1]["type"] == "response.failed", r.text[-500:]
+            assert events[-1]["response"]["status"] == "failed"
+            stored = httpx.get(f"{worker.base}/v1/responses/{events[-1]['response']['id']}", timeout=10)
+            assert stored.json()["status"] == "failed"
+    _wait(lambda: worker.engine_running() == 0, 5, "the engine to drop the failed request")
+    _wait(lambda: worker.tables() == {"sinks": 0, "owners": 0, "in_flight": 0, "requests": 0,
+                                      "drain_pending": 0, "healthy": True}, 5,
+          f"empty tables, got {worker.tables()}")
+    ok = httpx.post(worker.base + "/v1/responses", timeout=20,
+                    json={"model": MODEL, "input": "Hi", "max_output_tokens": 5})
+    assert ok.status_code == 200 and ok.json()["usage"]["output_tokens"] == 5, ok.text

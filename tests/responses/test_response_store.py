@@ -1,0 +1,111 @@
+"""The response store's backends against the real thing: SQLite files shared by two openers
+(as the workers of one supervisor share one), and a real `redis-server` (Debian package) started
+here on a free port, shared by two supervisors: a response stored through one replica is
+retrieved, chained and cancelled through the other."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+import redis
+
+from vllm_pyfrontend.store import open_store
+from tests.responses.helpers import client
+from tests.stack import Stack, free_port, stop_process_group
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    exe = shutil.which("redis-server")
+    assert exe, "redis-server is not installed (.ci/install installs the Debian package)"
+    port = free_port()
+    work = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(work)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    r = redis.Redis(port=port)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            r.ping()
+            break
+        except redis.ConnectionError:
+            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    stop_process_group(proc, 10)
+
+
+def _backends(tmp_path, redis_url):
+    return {"sqlite": lambda **kw: open_store(None, str(tmp_path), **kw),
+            "redis": lambda **kw: open_store(redis_url, str(tmp_path), **kw)}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_store_contract(tmp_path, redis_url, kind):
+    """Two openers (two workers) see each other's records and cancel flags; records expire after
+    the TTL; past max_entries the oldest go."""
+    if kind == "redis":
+        redis.Redis.from_url(redis_url).flushdb()
+    make = _backends(tmp_path, redis_url)[kind]
+
+    async def run():
+        a, b = make(ttl=60, max_entries=3), make(ttl=60, max_entries=3)
+        try:
+            await a.put("r1", {"response": {"id": "r1", "status": "in_progress"}, "messages": []})
+            assert (await b.get("r1"))["response"]["status"] == "in_progress"
+            await b.put("r1", {"response": {"id": "r1", "status": "completed"}, "messages": [{"role": "user"}]})
+            assert (await a.get("r1"))["response"]["status"] == "completed"
+            assert await a.get("nope") is None
+            assert await a.cancel_requested(["r1", "r2"]) == set()
+            await b.request_cancel("r1")
+            assert await a.cancel_requested(["r1", "r2"]) == {"r1"}
+            for i in range(2, 6):  # r1 (oldest) and r2 go: 3 kept
+                await a.put(f"r{i}", {"response": {"id": f"r{i}"}})
+                await asyncio.sleep(0.01)
+            assert [await b.get(f"r{i}") is not None for i in range(1, 6)] == [False, False, True, True, True]
+        finally:
+            await a.close()
+            await b.close()
+        short = make(ttl=0.3, max_entries=100)
+        try:
+            await short.put("t", {"response": {}})
+            assert await short.get("t") is not None
+            await asyncio.sleep(0.5)
+            assert await short.get("t") is None
+        finally:
+            await short.close()
+
+    asyncio.run(run())
+
+
+def test_two_supervisors_share_one_redis(redis_url):
+    """Two replicas (each its own supervisor, sim engine, one worker, its own runtime dir) behind
+    one Redis: what one stores, the other retrieves, continues and cancels."""
+    redis.Redis.from_url(redis_url).flushdb()
+    args = ["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--max-model-len", "8192",
+            "--served-model-name", "dsv4", "--shutdown-timeout", "5", "--response-store", redis_url,
+            "demo:deepseek-v4"]
+    with Stack(args) as a, Stack(args) as b:
+        ca, cb = client(a.base_url), client(b.base_url)
+        first = ca.responses.create(model="dsv4", input="Hello", max_output_tokens=5)
+        assert cb.responses.retrieve(first.id).output_text == first.output_text
+        second = cb.responses.create(model="dsv4", input="More", previous_response_id=first.id, max_output_tokens=5)
+        assert second.previous_response_id == first.id
+        assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+        assert ca.responses.retrieve(second.id).id == second.id
+        # A background response on replica A, cancelled through replica B.
+        bg = ca.responses.create(model="dsv4", input="long", background=True, max_output_tokens=4000,
+                                 extra_body={"ignore_eos": True})
+        assert cb.responses.cancel(bg.id).status == "cancelled"
+        deadline = time.monotonic() + 20
+        while (got := cb.responses.retrieve(bg.id)).usage is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert got.status == "cancelled" and 0 < got.usage.output_tokens < 4000
+        assert httpx.get(f"{b.base_url}/v1/responses/resp_unknown").status_code == 404
