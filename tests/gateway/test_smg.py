@@ -166,10 +166,19 @@ def test_http_smg_probes_find_both_deployments_healthy(http_fleet):
 
 
 def test_http_conversation_sticks_and_load_spreads(http_fleet):
+    """The conversations open at once (smg places a prompt it has no prefix for on the
+    least-loaded worker, so concurrent openings spread; one at a time, every opening would tie
+    at load 0), then each conversation's later turns follow its opening."""
     gw, a, b = http_fleet
+    before = (_served(a), _served(b))
+    with ThreadPoolExecutor(len(TOPICS)) as pool:  # long enough answers to overlap in flight
+        openings = list(pool.map(lambda t: _chat(gw.base_url, _conversation(t)[0], max_tokens=40), TOPICS))
+    assert all(r.status_code == 200 for r in openings), [r.text for r in openings]
+    after = (_served(a), _served(b))
+    assert after[0] > before[0] and after[1] > before[1], (before, after)  # openings spread over both
     placed: dict[str, set[str]] = {}
     for topic in TOPICS:
-        for turn in _conversation(topic):
+        for turn in _conversation(topic)[1:]:
             before = (_served(a), _served(b))
             r = _chat(gw.base_url, turn, stream=(len(turn) == 3))
             assert r.status_code == 200, r.text
@@ -177,9 +186,9 @@ def test_http_conversation_sticks_and_load_spreads(http_fleet):
             went = [name for name, x, y in (("a", before[0], after[0]), ("b", before[1], after[1])) if y > x]
             assert len(went) == 1, (before, after)
             placed.setdefault(topic, set()).add(went[0])
-    assert all(len(where) == 1 for where in placed.values()), placed  # every turn on one deployment
+    assert all(len(where) == 1 for where in placed.values()), placed  # every later turn on one deployment
     used = {next(iter(where)) for where in placed.values()}
-    assert used == {"a", "b"}, placed  # conversations spread over both
+    assert used == {"a", "b"}, placed  # and the conversations stay spread over both
 
 
 # ------------------------------------------------------------------ gRPC mode
