@@ -17,6 +17,7 @@ from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.middleware import build_middlewares
 from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
+from vllm_pyfrontend.server.pooling import add_pooling_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
 from vllm_pyfrontend.server.state import ServerState
 
@@ -138,6 +139,7 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_post("/v1/completions", handle_completions)
     app.router.add_post("/tokenize", handle_tokenize)
     app.router.add_post("/detokenize", handle_detokenize)
+    add_pooling_routes(app)
     app.router.add_get("/v1/models", handle_models)
     app.router.add_get("/health", handle_health)
     app.router.add_get("/version", handle_version)

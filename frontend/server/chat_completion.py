@@ -35,6 +35,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     body = await state.read_body(request)
     req: ChatCompletionRequest = decode_body(body, ChatCompletionRequest)
     model = state.check_model(req.model)
+    state.check_generation()
     state.check_engine()
 
     for name in ("max_tokens", "max_completion_tokens"):

@@ -52,6 +52,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
     body = await state.read_body(request)
     req: CompletionRequest = decode_body(body, CompletionRequest)
     model = state.check_model(req.model)
+    state.check_generation()
     state.check_engine()
 
     if req.suffix is not None:
