@@ -287,14 +287,10 @@ async def handle_pooling(request: web.Request) -> web.Response:
     if task not in ("embed", "classify", "token_embed", "token_classify"):
         raise APIError(400, f"The {task!r} pooling task needs an IO processor plugin, which this frontend "
                        "does not run.", "task")
-    embedding = task in ("embed", "token_embed")
-    if req.dimensions is not None:
-        if not embedding:
-            raise APIError(400, f"Task {task!r} only supports ['use_activation'] parameters, does not support "
-                           "['dimensions'] parameters", "dimensions")
-        _check_dimensions(pm, req.dimensions, model)
+    if req.dimensions is not None:  # as vLLM's /pooling
+        raise APIError(400, "dimensions is currently not supported", "dimensions")
     prompts = inputs.prompts_from(state, req)
-    params = pooling_params(task, use_activation=_activation(pm, req), dimensions=req.dimensions)
+    params = pooling_params(task, use_activation=_activation(pm, req))
     rid = _request_id(request, req.request_id)
     outs = await _pool(state, request, prompts, [params] * len(prompts), "pooling", rid, req)
     data = [{"index": i, "object": "pooling",
