@@ -35,7 +35,7 @@ def embed_pair():
 @pytest.fixture(scope="module")
 def classifier_pair():
     args = ["--served-model-name", MODEL, *ENGINE_ARGS, "--runner", "pooling"]
-    with start_pair(build_tiny_classifier(), args=args) as pair:
+    with start_pair(build_tiny_classifier(), args=args, workers=1) as pair:
         yield pair
 
 
