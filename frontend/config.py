@@ -127,6 +127,9 @@ class WorkerConfig:
     # vLLM client_index stamped on requests (None: worker_index). 0 behind the drop-in router,
     # which owns the single client slot vLLM gave it; request ids still carry worker_index.
     engine_client_index: int | None = None
+    # vLLM's `--pooler-config` (a JSON map) as given to the engine: its `task` and
+    # `use_activation` are also the pooling routes' defaults (server/pooling/model.py).
+    pooler_config: dict[str, Any] | None = None
     # API keys are never put in the JSON (argv is world-readable): the supervisor passes them
     # in the API_KEYS_ENV environment variable and the worker fills this list from it.
     api_keys: list[str] = field(default_factory=list)

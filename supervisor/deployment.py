@@ -34,6 +34,7 @@ from vllm_pyfrontend.supervisor.engine_launch import EngineLaunch, engine_launch
 from vllm_pyfrontend.supervisor.options import SupervisorOptions
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, log_as, wait_all
 from vllm_pyfrontend.supervisor.runtime import RuntimeDir, free_tcp_port, tcp_uri
+from vllm_pyfrontend.supervisor.vllm_flags import pooler_config_from
 from vllm_pyfrontend.supervisor.workers import (
     WORKER_EVENTS,
     Fatal,
@@ -327,6 +328,7 @@ class Supervisor:
             grpc_port=opts.grpc_port,
             log_level=opts.log_level,
             generation_config=opts.generation_config,
+            pooler_config=pooler_config_from(opts.engine_args),
             policy=opts.policy,
         )
 

@@ -156,6 +156,7 @@ class ServeSettings:
     chat_template: str | None = None
     max_model_len: int | None = None
     generation_config: str = "auto"
+    pooler_config: dict | None = None  # vLLM's --pooler-config (the pooling routes' defaults)
     shutdown_timeout: float = 0.0
     engine_ready_timeout: float = 600.0
     api_keys: list[str] = field(default_factory=list, repr=False)  # never printed
@@ -167,6 +168,16 @@ def _str_list(value: Any) -> list[str]:
     if value is None:
         return []
     return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+def _pooler_config(value: Any) -> dict | None:
+    """vLLM's jsonified `pooler_config`: a map, a JSON string, or nothing."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return dict(value) if isinstance(value, dict) else None
 
 
 def _local_dir(name: str, revision: Any = None) -> str:
@@ -214,6 +225,7 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
         chat_template=args.get("chat_template"),
         max_model_len=max_model_len,
         generation_config=args.get("generation_config") or "auto",
+        pooler_config=_pooler_config(args.get("pooler_config")),
         shutdown_timeout=float(args.get("shutdown_timeout") or 0),
         engine_ready_timeout=float(args.get("engine_ready_timeout_secs") or 600),
         api_keys=api_keys,
@@ -347,6 +359,7 @@ class DropinSupervisor:
             log_level=self.args.log_level,
             generation_config=s.generation_config,
             engine_client_index=0,
+            pooler_config=s.pooler_config,
             policy=s.policy,
         )
 

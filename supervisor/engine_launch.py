@@ -16,7 +16,7 @@ from vllm_pyfrontend.supervisor.vllm_flags import takes_value
 
 # vLLM engine flags the simulated engine also understands (same names, same meaning).
 SIM_ENGINE_FLAGS = frozenset(
-    {"--max-num-batched-tokens", "--block-size", "--dtype", "--disable-log-stats", "--seed",
+    {"--max-num-batched-tokens", "--block-size", "--dtype", "--disable-log-stats", "--seed", "--runner",
      # the sim engine's own fault injection (not vLLM flags), for reliability tests
      "--hang-after-steps", "--die-after-steps"}
 )

@@ -81,3 +81,36 @@ def takes_value(flag: str) -> bool:
     if flag in BOOLEAN_FLAGS or flag.startswith("--no-"):
         return False
     return True
+
+
+def pooler_config_from(engine_args: list[str]) -> dict | None:
+    """vLLM's `--pooler-config` among forwarded engine flags (a JSON map, `--pooler-config=...`,
+    or dotted `--pooler-config.task classify`): the pooling routes read its task and
+    use_activation, as vLLM's API server reads them from the same flag."""
+    import json
+
+    config: dict = {}
+    i = 0
+    while i < len(engine_args):
+        tok = engine_args[i]
+        name, eq, value = tok.partition("=")
+        name = normalize_flag(name)
+        if name == "--pooler-config" or name.startswith("--pooler-config."):
+            if not eq:
+                i += 1
+                value = engine_args[i] if i < len(engine_args) else ""
+            if name == "--pooler-config":
+                try:
+                    parsed = json.loads(value)
+                except ValueError:
+                    parsed = None
+                if isinstance(parsed, dict):
+                    config.update(parsed)
+            else:
+                key = name[len("--pooler-config."):].replace("-", "_")
+                try:
+                    config[key] = json.loads(value)
+                except ValueError:
+                    config[key] = value
+        i += 1
+    return config or None

@@ -68,7 +68,7 @@ class EngineRequest:
 
     request_id: str
     prompt_token_ids: list[int]
-    sampling_params: dict[str, Any]
+    sampling_params: dict[str, Any] | None
     arrival_time: float
     client_index: int = 0
     external_req_id: str | None = None
@@ -78,6 +78,36 @@ class EngineRequest:
     trace_headers: dict[str, str] | None = None
     # vLLM's LoRARequest as its positional array (frontend/llm/lora.py builds it), or None.
     lora_request: list[Any] | None = None
+    # A pooling request (embed, classify, ...) carries vLLM's `PoolingParams` instead of
+    # sampling params: a positional array (`array_like` struct), see llm/pooling.py.
+    pooling_params: list[Any] | None = None
+
+
+@dataclass(slots=True)
+class PooledTensor:
+    """A pooling output as the engine sent it: dtype name, shape and the raw little-endian
+    bytes, a view into the received frame where the engine sent it out of band (no copy)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data: Any  # bytes or memoryview
+
+    def array(self):
+        """The tensor as a numpy array over the same bytes (bfloat16 is widened to float32)."""
+        import numpy as np
+
+        if self.dtype == "bfloat16":
+            raw = np.frombuffer(self.data, dtype="<u2").astype(np.uint32) << 16
+            return raw.view(np.float32).reshape(self.shape)
+        return np.frombuffer(self.data, dtype=_NUMPY_DTYPES[self.dtype]).reshape(self.shape)
+
+
+# torch dtype names (as vLLM encodes tensors) and numpy dtype strings -> numpy dtypes.
+_NUMPY_DTYPES = {
+    "float32": "<f4", "float16": "<f2", "float64": "<f8", "int64": "<i8", "int32": "<i4",
+    "int16": "<i2", "int8": "i1", "uint8": "u1", "bool": "?",
+    "<f4": "<f4", "<f2": "<f2", "<f8": "<f8", "<i8": "<i8", "<i4": "<i4",
+}
 
 
 @dataclass(slots=True)
@@ -110,6 +140,7 @@ class EngineOutput:
     # Seconds between the engine's QUEUED and SCHEDULED events (vLLM's queue time), when it
     # sends events (stats logging on).
     queue_time: float | None = None
+    pooling_output: PooledTensor | None = None  # the final output of a pooling request
 
     @property
     def finished(self) -> bool:

@@ -470,7 +470,15 @@ def validate_engine_request(
         raise InvalidEngineRequest("The prompt must contain at least one token.", "messages")
     _token_ids("messages", prompt, vocab_size, allow_empty=False)
     prompt_len = len(prompt)
-    if prompt_len >= max_model_len:
+    if req.pooling_params is not None:
+        # A pooling request produces no tokens: the whole context is the prompt's.
+        if prompt_len > max_model_len:
+            raise InvalidEngineRequest(
+                f"This model's maximum context length is {max_model_len} tokens. However, you "
+                f"requested {prompt_len} tokens in the input. Please reduce the length of the input.",
+                "input",
+            )
+    elif prompt_len >= max_model_len:
         raise InvalidEngineRequest(
             f"This model's maximum context length is {max_model_len} tokens. However, your "
             f"messages resulted in {prompt_len} tokens, which leaves no room for the completion. "
@@ -496,6 +504,11 @@ def validate_engine_request(
             raise InvalidEngineRequest("trace_headers must map strings to strings.",
                                        "trace_headers")
 
+    if req.pooling_params is not None:
+        if req.sampling_params is not None:
+            raise InvalidEngineRequest("a request has sampling or pooling params, not both.", "sampling_params")
+        _pooling_params(req.pooling_params)
+        return
     sp = req.sampling_params
     if not isinstance(sp, dict):
         raise InvalidEngineRequest("sampling_params must be a map.", "sampling_params")
@@ -510,3 +523,41 @@ def validate_engine_request(
             raise InvalidEngineRequest(f"unsupported sampling parameter {key!r}.", str(key))
         check(key, value, ctx)
     # n > 1 with greedy sampling is refused by SamplingParams; n is always 1 here.
+
+
+# vLLM's PoolingParams, an `array_like` struct: its fields in order, and the tasks a client
+# request may carry (`plugin` and the combined task need an engine-side IO processor).
+POOLING_PARAMS_FIELDS = (
+    "use_activation", "dimensions", "step_tag_id", "returned_token_ids", "task",
+    "requires_token_ids", "skip_reading_prefix_cache", "late_interaction_params",
+    "extra_kwargs", "output_kind",
+)
+POOLING_TASKS = ("embed", "classify", "token_embed", "token_classify")
+_OUTPUT_KIND_FINAL_ONLY = 2
+
+
+def _pooling_params(pp: Any) -> None:
+    """What the engine's msgspec decode and `PoolingParams.__post_init__` would refuse."""
+    if not isinstance(pp, list) or len(pp) != len(POOLING_PARAMS_FIELDS):
+        raise InvalidEngineRequest("pooling_params must be the full PoolingParams array.", "pooling_params")
+    (use_activation, dimensions, step_tag_id, returned, task, requires_ids, skip_cache,
+     late, extra, output_kind) = pp
+    if use_activation is not None and not isinstance(use_activation, bool):
+        raise InvalidEngineRequest("use_activation must be a boolean.", "use_activation")
+    if dimensions is not None:
+        _int("dimensions", dimensions, 1, _INT64_MAX)
+    if step_tag_id is not None:
+        _int("step_tag_id", step_tag_id, _INT64_MIN, _INT64_MAX)
+    if returned is not None and not (isinstance(returned, list) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in returned)):
+        raise InvalidEngineRequest("returned_token_ids must be a list of ints.", "returned_token_ids")
+    if task not in POOLING_TASKS:
+        raise InvalidEngineRequest(f"unsupported pooling task {task!r}.", "task")
+    if not isinstance(requires_ids, bool) or (skip_cache is not None and not isinstance(skip_cache, bool)):
+        raise InvalidEngineRequest("bad pooling flags.", "pooling_params")
+    if late is not None:
+        raise InvalidEngineRequest("late_interaction_params are not sent by this frontend.", "pooling_params")
+    if extra is not None and not (isinstance(extra, dict) and all(isinstance(k, str) for k in extra)):
+        raise InvalidEngineRequest("extra_kwargs must be a map with string keys.", "pooling_params")
+    if output_kind != _OUTPUT_KIND_FINAL_ONLY:
+        raise InvalidEngineRequest("pooling output_kind must be FINAL_ONLY.", "pooling_params")

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import ormsgpack
 
-from .types import EngineInfo, EngineOutput, EngineOutputs, EngineRequest, Logprobs
+from .types import _NUMPY_DTYPES, EngineInfo, EngineOutput, EngineOutputs, EngineRequest, Logprobs, PooledTensor
 
 # Request type frames (vLLM's EngineCoreRequestType). 0x02 is coordinator-only,
 # 0x04/0x05 are engine-internal sentinels: never sent from here.
@@ -109,7 +109,6 @@ _OUTPUTS_FIELDS_0_32 = (
 # (`getattr(req, name, default)` lets types.EngineRequest grow such fields later.)
 _REQUEST_DEFAULTS: dict[str, Any] = {
     "mm_features": None,
-    "pooling_params": None,
     "lora_request": None,
     "prompt_embeds": None,
     "prompt_is_token_ids": None,
@@ -313,6 +312,30 @@ def _decode_logprobs(lp: Any, frames: Sequence[Any]) -> Logprobs | None:
     return Logprobs(token_ids=token_ids, logprobs=logprobs, sampled_ranks=ranks)
 
 
+def decode_pooled(arr: Any, frames: Sequence[Any]) -> PooledTensor:
+    """A pooling output tensor `[dtype, shape, data]` -> `PooledTensor` over the received
+    bytes: an aux frame's buffer (no copy) or the inline ext-3 bytes."""
+    if not isinstance(arr, (list, tuple)) or len(arr) != 3:
+        raise ProtocolError(f"bad pooling output encoding: {type(arr).__name__}")
+    dtype, shape, data = arr
+    if isinstance(data, int) and not isinstance(data, bool):
+        if not 0 < data < len(frames):
+            raise ProtocolError(f"pooling output refers to missing aux frame {data}")
+        data = _frame_buffer(frames[data])
+    elif not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError("out-of-band tensor references are not supported")
+    if dtype != "bfloat16" and dtype not in _NUMPY_DTYPES:
+        raise ProtocolError(f"unsupported pooling output dtype {dtype!r}")
+    shape = tuple(int(d) for d in shape)
+    count = 1
+    for d in shape:
+        count *= d
+    itemsize = 2 if dtype == "bfloat16" else struct.calcsize(_DTYPE_FORMATS[dtype])
+    if memoryview(data).nbytes != count * itemsize:
+        raise ProtocolError(f"pooling output of shape {shape} {dtype} has {memoryview(data).nbytes} bytes")
+    return PooledTensor(dtype, shape, data)
+
+
 def _error_text(err: Any) -> str | None:
     if err is None or isinstance(err, str):
         return err
@@ -354,6 +377,8 @@ def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> En
             out.new_logprobs = _decode_logprobs(o[2], frames)
         if n > 3 and o[3] is not None:
             out.new_prompt_logprobs = _decode_logprobs(o[3], frames)
+        if n > 4 and o[4] is not None:
+            out.pooling_output = decode_pooled(o[4], frames)
         if n > 5:
             out.finish_reason = o[5]
             if n > 6:

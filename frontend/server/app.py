@@ -20,6 +20,7 @@ from vllm_pyfrontend.server.middleware import install as install_middleware_hook
 from vllm_pyfrontend.server.lora import add_lora_routes, model_cards as lora_model_cards
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
 from vllm_pyfrontend.server.responses import add_responses_routes
+from vllm_pyfrontend.server.pooling import add_pooling_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.server import admin, generate_tokens, render, sagemaker
@@ -139,10 +140,8 @@ def build_app(state: ServerState) -> web.Application:
     app["state"] = state
     install_middleware_hooks(app, state.config)
     add_ops_routes(app)
-    add_lora_routes(app)
     app.router.add_post("/v1/chat/completions", handle_chat_completions)
     app.router.add_post("/v1/completions", handle_completions)
-    add_responses_routes(app)
     app.router.add_post("/tokenize", handle_tokenize)
     app.router.add_post("/detokenize", handle_detokenize)
     app.router.add_get("/v1/models", handle_models)
@@ -150,7 +149,11 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_get("/version", handle_version)
     app.router.add_get("/load", handle_load)
     app.router.add_get("/openapi.json", handle_openapi)
-    add_anthropic_routes(app)
+    # API styles and route families beside chat/completions, each its own module.
+    add_responses_routes(app)  # /v1/responses (server/responses, frontend/store)
+    add_anthropic_routes(app)  # /v1/messages (server/anthropic)
+    add_pooling_routes(app)  # embeddings, classify, score, rerank (server/pooling)
+    add_lora_routes(app)  # runtime LoRA load/unload
     generate_tokens.add_routes(app)  # /inference/v1/generate, abort (scale-out)
     render.add_routes(app)  # render / derender (scale-out)
     admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes

@@ -42,6 +42,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     req: ChatCompletionRequest = decode_body(body, ChatCompletionRequest)
     model = state.check_model(req.model)
     lora = lora_request_for(state, model)
+    state.check_generation()
     state.check_engine()
 
     for name in ("max_tokens", "max_completion_tokens"):

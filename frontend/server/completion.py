@@ -62,6 +62,7 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
     req: CompletionRequest = decode_body(body, CompletionRequest)
     model = state.check_model(req.model)
     lora = lora_request_for(state, model)
+    state.check_generation()
     state.check_engine()
 
     if req.suffix is not None:

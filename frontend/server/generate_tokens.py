@@ -195,6 +195,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     state = request.app["state"]
     req: GenerateRequest = decode_body(await state.read_body(request), GenerateRequest)
     model = state.check_model(req.model)
+    state.check_generation()
     state.check_engine()
     sp = req.sampling_params
     if not req.token_ids:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 from time import monotonic
-from typing import Any
 
 import msgspec
 

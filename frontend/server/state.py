@@ -52,6 +52,10 @@ class ServerState:
             template_source=template.source if template is not None else None, tokenizer=tokenizer,
         )
         self.draining = False
+        # The engine's tasks (vLLM's `get_supported_tasks` utility call) and, for a pooling
+        # model, what the pooling routes know of it (server/pooling/model.py): set by the worker.
+        self.supported_tasks: tuple[str, ...] = ("generate",)
+        self.pooling_model = None
         # Prometheus families of this worker (frontend/metrics); the request pipeline records
         # into `metrics.start_request()`, the worker tracks serving/draining.
         self.metrics = WorkerMetrics(self.model_names[0], list(config.engine_indices), self.max_model_len)
@@ -96,6 +100,13 @@ class ServerState:
         if self.loras is not None and self.loras.get(name) is not None:
             return name  # a LoRA adapter (server/lora.py)
         raise APIError(404, f"The model `{name}` does not exist.", "model")
+
+    def check_generation(self) -> None:
+        """Generation routes on a pooling model (embedding, classifier): a clear 400."""
+        if "generate" not in self.supported_tasks:
+            tasks = ", ".join(f"`{t}`" for t in self.supported_tasks) or "none"
+            raise APIError(400, f"The model does not support generation (task `generate`); its tasks are "
+                           f"{tasks}: use the pooling routes (/v1/embeddings, /classify, /score, ...).", "model")
 
     def check_engine(self) -> None:
         if self.draining:

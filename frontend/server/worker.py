@@ -28,6 +28,7 @@ from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.metrics import install_stats_tap
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.server.app import build_app
+from vllm_pyfrontend.server.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite, make_ssl_context
 from vllm_pyfrontend.server.sse import begin_drain, end_drain
 from vllm_pyfrontend.server.state import ServerState
@@ -105,6 +106,11 @@ async def run_worker(config: WorkerConfig) -> int:
         log.warning("could not record engine info: %s", e)
 
     state = ServerState(config, tokenizer, template, engine, defaults, model_config)
+    state.supported_tasks = await engine_tasks(engine)
+    if any(t in POOLING_TASKS for t in state.supported_tasks):
+        state.pooling_model = PoolingModel.load(config.model, state.supported_tasks, config.pooler_config)
+        log.info("pooling model: tasks %s, pooling task %s", state.supported_tasks,
+                 state.pooling_model.pooling_task)
     try:
         install_stats_tap(engine, state.metrics)
     except TypeError as e:

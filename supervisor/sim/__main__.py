@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--die-after-steps", type=int, default=None, help="fault injection")
     p.add_argument("--hang-after-steps", type=int, default=None, help="fault injection")
+    p.add_argument("--runner", choices=("auto", "generate", "pooling"), default="auto",
+                   help="pooling: answer pooling requests with a vector (an embedding model)")
+    p.add_argument("--pooling-dim", type=int, default=1024, help="pooled vector size (--runner pooling)")
     p.add_argument("--handshake-timeout", type=float, default=300.0)
     p.add_argument("--log-level", default="INFO")
     return p
@@ -71,6 +74,8 @@ def config_from_args(args: argparse.Namespace) -> SimEngineConfig:
         die_after_steps=args.die_after_steps,
         hang_after_steps=args.hang_after_steps,
         handshake_timeout_s=args.handshake_timeout,
+        runner="pooling" if args.runner == "pooling" else "generate",
+        pooling_dim=args.pooling_dim,
     )
 
 

@@ -60,6 +60,10 @@ class SimEngineConfig:
     die_after_steps: int | None = None
     hang_after_steps: int | None = None
     handshake_timeout_s: float = 300.0  # vLLM's HANDSHAKE_TIMEOUT_MINS = 5
+    # "pooling": an embedding model (tasks embed, token_embed; one pooled vector per request
+    # after its first step, `pooling_dim` floats), as vLLM's `--runner pooling --convert embed`.
+    runner: str = "generate"
+    pooling_dim: int = 1024
 
 
 class EngineDied(Exception):
@@ -82,6 +86,7 @@ class SimEngine:
             num_gpu_blocks=self.num_gpu_blocks,
             log_stats=config.log_stats,
             include_finished_set=config.include_finished_set,
+            pooling_dim=config.pooling_dim if config.runner == "pooling" else None,
         )
         self.ctx = zmq.Context()
         self.inputs: list[zmq.Socket] = []
@@ -361,7 +366,7 @@ def _unsupported(name: str):
 
 # Utility methods the simulated engine answers; their results match EngineCore's.
 _UTILITIES: dict[str, Any] = {
-    "get_supported_tasks": lambda e: ["generate"],
+    "get_supported_tasks": lambda e: ["embed", "token_embed"] if e.config.runner == "pooling" else ["generate"],
     "is_sleeping": lambda e: False,
     "is_scheduler_paused": lambda e: False,
     "reset_prefix_cache": lambda e, reset_running_requests=False, reset_connector=False: (

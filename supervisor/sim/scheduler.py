@@ -44,6 +44,7 @@ class SimRequest:
         "first",
         "aborted",
         "logprobs",
+        "pool_dim",
     )
 
     def __init__(
@@ -60,6 +61,7 @@ class SimRequest:
         offset: int,
         queued_ts: float,
         logprobs: int | None = None,
+        pool_dim: int | None = None,
     ):
         self.request_id = request_id
         self.client_index = client_index
@@ -76,6 +78,7 @@ class SimRequest:
         self.first = True
         self.aborted = False
         self.logprobs = logprobs  # top-k asked for (None: no logprobs)
+        self.pool_dim = pool_dim  # a pooling request: the size of its vector
 
     @property
     def scripted(self) -> bool:
@@ -104,8 +107,20 @@ class Scheduler:
         num_gpu_blocks: int,
         log_stats: bool = True,
         include_finished_set: bool = False,
+        pooling_dim: int | None = None,
     ):
         self.tokens = tokens
+        # A pooling model (None: generation only): every pooled vector is a slice of this one.
+        self.pooling_dim = pooling_dim
+        self._pooled = b""
+        if pooling_dim:
+            import random
+            import struct
+
+            rng = random.Random(1234)
+            values = [rng.gauss(0.0, 1.0) for _ in range(pooling_dim)]
+            norm = sum(v * v for v in values) ** 0.5
+            self._pooled = struct.pack(f"<{pooling_dim}f", *(v / norm for v in values))
         self.layout = layout
         self.max_num_seqs = max_num_seqs
         self.max_model_len = max_model_len
@@ -139,7 +154,7 @@ class Scheduler:
         params = req.sampling_params
         prompt = req.prompt_token_ids
         if req.pooling_params is not None:
-            raise FatalEngineError(f"Unsupported task: pooling (request {rid!r})")
+            return self._add_pooling(req, now)
         if params is None or not prompt or params.max_tokens is None:
             return wire.output_item(self.layout, rid, [], wire.FINISH_ERROR)
         prompt_len = len(prompt)
@@ -170,6 +185,24 @@ class Scheduler:
             queued_ts=now,
             logprobs=None if params.logprobs is None else (20 if params.logprobs == -1 else params.logprobs),
         )
+        self.requests[rid] = r
+        self.waiting.append(r)
+        self.num_waiting += 1
+        return None
+
+    def _add_pooling(self, req: wire.SimEngineRequest, now: float) -> list[Any] | None:
+        """A pooling request: it runs its prefill step and finishes with a vector."""
+        rid = req.request_id
+        if not self.pooling_dim:
+            # vLLM's EngineCore.add_request raises for a task the model does not have.
+            raise FatalEngineError(f"Unsupported task: pooling (request {rid!r})")
+        prompt = req.prompt_token_ids
+        if not prompt or len(prompt) > self.max_model_len:
+            return wire.output_item(self.layout, rid, [], wire.FINISH_ERROR)
+        params = req.pooling_params
+        dims = params[1] if isinstance(params, list) and len(params) > 1 else None
+        dim = dims if isinstance(dims, int) and 0 < dims < self.pooling_dim else self.pooling_dim
+        r = SimRequest(rid, req.client_index, len(prompt), 1, 0, None, None, None, None, 0, now, pool_dim=dim)
         self.requests[rid] = r
         self.waiting.append(r)
         self.num_waiting += 1
@@ -240,6 +273,18 @@ class Scheduler:
         outputs: dict[int, list[list[Any]]] = {}
         done: list[SimRequest] = []
         for r in running.values():
+            if r.pool_dim is not None:
+                r.n_out = 1
+                item = wire.output_item(
+                    self.layout, r.request_id, [], wire.FINISH_STOP, None,
+                    [wire.event(wire.EVENT_QUEUED, r.queued_ts), wire.event(wire.EVENT_SCHEDULED, now)]
+                    if log_stats else None,
+                    wire.prefill_stats(r.prompt_len, self.block_size),
+                )
+                item[4] = wire.pooled_tensor(self._pooled[:4 * r.pool_dim], r.pool_dim)
+                outputs.setdefault(r.client_index, []).append(item)
+                done.append(r)
+                continue
             n = r.n_out
             if r.script is None and r.eos_after is None:
                 tok = stream[(r.offset + n) & mask]

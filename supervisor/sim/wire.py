@@ -150,7 +150,7 @@ class SimEngineRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     prompt_token_ids: list[int] | None
     mm_features: list[Any] | None
     sampling_params: SimSamplingParams | None
-    pooling_params: dict[str, Any] | None
+    pooling_params: list[Any] | None  # PoolingParams: an array_like struct
     arrival_time: float
     lora_request: Any
     cache_salt: str | None
@@ -214,6 +214,12 @@ def _array(dtype: str, fmt: str, shape: list[int], values: list) -> list[Any]:
     """A small numpy array as vLLM's MsgpackEncoder writes it: `[dtype.str, shape, raw]`, the
     raw little-endian bytes inline as msgpack ext type 3."""
     return [dtype, shape, ormsgpack.Ext(3, struct.pack(f"<{len(values)}{fmt}", *values))]
+
+
+def pooled_tensor(raw: bytes, dim: int) -> list[Any]:
+    """A pooling output as vLLM's MsgpackEncoder writes a small float32 tensor:
+    `["float32", shape, raw]`, the bytes inline as msgpack ext type 3."""
+    return ["float32", [dim], ormsgpack.Ext(3, raw)]
 
 
 def logprobs_lists(token: int, alternatives: list[int]) -> list[Any]:

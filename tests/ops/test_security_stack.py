@@ -68,7 +68,9 @@ def test_every_v1_route_needs_a_valid_key(stack, method, path):
         for key in KEYS:
             r = h.request(method, url, json=body if method == "POST" else None,
                           headers={"Authorization": f"Bearer {key}"})
-            assert r.status_code == 200, (method, path, r.text)
+            # Past the key check: the pooling routes answer 400 on this generation model.
+            pooling = path in ("/v1/embeddings", "/v1/score", "/v1/rerank")
+            assert r.status_code == (400 if pooling else 200), (method, path, r.text)
 
 
 def test_openai_client_needs_a_valid_key(stack):

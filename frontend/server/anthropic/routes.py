@@ -57,6 +57,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     body = await state.read_body(request)
     req: MessagesRequest = decode_body(body, MessagesRequest)
     model = state.check_model(req.model)
+    state.check_generation()
     state.check_engine()
     lowered = lower_request(req)
     plan = _plan(state, lowered)

@@ -26,7 +26,7 @@ from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.openai_generation import new_choice, submit_choices
 from vllm_pyfrontend.server.request_pipeline import RequestRun
-from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter, new_id, sse_event, usage_of
+from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter, new_id, usage_of
 from vllm_pyfrontend.server.responses.lowering import (
     build_messages,
     chat_tool_choice,
@@ -275,6 +275,7 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
     body = await state.read_body(request)
     req: ResponsesRequest = decode_body(body, ResponsesRequest)
     model = state.check_model(req.model)
+    state.check_generation()
     state.check_engine()
 
     if req.prompt is not None:
