@@ -33,6 +33,10 @@ class SampledTexts:
         self.decode = decode
         self._context: dict[int, list[int]] = {}
 
+    def seed(self, choice: int, context: list[int]) -> None:
+        """Start `choice` with sampled ids from before (streaming derender carries them over)."""
+        self._context[choice] = list(context)[-4:]
+
     def row(self, choice: int, ids: list[int]) -> dict[int, str]:
         """The text of each token of one position's row; call once per position, in order."""
         text = self.token_text

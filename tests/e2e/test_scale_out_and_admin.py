@@ -214,6 +214,95 @@ def test_render_then_generate_then_derender(pair):
             == _post(pair.vllm, "/v1/completions/derender", bad).status_code == 400)
 
 
+def _derender_stream(base: str, path: str, chunks: list[dict], **extra) -> list[tuple[int, Any]]:
+    """vLLM's stateless streaming derender: one call per generate chunk, each carrying the
+    `stream_state` the previous call returned (from the same server)."""
+    out, state = [], None
+    for ch in chunks:
+        r = _post(base, path, {"stream": True, "generate_chunk": ch, "stream_state": state, **extra})
+        body = r.json()
+        if r.status_code != 200:
+            out.append((r.status_code, None))
+            break
+        state = body["stream_state"]
+        out.append((200, _drop(body, "created")))  # created: now
+    return out
+
+
+def test_streaming_derender_equals_vllm(pair):
+    """`stream: true` derender, chat and completions, over vLLM's own streamed generate chunks:
+    every call's `{chunk, stream_state}` equals vLLM's (logprobs to 4 places)."""
+    chat = {"model": MODEL, "messages": [U], "max_tokens": 8, "temperature": 0, "logprobs": True,
+            "top_logprobs": 2, "stream": True, "stream_options": {"include_usage": True}}
+    rendered = _post(pair.vllm, "/v1/chat/completions/render", chat).json()
+    chunks = _events(_post(pair.vllm, "/inference/v1/generate", rendered))
+    assert chunks and any(c["choices"] for c in chunks)
+    ids = rendered["token_ids"]
+    comp = {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0,
+            "logprobs": 2, "stream": True}
+    comp_rendered = _post(pair.vllm, "/v1/completions/render", comp).json()[0]
+    comp_chunks = _events(_post(pair.vllm, "/inference/v1/generate", comp_rendered))
+    cases = [
+        ("/v1/chat/completions/derender", chunks, {"prompt_tokens": len(ids), "prompt_token_ids": ids}),
+        ("/v1/chat/completions/derender", chunks, {}),
+        ("/v1/chat/completions/derender", chunks,
+         {"prompt_token_ids": ids, "chat_request": {"model": MODEL, "messages": [U], "return_token_ids": True}}),
+        ("/v1/completions/derender", comp_chunks,
+         {"prompt_tokens": len(comp_rendered["token_ids"]), "prompt_token_ids": comp_rendered["token_ids"]}),
+        ("/v1/completions/derender", comp_chunks, {"model": MODEL}),
+    ]
+    for path, chs, extra in cases:
+        ours, theirs = (_derender_stream(base, path, chs, **extra) for base in (pair.ours, pair.vllm))
+        assert all(status == 200 for status, _ in theirs), (path, extra)
+        assert _round(ours) == _round(theirs), (path, extra)
+
+
+def test_streaming_derender_repairs_split_characters_as_vllm(pair):
+    """Multi-byte characters split over byte tokens, one token per chunk, with logprobs: the text
+    is held until a character completes, and the logprob tokens are repaired from the sampled
+    tokens before, across chunk boundaries, as vLLM does (also the non-streaming form)."""
+    toks = _post(pair.vllm, "/tokenize", {"model": MODEL, "prompt": "é 😀 你好 Ω"}).json()["tokens"]
+    assert len(toks) > 4
+    def lp(t):
+        return {"content": [{"token_id": t, "logprob": -0.5, "top_logprobs": [
+            {"token_id": t, "logprob": -0.5}, {"token_id": (t + 1) % 1000, "logprob": -1.5}]}]}
+    stream_chunks = [{"request_id": "r1", "choices": [{"index": 0, "token_ids": [t], "logprobs": lp(t)}]}
+                     for t in toks]
+    stream_chunks[-1]["choices"][0]["finish_reason"] = "stop"
+    stream_chunks.append({"request_id": "r1", "choices": [],
+                          "usage": {"prompt_tokens": 3, "completion_tokens": len(toks), "total_tokens": 3 + len(toks)}})
+    for path in ("/v1/chat/completions/derender", "/v1/completions/derender"):
+        ours, theirs = (_derender_stream(base, path, stream_chunks, prompt_token_ids=[100, 200])
+                        for base in (pair.ours, pair.vllm))
+        assert ours == theirs, path
+    whole = {"request_id": "r2", "choices": [{"index": 0, "token_ids": toks, "logprobs": {
+        "content": [c["choices"][0]["logprobs"]["content"][0] for c in stream_chunks[:-1]]}}]}
+    for path, body in (("/v1/chat/completions/derender", {"generate_response": whole}),
+                       ("/v1/completions/derender", {"generate_responses": [whole]})):
+        ours, theirs = (_post(base, path, body) for base in (pair.ours, pair.vllm))
+        assert ours.status_code == theirs.status_code == 200, (path, ours.text, theirs.text)
+        assert _drop(ours.json(), "created") == _drop(theirs.json(), "created"), path
+
+
+STREAM_DERENDER_ERRORS = [
+    ("two_choices", {"generate_chunk": {"choices": [{"index": 0, "token_ids": [5]},
+                                                    {"index": 1, "token_ids": [6]}]}}),
+    ("chunk_lens_mismatch", {"generate_chunk": {"choices": [{"index": 0, "token_ids": [5]}]},
+                             "stream_state": {"output_token_ids": [1, 2], "output_chunk_lens": [1]}}),
+    ("missing_chunk", {}),
+    ("unknown_model", {"model": "nope", "generate_chunk": {"choices": []}}),
+]
+
+
+@pytest.mark.parametrize("name,body", STREAM_DERENDER_ERRORS, ids=[e[0] for e in STREAM_DERENDER_ERRORS])
+@pytest.mark.parametrize("path", ["/v1/chat/completions/derender", "/v1/completions/derender"])
+def test_streaming_derender_refuses_as_vllm(pair, path, name, body):
+    body = {"stream": True, **body}
+    ours, theirs = (_post(base, path, body) for base in (pair.ours, pair.vllm))
+    assert ours.status_code == theirs.status_code, (ours.text, theirs.text)
+    assert ours.status_code >= 400
+
+
 # -- every route, walked ---------------------------------------------------------------------------
 def _shape(v: Any) -> Any:
     if isinstance(v, dict):
