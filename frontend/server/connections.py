@@ -87,10 +87,14 @@ class GuardedRequestHandler(RequestHandler):
             self._head_timer = self._loop.call_later(guard.header_timeout, self._head_timed_out)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused is not None:  # answered 503 already: what it sends is discarded
+            return
         waiter = self._waiter
-        if waiter is None or waiter.done():  # a request (its body) is being handled
-            if self._refused is None:
-                super().data_received(data)
+        # A new connection's bytes can arrive before aiohttp's handler task has run and begun
+        # to wait for a head (no waiter yet, no request so far): that is waiting for a head too.
+        fresh = waiter is None and self._request_count == 0
+        if not fresh and (waiter is None or waiter.done()):  # a request (its body) is being handled
+            super().data_received(data)
             return
         # Waiting for a request head: its bytes are arriving.
         idle = self._keepalive_handle
@@ -100,8 +104,9 @@ class GuardedRequestHandler(RequestHandler):
         timeout = self._guard.header_timeout
         if self._head_timer is None and timeout > 0:
             self._head_timer = self._loop.call_later(timeout, self._head_timed_out)
+        heads = self._request_count
         super().data_received(data)
-        if waiter.done() and self._head_timer is not None:  # the head is complete
+        if self._request_count > heads and self._head_timer is not None:  # the head is complete
             self._head_timer.cancel()
             self._head_timer = None
 

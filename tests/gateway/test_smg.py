@@ -36,27 +36,25 @@ MODEL_NAME = "dsv4"
 SMG = os.path.join(os.path.dirname(sys.executable), "smg")
 
 
-def _deployments(model: str = "demo:deepseek-v4", grpc_ports: tuple = (None, None)) -> tuple[Stack, Stack]:
-    """Two deployments, started at once."""
-    with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(_deployment, model, port) for port in grpc_ports]
-        stacks = []
-        for f in futures:
-            try:
-                stacks.append(f.result())
-            except BaseException:
-                for s in stacks:
-                    s.stop()
-                raise
-    return stacks[0], stacks[1]
+def _deployments(model: str) -> tuple[Stack, Stack]:
+    """Two deployments serving HTTP and gRPC, one after the other: each picks its free ports
+    (HTTP and gRPC here, ZMQ in its supervisor) only once the other holds its own, so the two
+    never pick the same one."""
+    first = _deployment(model)
+    try:
+        return first, _deployment(model)
+    except BaseException:
+        first.stop()
+        raise
 
 
-def _deployment(model: str = "demo:deepseek-v4", grpc_port: int | None = None) -> Stack:
-    args = ["--engine", "sim", "--workers", "2", "--sim-step-time", "0.01", "--max-model-len", "4096",
-            "--served-model-name", MODEL_NAME, "--shutdown-timeout", "2"]
-    if grpc_port is not None:
-        args += ["--grpc-port", str(grpc_port)]
-    return Stack([*args, model], ready_timeout=120)
+def _deployment(model: str) -> Stack:
+    grpc_port = free_port()
+    stack = Stack(["--engine", "sim", "--workers", "2", "--sim-step-time", "0.01", "--max-model-len", "4096",
+                   "--served-model-name", MODEL_NAME, "--shutdown-timeout", "2", "--grpc-port", str(grpc_port),
+                   model], ready_timeout=120)
+    stack.grpc_port = grpc_port
+    return stack
 
 
 class Gateway:
@@ -134,10 +132,9 @@ def fleet(tmp_path_factory):
     """Two deployments serving HTTP and gRPC, shared by both gateways (the kill comes last)."""
     # One model directory for the deployments and for smg in gRPC mode (it renders and tokenizes).
     model_dir = materialize_deepseek_v4(str(tmp_path_factory.mktemp("dsv4")))
-    ports = (free_port(), free_port())
-    a, b = _deployments(model_dir, ports)
+    a, b = _deployments(model_dir)
     try:
-        yield a, b, ports, model_dir
+        yield a, b, (a.grpc_port, b.grpc_port), model_dir
     finally:
         a.terminate()
         b.stop()

@@ -122,7 +122,8 @@ def test_one_policy_for_the_cli_the_dropin_and_the_workers(tmp_path):
     from vllm_pyfrontend.supervisor.dropin import serve_settings
 
     dests = {a.dest for a in build_parser()._actions}
-    assert set(WorkerPolicy.__dataclass_fields__) <= dests
+    derived = {"profiler_enabled"}  # read off the engine's --profiler-config, not a flag of its own
+    assert set(WorkerPolicy.__dataclass_fields__) - derived <= dests
     assert parse_args(["/m"]).policy == WorkerPolicy()
     opts = parse_args(["--metrics-require-api-key", "--allowed-origins", "https://a", "--allow-credentials",
                        "--allowed-methods", "GET", "POST", "--enable-log-requests", "--max-log-len", "7",
