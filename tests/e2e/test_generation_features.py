@@ -43,26 +43,12 @@ def _close(a: Any, b: Any, path: str = "") -> None:
         assert isinstance(b, dict) and list(a) == list(b), (path, a, b)
         for k in a:
             _close(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list) and path.endswith("top_logprobs") and a and isinstance(a[0], dict) and "logprob" in a[0]:
-        _same_alternatives(a, b, path)
     elif isinstance(a, list):
         assert isinstance(b, list) and len(a) == len(b), (path, a, b)
         for i, (x, y) in enumerate(zip(a, b)):
             _close(x, y, f"{path}[{i}]")
     else:
         assert a == b, (path, a, b)
-
-
-def _same_alternatives(a: list[dict], b: list[dict], path: str) -> None:
-    """A chat token's top alternatives from two engines: the same logprobs (1e-3) in the same
-    order, and the same tokens except where two alternatives tie (bf16 logits: two engines may
-    list tied tokens in either order)."""
-    assert isinstance(b, list) and len(a) == len(b), (path, a, b)
-    for i, (x, y) in enumerate(zip(a, b)):
-        assert math.isclose(x["logprob"], y["logprob"], abs_tol=1e-3), (f"{path}[{i}]", x, y)
-        tied = any(j != i and abs(a[j]["logprob"] - x["logprob"]) <= 1e-3 for j in range(len(a)))
-        if not tied:
-            assert (x["token"], x["bytes"]) == (y["token"], y["bytes"]), (f"{path}[{i}]", x, y)
 
 
 # -------------------------------------------------------------------------- prompt logprobs
@@ -172,7 +158,9 @@ def _beams(route: str, payload: dict) -> dict:
     ("comp", {"prompt": "The sea", "n": 2, "max_tokens": 4, "temperature": 0, "ignore_eos": True,
               "stop": ["e"], "early_stopping": True}),
     ("chat", {"messages": MSGS, "n": 2, "max_tokens": 5, "temperature": 0, "return_token_ids": True}),
-    ("chat", {"messages": MSGS, "n": 3, "max_tokens": 4, "logprobs": True, "top_logprobs": 2}),
+    # Greedy: each beam step's engine request also samples one token, and vLLM's beam search
+    # lists it among the token's alternatives; at temperature 1 that one is random on both sides.
+    ("chat", {"messages": MSGS, "n": 3, "max_tokens": 4, "logprobs": True, "top_logprobs": 2, "temperature": 0}),
 ], ids=["comp_n3", "comp_length_penalty_default_temperature", "comp_2prompts_logprobs", "comp_stop_ignored",
         "chat_n2", "chat_n3_logprobs"])
 def test_beam_search_as_vllm(tiny_pair, route, body):
