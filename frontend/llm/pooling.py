@@ -20,11 +20,10 @@ from vllm_pyfrontend.engine.types import (
     EngineRequest,
     Failure,
     FailureKind,
-    InvalidEngineRequest,
     PooledTensor,
 )
-from vllm_pyfrontend.llm.errors import InvalidRequestError
 from vllm_pyfrontend.llm.request_ids import make_request_id
+from vllm_pyfrontend.llm.submission import send_all
 
 _OUTPUT_KIND_FINAL_ONLY = 2  # vLLM's RequestOutputKind.FINAL_ONLY, the only kind pooling takes
 
@@ -119,19 +118,7 @@ class PoolingBatch:
         EngineDeadError."""
         self._done = asyncio.get_running_loop().create_future()
         self._left = len(self.requests)
-        sent: list[str] = []
-        try:
-            for req, item in self.requests:
-                self.engine.add_request(req, item)
-                sent.append(req.request_id)
-        except InvalidEngineRequest as e:
-            if sent:
-                self.engine.abort(sent)
-            raise InvalidRequestError(e.message, e.param) from None
-        except Exception:
-            if sent:
-                self.engine.abort(sent)
-            raise
+        send_all(self.engine, self.requests)
 
     async def results(self) -> list[PooledTensor]:
         """The pooled outputs in input order; raises PoolingFailed. Cancelled (the client

@@ -59,16 +59,23 @@ class Submission:
     def submit(self) -> None:
         """Send every request. Raises InvalidRequestError (a field the engine must not see;
         nothing is left in the engine) or EngineDeadError (no engine can take them now)."""
-        sent: list[str] = []
-        try:
-            for req, gen in self.requests:
-                self.engine.add_request(req, gen)
-                sent.append(req.request_id)
-        except InvalidEngineRequest as e:
-            if sent:
-                self.engine.abort(sent)
-            raise InvalidRequestError(e.message, e.param) from None
-        except Exception:
-            if sent:
-                self.engine.abort(sent)
-            raise
+        send_all(self.engine, self.requests)
+
+
+def send_all(engine, requests) -> None:
+    """Send each (engine request, output sink) pair, all or none: on a failure the ones already
+    sent are aborted. Raises InvalidRequestError (a field the engine must not see) or what the
+    engine client raised (EngineDeadError)."""
+    sent: list[str] = []
+    try:
+        for req, sink in requests:
+            engine.add_request(req, sink)
+            sent.append(req.request_id)
+    except InvalidEngineRequest as e:
+        if sent:
+            engine.abort(sent)
+        raise InvalidRequestError(e.message, e.param) from None
+    except Exception:
+        if sent:
+            engine.abort(sent)
+        raise
