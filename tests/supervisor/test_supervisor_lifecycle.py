@@ -115,7 +115,7 @@ DRIVER = textwrap.dedent(
     sm.WORKER_KILL_GRACE_S = 0.5
     sm.configure_logging("info")
     options = SupervisorOptions(model="/nonexistent-model", workers=workers, host="127.0.0.1",
-                                port=0, shutdown_timeout=float(os.environ.get("FAKE_SHUTDOWN_TIMEOUT", "1")), engine_ready_timeout=20,
+                                port=0, shutdown_timeout=float(os.environ.get("FAKE_SHUTDOWN_TIMEOUT", "20")), engine_ready_timeout=20,
                                 worker_ready_timeout=20,
                                 on_engine_death=os.environ.get("FAKE_ON_ENGINE_DEATH", "exit"))
     if os.environ.get("FAKE_EXTERNAL_PORT"):  # no local engine: one joins over TCP
@@ -270,6 +270,7 @@ def test_engine_death_exits_1(run):
     ev = r.events()
     # Workers are told first (SIGUSR1: fail in-flight requests), then stopped.
     for i in (0, 1):
+        assert f"usr1 {i}" in ev and f"exit {i}" in ev, (ev, r.log())
         assert ev.index(f"usr1 {i}") < ev.index(f"drain {i}") < ev.index(f"exit {i}"), ev
     assert "engine exited (killed by SIGKILL)" in r.log()
     assert len(r.starts(0)) == 1  # no restarts while stopping
@@ -304,7 +305,7 @@ def test_worker_crash_loop_gives_up(run):
 
 
 def test_stubborn_worker_is_killed_after_the_drain_window(run):
-    r = run(workers=1, FAKE_WORKER_MODE="stubborn")
+    r = run(workers=1, FAKE_WORKER_MODE="stubborn", FAKE_SHUTDOWN_TIMEOUT="1")
     r.wait_log("serving on")
     pid = int(r.starts(0)[0][2])
     t0 = time.monotonic()
@@ -319,7 +320,7 @@ def test_stubborn_worker_is_killed_after_the_drain_window(run):
 
 def test_repeated_sigterm_does_not_cut_the_drain(run):
     """`timeout` and group-wide kills deliver SIGTERM twice: still an orderly drain."""
-    r = run(workers=1, FAKE_WORKER_MODE="stubborn")
+    r = run(workers=1, FAKE_WORKER_MODE="stubborn", FAKE_SHUTDOWN_TIMEOUT="1")
     r.wait_log("serving on")
     t0 = time.monotonic()
     r.proc.send_signal(signal.SIGTERM)
