@@ -1,0 +1,80 @@
+"""Cases for the differential test of every parser name against vLLM's installed parsers.
+
+Each module in this package covers some parser names and defines any of:
+
+- ``TOOL_CASES: list[ToolCase]``: a model output for a tool-call parser name and what it
+  must give (content, calls with decoded arguments);
+- ``REASONING_CASES: list[ReasoningCase]``: an output for a reasoning parser name and its
+  split (reasoning, content);
+- ``DIFFERENCES: dict[str, str]``: case id -> why vLLM's installed parser answers otherwise.
+  Only deliberate, explained differences; the test checks vLLM still differs there (a stale
+  entry fails);
+- ``EXTRA_TOKENS: list[str]``: markers vLLM's parsers look up in the vocabulary (they are
+  added to the test tokenizer so that vLLM's parser classes can be built).
+
+``tests/parsers/test_every_parser_vs_vllm.py`` runs every case, whole and streamed under
+several splits, against ours and vLLM's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any
+
+Calls = list[tuple[str, Any]]
+
+
+@dataclass
+class ToolCase:
+    parser: str
+    name: str
+    text: str
+    content: str
+    calls: Calls = field(default_factory=list)
+    #: the request's tools (OpenAI dicts); None: tests.parsers.corpus.TOOLS
+    tools: list[dict[str, Any]] | None = None
+
+    @property
+    def id(self) -> str:
+        return f"tool:{self.parser}:{self.name}"
+
+
+@dataclass
+class ReasoningCase:
+    parser: str
+    name: str
+    text: str
+    reasoning: str
+    content: str
+    #: chat_template_kwargs of the request (e.g. {"enable_thinking": False})
+    kwargs: dict[str, Any] | None = None
+
+    @property
+    def id(self) -> str:
+        return f"reasoning:{self.parser}:{self.name}"
+
+
+@dataclass
+class Loaded:
+    tool_cases: list[ToolCase] = field(default_factory=list)
+    reasoning_cases: list[ReasoningCase] = field(default_factory=list)
+    differences: dict[str, str] = field(default_factory=dict)
+    extra_tokens: list[str] = field(default_factory=list)
+
+
+def load() -> Loaded:
+    """Every case module of this package, merged."""
+    out = Loaded()
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        out.tool_cases += getattr(mod, "TOOL_CASES", [])
+        out.reasoning_cases += getattr(mod, "REASONING_CASES", [])
+        for key, why in getattr(mod, "DIFFERENCES", {}).items():
+            assert key not in out.differences, f"{key} documented twice"
+            out.differences[key] = why
+        out.extra_tokens += [t for t in getattr(mod, "EXTRA_TOKENS", []) if t not in out.extra_tokens]
+    ids = [c.id for c in out.tool_cases + out.reasoning_cases]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    return out
