@@ -46,8 +46,11 @@ def vllm_tool_calls(name: str, hf: Any, tools: list[dict[str, Any]], text: str) 
     """vLLM's non-streaming result: (content or "", [(name, decoded args)])."""
     from vllm.tool_parsers import ToolParserManager
 
-    parser = ToolParserManager.get_tool_parser(name)(hf, tools)
-    info = parser.extract_tool_calls(text, chat_request(tools))
+    request = chat_request(tools)
+    # the request's tool objects, as vLLM's server passes them (some parsers,
+    # e.g. hy_v4, read attributes and fail on plain dicts)
+    parser = ToolParserManager.get_tool_parser(name)(hf, request.tools)
+    info = parser.extract_tool_calls(text, request)
     calls = []
     for t in info.tool_calls:
         try:

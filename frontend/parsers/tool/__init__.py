@@ -52,7 +52,11 @@ def get_tool_parser(
         raise KeyError(
             f"unknown tool parser {name!r}; known: {', '.join(tool_parser_names())}"
         ) from None
-    return SectionToolParser(factory(list(tools or [])), tokenizer=tokenizer, tools=tools, gate=gate)
+    fmt = factory(list(tools or []))
+    parser = SectionToolParser(fmt, tokenizer=tokenizer, tools=tools, gate=gate)
+    # a format may wrap its parser (channels.py: framing markers dropped)
+    wrap = getattr(fmt, "wrap_parser", None)
+    return wrap(parser) if wrap is not None else parser
 
 
 def forced_tool_parser(tool_choice_name: str | None) -> SectionToolParser:
@@ -89,3 +93,31 @@ register_tool_parser("kimi_k2", lambda tools: KimiK2())
 register_tool_parser("glm45", lambda tools: Glm45(tools))
 register_tool_parser("glm47", lambda tools: Glm45(tools))
 register_tool_parser("minimax_m2", lambda tools: MinimaxM2(tools))
+
+
+# --- helper 15a: every remaining vLLM tool-call parser name (a-k) ------------------
+from vllm_pyfrontend.parsers.tool import channels as _ch  # noqa: E402
+from vllm_pyfrontend.parsers.tool import gemma as _gm  # noqa: E402
+from vllm_pyfrontend.parsers.tool import json_families as _jf  # noqa: E402
+from vllm_pyfrontend.parsers.tool import tagged_params as _tp  # noqa: E402
+
+register_tool_parser("apertus", lambda tools: _jf.Apertus())
+register_tool_parser("cohere_command3", lambda tools: _ch.CohereCommand(tools))
+register_tool_parser("cohere_command4", lambda tools: _ch.CohereCommand(tools))
+register_tool_parser("deepseek_v41", lambda tools: _tp.DsmlSpaced(tools))
+register_tool_parser("dots", lambda tools: _tp.Dots(tools))
+register_tool_parser("ernie45", lambda tools: _jf.Ernie45())
+register_tool_parser("functiongemma", lambda tools: _gm.FunctionGemma(tools))
+register_tool_parser("gemma4", lambda tools: _gm.Gemma4(tools))
+register_tool_parser("gigachat3", lambda tools: _jf.GigaChat3())
+register_tool_parser("granite", lambda tools: _jf.Granite())
+register_tool_parser("granite-20b-fc", lambda tools: _jf.Granite20bFC())
+register_tool_parser("granite4", lambda tools: _jf.Granite4())
+register_tool_parser("hunyuan_a13b", lambda tools: _jf.ToolCallsArray())
+register_tool_parser("hy_v3", lambda tools: _tp.HyV3(tools))
+register_tool_parser("hy_v4", lambda tools: _tp.HyV4(tools))
+register_tool_parser("inkling", lambda tools: _ch.Inkling(tools))
+register_tool_parser("internlm", lambda tools: _jf.Internlm())
+register_tool_parser("jamba", lambda tools: _jf.ToolCallsArray())
+register_tool_parser("k2_horizon", lambda tools: _tp.K2Horizon(tools))
+register_tool_parser("kimi_k3", lambda tools: _ch.KimiK3(tools))

@@ -1,0 +1,182 @@
+"""JSON-bodied call formats added for every vLLM name (helper 15a): granite, granite4,
+granite-20b-fc, jamba, hunyuan_a13b, apertus, internlm, gigachat3, ernie45.
+
+Arguments stay the model's own JSON text (the raw slice found by the scanner),
+as in json_calls.py; a body that is not the format's JSON is given back as
+content.
+"""
+
+from __future__ import annotations
+
+import json
+
+from vllm_pyfrontend.parsers.combinators import (
+    P,
+    fmap,
+    json_value,
+    lit,
+    many,
+    opt,
+    seq,
+    take_until,
+    ws,
+)
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
+from vllm_pyfrontend.parsers.tool.json_calls import call_object, json_members
+
+
+def call_array(*arg_keys: str) -> P:
+    """``[{"name": ..., "<arg_key>": {...}}, ...]`` (at least one call) -> list[Call]."""
+    return fmap(
+        seq(
+            lit("["),
+            ws(),
+            many(call_object(*arg_keys), sep=seq(ws(), lit(","), ws()), minimum=1),
+            ws(),
+            lit("]"),
+        ),
+        lambda v: v[2],
+    )
+
+
+def _strict_call(*arg_keys: str) -> P:
+    """A call object that must carry one of ``arg_keys`` holding an object."""
+
+    def build(members: dict[str, str]) -> Call:
+        name_raw = members.get("name")
+        if name_raw is None or not name_raw.startswith('"'):
+            raise ValueError("no name")
+        name = json.loads(name_raw)
+        raw = next((members[k] for k in arg_keys if k in members), None)
+        if not name or raw is None or not raw.startswith("{"):
+            raise ValueError("needs a name and an arguments object")
+        return Call(name=name, arguments=raw)
+
+    return fmap(json_members(), build)
+
+
+def _strict_array(*arg_keys: str) -> P:
+    return fmap(
+        seq(
+            lit("["),
+            ws(),
+            many(_strict_call(*arg_keys), sep=seq(ws(), lit(","), ws()), minimum=1),
+            ws(),
+            lit("]"),
+        ),
+        lambda v: v[2],
+    )
+
+
+def _padded(p: P) -> P:
+    """``p`` with optional whitespace around it; value: ``p``'s."""
+    return fmap(seq(ws(), p, ws()), lambda v: v[1])
+
+
+def _one(p: P) -> P:
+    return fmap(p, lambda call: [call])
+
+
+# ------------------------------------------------------------------- granite
+class Granite(ToolFormat):
+    """Granite 3.0 / 3.1: ``<|tool_call|>[{"name": ..., "arguments": {...}}, ...]``
+    (3.1 writes ``<tool_call>`` as text); no closing marker: the array ends it."""
+
+    _body = fmap(seq(ws(), call_array("arguments")), lambda v: v[1])
+    sections = {
+        "<|tool_call|>": Section(body=_body),
+        "<tool_call>": Section(body=_body),
+    }
+
+
+class Granite4(ToolFormat):
+    """Granite 4: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``."""
+
+    sections = {
+        "<tool_call>": Section(body=_padded(_one(_strict_call("arguments"))), ends=("</tool_call>",))
+    }
+
+
+class Granite20bFC(ToolFormat):
+    """granite-20b-functioncalling: ``<function_call> {"name": ..., "arguments": {...}}``
+    per call, no closing marker."""
+
+    sections = {
+        "<function_call>": Section(body=fmap(seq(ws(), _one(call_object("arguments"))), lambda v: v[1]))
+    }
+
+
+# ------------------------------------------------------- <tool_calls>[...] arrays
+class ToolCallsArray(ToolFormat):
+    """Jamba and Hunyuan-A13B: ``<tool_calls>[{"name": ..., "arguments": {...}}, ...]</tool_calls>``."""
+
+    sections = {
+        "<tool_calls>": Section(body=_padded(_strict_array("arguments")), ends=("</tool_calls>",))
+    }
+
+
+# -------------------------------------------------------------------- apertus
+def _apertus_call() -> P:
+    """``{"get_weather": {...}}``: a one-member object, the key is the name."""
+
+    def build(members: dict[str, str]) -> Call:
+        if len(members) != 1:
+            raise ValueError("one function per object")
+        ((name, raw),) = members.items()
+        if not name or not raw.startswith("{"):
+            raise ValueError("arguments must be an object")
+        return Call(name=name, arguments=raw)
+
+    return fmap(json_members(), build)
+
+
+class Apertus(ToolFormat):
+    """Apertus: ``<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, ...]<|tools_suffix|>``."""
+
+    sections = {
+        "<|tools_prefix|>": Section(
+            body=_padded(
+                fmap(
+                    seq(lit("["), ws(), many(_apertus_call(), sep=seq(ws(), lit(","), ws()), minimum=1), ws(), lit("]")),
+                    lambda v: v[2],
+                )
+            ),
+            ends=("<|tools_suffix|>",),
+        )
+    }
+
+
+# ------------------------------------------------------------------- internlm
+class Internlm(ToolFormat):
+    """InternLM2: ``<|action_start|><|plugin|>\\n{"name": ..., "parameters": {...}}<|action_end|>``."""
+
+    sections = {
+        "<|action_start|><|plugin|>": Section(
+            body=_padded(_one(call_object("parameters", "arguments"))),
+            ends=("<|action_end|>",),
+        )
+    }
+
+
+# ------------------------------------------------------------------ gigachat3
+class GigaChat3(ToolFormat):
+    """GigaChat 3: ``function call<|role_sep|>\\n{"name": ..., "arguments": {...}}``
+    (after ``<|message_sep|>``), or ``<|function_call|>{...}``; one call, to the end."""
+
+    _call = _one(_strict_call("arguments"))
+    sections = {
+        "<|function_call|>": Section(body=fmap(seq(ws(), _call), lambda v: v[1])),
+        "function call<|role_sep|>": Section(body=fmap(seq(ws(), _call), lambda v: v[1])),
+        "<|message_sep|>": Section(
+            body=fmap(seq(ws(), lit("function call<|role_sep|>"), ws(), _call), lambda v: v[3])
+        ),
+    }
+
+
+# -------------------------------------------------------------------- ernie45
+class Ernie45(ToolFormat):
+    """ERNIE 4.5: ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``."""
+
+    sections = {
+        "<tool_call>": Section(body=_padded(_one(call_object("arguments"))), ends=("</tool_call>",))
+    }

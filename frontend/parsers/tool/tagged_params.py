@@ -1,0 +1,377 @@
+"""Formats whose parameters are tagged text, typed by the tool's schema (helper 15a):
+hy_v3, hy_v4, k2_horizon (``<arg_key>``/``<arg_value>`` kin), dots (``<invoke>``),
+deepseek_v41 (spaced DSML).
+
+Each parameter's text becomes a JSON value through `schema_values.typed_value`,
+with the types the request's tool declares for it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from vllm_pyfrontend.parsers.combinators import (
+    P,
+    choice,
+    fmap,
+    lit,
+    many,
+    opt,
+    seq,
+    take_until,
+    ws,
+)
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
+from vllm_pyfrontend.parsers.tool.json_calls import json_members
+from vllm_pyfrontend.parsers.tool.schema_values import (
+    param_schema,
+    schema_types,
+    tool_names,
+    tool_schema,
+    typed_value,
+)
+
+
+def _name(text: str) -> str:
+    name = text.strip()
+    if not name or any(c.isspace() or c in "<>\"'{}" for c in name):
+        raise ValueError("bad name")
+    return name
+
+
+def _calls_body(call: P) -> P:
+    return fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
+
+
+class _Typed(ToolFormat):
+    def __init__(self, tools: Sequence[Any] = ()) -> None:
+        self.tools = list(tools)
+        self.sections = self.build()
+
+    def build(self) -> dict[str, Section]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def value(self, name: str, key: str, text: str) -> Any:
+        return typed_value(text, schema_types(param_schema(self.tools, name, key)))
+
+
+# ------------------------------------------------------------ hy_v3 / hy_v4
+class HyV3(_Typed):
+    """Hunyuan (HY) V3::
+
+        <tool_calls><tool_call>get_weather<tool_sep>
+        <arg_key>city</arg_key>
+        <arg_value>Paris</arg_value>
+        </tool_call></tool_calls>
+    """
+
+    sep: str | None = "<tool_sep>"
+
+    def build(self) -> dict[str, Section]:
+        arg = fmap(
+            seq(
+                lit("<arg_key>"),
+                take_until("</arg_key>"),
+                lit("</arg_key>"),
+                ws(),
+                lit("<arg_value>"),
+                take_until("</arg_value>"),
+                lit("</arg_value>"),
+            ),
+            lambda v: (v[1], v[5]),
+        )
+        if self.sep is not None:
+            head = fmap(seq(take_until(self.sep), lit(self.sep)), lambda v: _name(v[0]))
+        else:
+            head = fmap(take_until("<arg_key>", "</tool_call>"), _name)
+
+        def build(v: list[Any]) -> Call:
+            name = v[1]
+            args = {k: self.value(name, k, val) for k, val in v[3]}
+            return Call(name=name, arguments=dumps_args(args))
+
+        call = fmap(
+            seq(lit("<tool_call>"), head, ws(), many(arg, sep=ws()), ws(), lit("</tool_call>")),
+            build,
+        )
+        return {"<tool_calls>": Section(body=_calls_body(call), ends=("</tool_calls>",))}
+
+
+class HyV4(HyV3):
+    """Hunyuan (HY) V4: as V3 without ``<tool_sep>`` (the name runs up to the first
+    ``<arg_key>``)."""
+
+    sep = None
+
+
+# ---------------------------------------------------------------- k2_horizon
+class K2Horizon(_Typed):
+    """K2 Horizon (IFM XML)::
+
+        <ifm|tool_calls><ifm|tool_call>get_weather
+        <ifm|arg_key>city</ifm|arg_key><ifm|arg_value>Paris</ifm|arg_value>
+        </ifm|tool_call></ifm|tool_calls>
+
+    An ``<ifm|arg_type>`` tag between key and value (the typed variant) picks
+    among the schema's types. With tools in the request, the name must be one.
+    """
+
+    def build(self) -> dict[str, Section]:
+        arg = fmap(
+            seq(
+                lit("<ifm|arg_key>"),
+                take_until("</ifm|arg_key>"),
+                lit("</ifm|arg_key>"),
+                ws(),
+                opt(
+                    fmap(
+                        seq(lit("<ifm|arg_type>"), take_until("</ifm|arg_type>"), lit("</ifm|arg_type>"), ws()),
+                        lambda v: v[1].strip(),
+                    )
+                ),
+                lit("<ifm|arg_value>"),
+                take_until("</ifm|arg_value>"),
+                lit("</ifm|arg_value>"),
+            ),
+            lambda v: (v[1].strip(), v[4], v[6]),
+        )
+        known = tool_names(self.tools)
+
+        def build(v: list[Any]) -> Call:
+            name = _name(v[0])
+            if known and name not in known:
+                raise ValueError("unknown tool")
+            args: dict[str, Any] = {}
+            for key, explicit, text in v[2]:
+                if not key or key in args:
+                    raise ValueError("missing or repeated argument name")
+                schema = param_schema(self.tools, name, key)
+                types = schema_types(schema)
+                base = explicit.split("[", 1)[0].strip().lower() if explicit else None
+                if isinstance(schema, dict):
+                    if base in types and len(types) > 1:
+                        types = {base}
+                elif base == "any":
+                    args[key] = text
+                    continue
+                elif base:
+                    types = {base}
+                args[key] = typed_value(text if "string" in types else text.strip(), types)
+            return Call(name=name, arguments=dumps_args(args))
+
+        call = fmap(
+            seq(
+                lit("<ifm|tool_call>"),
+                take_until("<ifm|arg_key>", "</ifm|tool_call>"),
+                many(arg, sep=ws()),
+                ws(),
+                lit("</ifm|tool_call>"),
+            ),
+            lambda v: build([v[1], None, v[2]]),
+        )
+        return {"<ifm|tool_calls>": Section(body=_calls_body(call), ends=("</ifm|tool_calls>",))}
+
+
+# ---------------------------------------------------------------------- dots
+def _attr(stop: str = ">") -> P:
+    """An attribute value up to ``>``: quotes around it are removed."""
+
+    def unquote(text: str) -> str:
+        text = text.strip()
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+            return text[1:-1]
+        return text
+
+    return fmap(take_until(stop, minimum=1), unquote)
+
+
+def _dots_value(text: str, schema_type: Any) -> Any:
+    """dots.llm's own conversion: the first non-null declared type decides."""
+    if text.lower() == "null":
+        return None
+    if isinstance(schema_type, list):
+        schema_type = next((t for t in schema_type if t != "null"), "string")
+    t = str(schema_type).lower()
+    if t in ("string", "str", "text"):
+        return text
+    if t in ("integer", "int"):
+        try:
+            return int(text)
+        except ValueError:
+            return text
+    if t in ("number", "float"):
+        try:
+            f = float(text)
+        except ValueError:
+            return text
+        return int(f) if f.is_integer() else f
+    if t in ("boolean", "bool"):
+        return text.lower() in ("true", "1")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _resolve_type(schema: Any, defs: dict[str, Any], depth: int = 0) -> Any:
+    if not isinstance(schema, dict) or depth > 10:
+        return None
+    if "type" in schema:
+        return schema["type"]
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _resolve_type(defs.get(ref.rsplit("/", 1)[-1]), defs, depth + 1)
+    for key in ("anyOf", "oneOf", "allOf"):
+        alts = schema.get(key)
+        if isinstance(alts, list):
+            for alt in alts:
+                if isinstance(alt, dict) and alt.get("type") == "null":
+                    continue
+                found = _resolve_type(alt, defs, depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+class Dots(_Typed):
+    """dots.llm::
+
+        <dots_function_call>
+        <invoke name="search">
+        <parameter name="query">weather in Shanghai</parameter>
+        </invoke>
+        </dots_function_call>
+
+    or a JSON object ``{"name": ..., "arguments": {...}}`` in the wrapper. The
+    name must be one of the request's tools.
+    """
+
+    def build(self) -> dict[str, Section]:
+        param = fmap(
+            seq(
+                lit("<parameter"),
+                ws(1),
+                lit("name"),
+                ws(),
+                lit("="),
+                ws(),
+                _attr(),
+                lit(">"),
+                take_until("</parameter>"),
+                lit("</parameter>"),
+            ),
+            lambda v: (v[6], v[8].strip()),
+        )
+        invoke = fmap(
+            seq(
+                lit("<invoke"),
+                ws(1),
+                lit("name"),
+                ws(),
+                lit("="),
+                ws(),
+                _attr(),
+                lit(">"),
+                ws(),
+                many(param, sep=ws()),
+                ws(),
+                lit("</invoke>"),
+            ),
+            lambda v: self._xml_call(v[6], v[9]),
+        )
+        as_json = fmap(json_members(), self._json_call)
+        body = fmap(
+            seq(ws(), choice(many(invoke, sep=ws(), minimum=1), fmap(as_json, lambda c: [c])), ws()),
+            lambda v: v[1],
+        )
+        return {"<dots_function_call>": Section(body=body, ends=("</dots_function_call>",))}
+
+    def _check(self, name: str) -> str:
+        if name not in tool_names(self.tools):
+            raise ValueError("not one of the request's tools")
+        return name
+
+    def _xml_call(self, name: str, params: list[tuple[str, str]]) -> Call:
+        name = self._check(name)
+        schema = tool_schema(self.tools, name) or {}
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
+        args = {}
+        for key, text in params:
+            t = _resolve_type(props[key], defs) or "string" if key in props else "string"
+            args[key] = _dots_value(text, t)
+        return Call(name=name, arguments=dumps_args(args))
+
+    def _json_call(self, members: dict[str, str]) -> Call:
+        raw_name = members.get("name")
+        if raw_name is None or not raw_name.startswith('"'):
+            raise ValueError("no name")
+        name = self._check(json.loads(raw_name))
+        raw = members.get("arguments", members.get("parameters"))
+        if raw is None or raw == "null":
+            return Call(name=name, arguments="{}")
+        if not raw.startswith("{"):
+            raise ValueError("arguments must be an object")
+        return Call(name=name, arguments=raw)
+
+
+# -------------------------------------------------------------- deepseek v4.1
+class DsmlSpaced(_Typed):
+    """DeepSeek V4.1: DSML with a space after the tag prefix::
+
+        <｜DSML｜ calls>
+        <｜DSML｜ invoke name="get_weather">
+        <｜DSML｜ parameter name="city" string="true">杭州</｜DSML｜ parameter>
+        </｜DSML｜ invoke>
+        </｜DSML｜ calls>
+    """
+
+    prefix = "｜DSML｜ "
+    wrapper = "calls"
+
+    def build(self) -> dict[str, Section]:
+        p = self.prefix
+        param = fmap(
+            seq(
+                lit(f"<{p}parameter"),
+                ws(1),
+                lit('name="'),
+                take_until('"'),
+                lit('"'),
+                opt(fmap(seq(ws(1), lit('string="'), take_until('"'), lit('"')), lambda v: v[2])),
+                ws(),
+                lit(">"),
+                take_until(f"</{p}parameter>"),
+                lit(f"</{p}parameter>"),
+            ),
+            lambda v: (_name(v[3]), v[5], v[8]),
+        )
+
+        def build(v: list[Any]) -> Call:
+            args: dict[str, Any] = {}
+            for key, is_str, text in v[4]:
+                if is_str == "true":
+                    args[key] = text
+                else:
+                    try:
+                        args[key] = json.loads(text)
+                    except ValueError:
+                        args[key] = text
+            return Call(name=_name(v[1]), arguments=dumps_args(args))
+
+        invoke = fmap(
+            seq(
+                lit(f'<{p}invoke name="'),
+                take_until('"'),
+                lit('">'),
+                ws(),
+                many(param, sep=ws()),
+                ws(),
+                lit(f"</{p}invoke>"),
+            ),
+            build,
+        )
+        return {
+            f"<{p}{self.wrapper}>": Section(body=_calls_body(invoke), ends=(f"</{p}{self.wrapper}>",))
+        }
