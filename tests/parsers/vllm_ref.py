@@ -47,10 +47,28 @@ def vllm_tool_calls(name: str, hf: Any, tools: list[dict[str, Any]], text: str) 
     from vllm.tool_parsers import ToolParserManager
 
     request = chat_request(tools)
+    cls = ToolParserManager.get_tool_parser(name)
+    preset = getattr(cls, "melody_preset", None)
+    if preset is not None:
+        # Cohere Command: vLLM's parser is cohere_melody's filter (what
+        # vllm.parser.cohere_command.CohereCommandParser.parse runs)
+        from cohere_melody import PyFilter, PyFilterOptions
+
+        result = PyFilter(getattr(PyFilterOptions(), preset)()).process_full_text(text)
+        melody_calls = []
+        for t in result.tool_calls:
+            try:
+                melody_calls.append((t.name, json.loads(t.arguments)))
+            except ValueError:
+                melody_calls.append((t.name, ("<invalid JSON>", t.arguments)))
+        return result.content or "", melody_calls
     # the request's tool objects, as vLLM's server passes them (some parsers,
     # e.g. hy_v4, read attributes and fail on plain dicts)
-    parser = ToolParserManager.get_tool_parser(name)(hf, request.tools)
-    info = parser.extract_tool_calls(text, request)
+    parser = cls(hf, request.tools)
+    try:
+        info = parser.extract_tool_calls(text, request)
+    except Exception as exc:  # a crash is a result too (cases pin it in DIFFERENCES)
+        return f"<vLLM raised {type(exc).__name__}>", []
     calls = []
     for t in info.tool_calls:
         try:

@@ -103,7 +103,7 @@ from vllm_pyfrontend.parsers.tool import tagged_params as _tp  # noqa: E402
 
 register_tool_parser("apertus", lambda tools: _jf.Apertus())
 register_tool_parser("cohere_command3", lambda tools: _ch.CohereCommand(tools))
-register_tool_parser("cohere_command4", lambda tools: _ch.CohereCommand(tools))
+register_tool_parser("cohere_command4", lambda tools: _ch.CohereCommand(tools, cmd4=True))
 register_tool_parser("deepseek_v41", lambda tools: _tp.DsmlSpaced(tools))
 register_tool_parser("dots", lambda tools: _tp.Dots(tools))
 register_tool_parser("ernie45", lambda tools: _jf.Ernie45())

@@ -214,9 +214,11 @@ class CohereCommand(_Dropping):
         ]<|END_ACTION|>
     """
 
-    drop = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
+    drop: tuple[str, ...] = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
 
-    def __init__(self, tools: Sequence[Any] = ()) -> None:
+    def __init__(self, tools: Sequence[Any] = (), cmd4: bool = False) -> None:
+        if cmd4:  # Command A Vision / MoE also frame the answer in <|START_TEXT|>
+            self.drop = self.drop + ("<|START_TEXT|>", "<|END_TEXT|>")
         def build(members: dict[str, str]) -> Call:
             raw_name = members.get("tool_name", members.get("name"))
             if raw_name is None or not raw_name.startswith('"'):

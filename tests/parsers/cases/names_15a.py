@@ -149,6 +149,8 @@ def kimi_k3(calls: Calls) -> str:
 #: name -> (renderer, single call only, malformed output)
 FORMATS: dict[str, tuple[Callable[[Calls], str], bool, str]] = {
     "apertus": (apertus, False, '<|tools_prefix|>[{"get_weather": {"city": }]<|tools_suffix|>'),
+    "cohere_command3": (cohere, False, '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": }]<|END_ACTION|>'),
+    "cohere_command4": (cohere, False, '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": }]<|END_ACTION|>'),
     "deepseek_v41": (dsml_spaced, False, '<｜DSML｜ calls>\n<｜DSML｜ invoke name="get_weather">\n</｜DSML｜ calls>'),
     "dots": (dots, False, '<dots_function_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</dots_function_call>'),
     "ernie45": (hermes_like, False, '<tool_call>\n{"name": "get_weather", "arguments": {"city": }\n</tool_call>'),
@@ -190,6 +192,21 @@ for _name, (_render, _single, _bad) in FORMATS.items():
 
 _MALFORMED_KEPT = "malformed output is given back whole as content"
 DIFFERENCES: dict[str, str] = {
+    **{
+        f"tool:cohere_command{v}:{case}": why
+        for v in (3, 4)
+        for case, why in {
+            "empty_args": "cohere_melody gives an empty call's arguments as '' (not JSON); we give {}",
+            "parallel": "cohere_melody gives the empty call's arguments as '' (not JSON); we give {}",
+            "malformed": "invalid JSON is not a call: cohere_melody passes the invalid text on as "
+            "arguments; " + _MALFORMED_KEPT,
+        }.items()
+    },
+    "tool:cohere_command4:no_call": "cohere_melody's cmd4 preset starts in reasoning: text before "
+    "any marker is reasoning there. Reasoning is the reasoning parser's to claim "
+    "(--reasoning-parser cohere_command4); the tool parser keeps it as content",
+    "tool:cohere_command4:text_before": "as cohere_command4:no_call (text before the action is "
+    "reasoning in cohere_melody's cmd4 preset)",
     "tool:deepseek_v41:malformed": "an invoke without </｜DSML｜ invoke> is not a call: vLLM calls "
     "get_weather with {}; " + _MALFORMED_KEPT,
     "tool:gemma4:malformed": "a function name with a space is refused: vLLM calls 'get weather'; "
@@ -201,7 +218,7 @@ DIFFERENCES: dict[str, str] = {
     "tool:hy_v3:malformed": "vLLM drops the unterminated block (no content, no call); " + _MALFORMED_KEPT,
     "tool:inkling:malformed": "invalid JSON arguments are not a call: vLLM passes the invalid "
     "text on as arguments; " + _MALFORMED_KEPT,
-    "tool:internlm:malformed": "vLLM drops the action (no content, no call); " + _MALFORMED_KEPT,
+    "tool:internlm:malformed": "vLLM raises JSONDecodeError on the invalid JSON; " + _MALFORMED_KEPT,
     "tool:kimi_k3:malformed": "vLLM drops the tools channel with a call that has no arguments "
     "block (no content, no call); " + _MALFORMED_KEPT,
 }
@@ -218,5 +235,6 @@ EXTRA_TOKENS = [
     "<ifm|tool_call>", "</ifm|tool_call>", "<ifm|arg_key>", "</ifm|arg_key>", "<ifm|arg_value>",
     "</ifm|arg_value>", "<ifm|arg_type>", "</ifm|arg_type>", "<response>", "</response>",
     "<0x0A>", "<|role_sep|>", "<|message_sep|>", "<|function_call|>", "<dots_function_call>",
-    "</dots_function_call>",
+    "</dots_function_call>", "<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>",
+    "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>", "<|START_THINKING|>", "<|END_THINKING|>",
 ]  # fmt: skip
