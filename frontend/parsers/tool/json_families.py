@@ -9,6 +9,7 @@ content.
 from __future__ import annotations
 
 import json
+from typing import Any, Sequence
 
 from vllm_pyfrontend.parsers.combinators import (
     P,
@@ -23,6 +24,7 @@ from vllm_pyfrontend.parsers.combinators import (
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.json_calls import call_object, json_members
+from vllm_pyfrontend.parsers.tool.schema_values import tool_names
 
 
 def call_array(*arg_keys: str) -> P:
@@ -148,14 +150,23 @@ class Apertus(ToolFormat):
 
 # ------------------------------------------------------------------- internlm
 class Internlm(ToolFormat):
-    """InternLM2: ``<|action_start|><|plugin|>\\n{"name": ..., "parameters": {...}}<|action_end|>``."""
+    """InternLM2: ``<|action_start|><|plugin|>\\n{"name": ..., "parameters": {...}}<|action_end|>``.
+    With tools in the request, a name that is not one of them is not a call."""
 
-    sections = {
-        "<|action_start|><|plugin|>": Section(
-            body=_padded(_one(call_object("parameters", "arguments"))),
-            ends=("<|action_end|>",),
-        )
-    }
+    def __init__(self, tools: Sequence[Any] = ()) -> None:
+        known = tool_names(tools)
+
+        def check(call: Call) -> Call:
+            if known and call.name not in known:
+                raise ValueError("not one of the request's tools")
+            return call
+
+        self.sections = {
+            "<|action_start|><|plugin|>": Section(
+                body=_padded(_one(fmap(call_object("parameters", "arguments"), check))),
+                ends=("<|action_end|>",),
+            )
+        }
 
 
 # ------------------------------------------------------------------ gigachat3
