@@ -92,10 +92,11 @@ class Granite(ToolFormat):
 
 
 class Granite4(ToolFormat):
-    """Granite 4: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``."""
+    """Granite 4: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (arguments
+    may be a JSON string holding the object)."""
 
     sections = {
-        "<tool_call>": Section(body=_padded(_one(_strict_call("arguments"))), ends=("</tool_call>",))
+        "<tool_call>": Section(body=_padded(_one(call_object("arguments"))), ends=("</tool_call>",))
     }
 
 
@@ -174,7 +175,8 @@ class GigaChat3(ToolFormat):
     """GigaChat 3: ``function call<|role_sep|>\\n{"name": ..., "arguments": {...}}``
     (after ``<|message_sep|>``), or ``<|function_call|>{...}``; one call, to the end."""
 
-    _call = _one(_strict_call("arguments"))
+    # the end of sequence may follow the call as text
+    _call = fmap(seq(_one(_strict_call("arguments")), opt(seq(ws(), lit("</s>")))), lambda v: v[0])
     sections = {
         "<|function_call|>": Section(body=fmap(seq(ws(), _call), lambda v: v[1])),
         "function call<|role_sep|>": Section(body=fmap(seq(ws(), _call), lambda v: v[1])),

@@ -9,6 +9,7 @@ random cuts). Tests of parser internals are not converted.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.parsers.cases import ToolCase
@@ -204,3 +205,58 @@ case("internlm", "test_extract_known_tool_name_emitted",
 case("internlm", "test_malformed_not_json", "<|action_start|><|plugin|>not json<|action_end|>",
      "<|action_start|><|plugin|>not json<|action_end|>",
      differs="vLLM raises on output that is not JSON; malformed output is given back whole as content")
+
+# ----------------------------------------------------------------- granite4
+_BBOX = {"coordinates": [[23.54, 43.1], [-12.2, 54.3], [4, 5]], "coordinate_type": "latlong"}
+_STOCK = {"symbol": "AAPL", "start_date": "2021-01-01", "end_date": "2021-12-31"}
+_G4_CALLS = [
+    {"name": "find_bbox", "arguments": json.dumps(_BBOX)},
+    {"name": "get_stock_price", "arguments": _STOCK},
+    {"name": "find_bbox", "arguments": json.dumps(_BBOX)},
+]
+_G4_TEXT = ["Here goes the bbox call: \n", " Now the stock price call: \n ", " Now another bbox call: \n ",
+            " See? I'm a helpful assistant."]
+case("granite4", "test_tool_call_parser_complex",
+     _G4_TEXT[0] + "".join(f"<tool_call> {json.dumps(c)} </tool_call>" + _G4_TEXT[i + 1] for i, c in enumerate(_G4_CALLS)),
+     "Here goes the bbox call: Now the stock price call: Now another bbox call: See? I'm a helpful assistant.",
+     [("find_bbox", _BBOX), ("get_stock_price", _STOCK), ("find_bbox", _BBOX)],
+     differs="whitespace next to a call is the template's framing and is dropped; vLLM keeps it "
+     "(the texts are otherwise the same)")
+case("granite4", "test_streaming_preserves_content_between_complete_tool_calls",
+     '<tool_call> {"name": "find_bbox", "arguments": {}} </tool_call>some explanation '
+     '<tool_call> {"name": "get_stock_price", "arguments": {}} </tool_call>', "some explanation",
+     [("find_bbox", {}), ("get_stock_price", {})])
+
+# ------------------------------------------------------------ granite-20b-fc
+common(
+    "granite-20b-fc",
+    '<function_call> {"name": "get_weather", "arguments": {"city": "Tokyo"}}',
+    ('<function_call> {"name": "get_weather", "arguments": {"city": "Tokyo"}}\n'
+     '<function_call> {"name": "get_time", "arguments": {"timezone": "Asia/Tokyo"}}',
+     [("get_weather", {"city": "Tokyo"}), ("get_time", {"timezone": "Asia/Tokyo"})]),
+    '<function_call> {\n  "name": "test_function",\n  "arguments": ' + _VARIOUS_JSON + "\n}",
+    '<function_call> {"name": "refresh", "arguments": {}}',
+    ('Let me check the weather for you.\n<function_call> {"name": "get_weather", "arguments": {"city": "Tokyo"}}',
+     "Let me check the weather for you."),
+    '<function_call> {\n  "name": "test_function",\n  "arguments": ' + _ESCAPED_JSON + "\n}",
+)
+case("granite-20b-fc", "test_malformed_input_array", '<function_call> [{"name": "func", "arguments": {}}]',
+     '<function_call> [{"name": "func", "arguments": {}}]')
+case("granite-20b-fc", "test_malformed_input_name_not_string", '<function_call> {"name": 123}',
+     '<function_call> {"name": 123}')
+
+# ---------------------------------------------------------------- gigachat3
+_MEM = {"action": "create", "id": "preferences"}
+_MEM_COMPLEX = {**_MEM, "content": {"short_answers": True, "hate_emojis": True, "english_ui": False,
+                                    "russian_math_explanations": True}}
+for _hdr, _tag in (("<|message_sep|>\n\nfunction call<|role_sep|>\n", "gigachat3"), ("<|function_call|>", "gigachat31")):
+    for _label, _args in (("simple", _MEM), ("parameterless", {}), ("complex", _MEM_COMPLEX)):
+        case("gigachat3", f"test_tool_call_{_label}_{_tag}",
+             _hdr + json.dumps({"name": "manage_user_memory", "arguments": _args}, ensure_ascii=False), "",
+             [("manage_user_memory", _args)])
+    _mixed = "I'll check that for you." + _hdr + json.dumps({"name": "manage_user_memory", "arguments": _MEM})
+    case("gigachat3", f"test_tool_call_mixed_content_{_tag}", _mixed, "I'll check that for you.",
+         [("manage_user_memory", _MEM)])
+    case("gigachat3", f"test_tool_call_mixed_content_with_eos_{_tag}", _mixed + "</s>", "I'll check that for you.",
+         [("manage_user_memory", _MEM)])
+case("gigachat3", "test_no_tool_call", "How can I help you today?", "How can I help you today?")
