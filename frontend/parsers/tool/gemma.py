@@ -98,7 +98,8 @@ class Gemma4(ToolFormat):
 
 class FunctionGemma(ToolFormat):
     """FunctionGemma: ``<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>``.
-    Values between ``<escape>`` marks are decoded as JSON when they are JSON."""
+    Values between ``<escape>`` marks are decoded as JSON when they are JSON; the
+    comma between arguments may be missing."""
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
         def value(text: str) -> Any:
@@ -117,7 +118,7 @@ class FunctionGemma(ToolFormat):
                 chars_while(lambda c: c.isalnum() or c == "_"),
                 lit("{"),
                 ws(),
-                many(arg, sep=seq(ws(), lit(","), ws())),
+                many(arg, sep=seq(ws(), opt(lit(",")), ws())),
                 ws(),
                 lit("}"),
             ),

@@ -260,3 +260,72 @@ for _hdr, _tag in (("<|message_sep|>\n\nfunction call<|role_sep|>\n", "gigachat3
     case("gigachat3", f"test_tool_call_mixed_content_with_eos_{_tag}", _mixed + "</s>", "I'll check that for you.",
          [("manage_user_memory", _MEM)])
 case("gigachat3", "test_no_tool_call", "How can I help you today?", "How can I help you today?")
+
+# ------------------------------------------------------------------ ernie45
+_BJ = ("get_current_temperature", {"location": "Beijing"})
+_GZ = ("get_temperature_unit", {"location": "Guangzhou", "unit": "c"})
+_E1 = '<tool_call>\n{"name": "get_current_temperature", "arguments": {"location": "Beijing"}}\n</tool_call>\n'
+_E2 = '<tool_call>\n{"name": "get_temperature_unit", "arguments": {"location": "Guangzhou", "unit": "c"}}\n</tool_call>\n'
+case("ernie45", "test_extract_tool_calls_no_tools", "This is a test", "This is a test")
+case("ernie45", "single_tool_call", _E1, "", [_BJ])
+case("ernie45", "multiple_tool_calls", _E1 + _E2, "", [_BJ, _GZ])
+case("ernie45", "tool_call_with_content_before",
+     "I need to call two tools to handle these two issues separately.\n</think>\n\n" + _E1 + _E2,
+     "I need to call two tools to handle these two issues separately.\n</think>", [_BJ, _GZ])
+
+# ------------------------------------------------------------ functiongemma
+_S, _E = "<start_function_call>", "<end_function_call>"
+case("functiongemma", "test_no_tool_calls", "Hello, how can I help you today?", "Hello, how can I help you today?")
+case("functiongemma", "test_single_tool_call", _S + "call:get_weather{location:<escape>London<escape>}" + _E, "",
+     [("get_weather", {"location": "London"})])
+case("functiongemma", "test_multiple_arguments",
+     _S + "call:get_weather{location:<escape>San Francisco<escape>,unit:<escape>celsius<escape>}" + _E, "",
+     [("get_weather", {"location": "San Francisco", "unit": "celsius"})])
+case("functiongemma", "test_text_before_tool_call",
+     "Let me check the weather for you. " + _S + "call:get_weather{location:<escape>Paris<escape>}" + _E,
+     "Let me check the weather for you.", [("get_weather", {"location": "Paris"})])
+case("functiongemma", "test_multiple_tool_calls",
+     _S + "call:get_weather{location:<escape>London<escape>}" + _E + _S + "call:get_time{timezone:<escape>UTC<escape>}" + _E,
+     "", [("get_weather", {"location": "London"}), ("get_time", {"timezone": "UTC"})])
+case("functiongemma", "test_parse_arguments_typed",
+     _S + "call:f{count:<escape>42<escape>,enabled:<escape>true<escape>,message:<escape>Hello World<escape>}" + _E,
+     "", [("f", {"count": 42, "enabled": True, "message": "Hello World"})])
+case("functiongemma", "test_streamed_arguments_form_valid_json_with_two_keys",
+     _S + "call:get_weather{city:<escape>NYC<escape>unit:<escape>celsius<escape>}" + _E, "",
+     [("get_weather", {"city": "NYC", "unit": "celsius"})])
+case("functiongemma", "test_streamed_arguments_form_valid_json_with_three_keys",
+     _S + "call:search{query:<escape>python<escape>limit:<escape>10<escape>sort:<escape>relevance<escape>}" + _E, "",
+     [("search", {"query": "python", "limit": 10, "sort": "relevance"})])
+
+# --------------------------------------------------------------------- dots
+_SET_LOCATION = {"type": "function", "function": {"name": "set_location", "parameters": {
+    "type": "object",
+    "properties": {"location": {"$ref": "#/$defs/Location"}, "days": {"type": "integer"},
+                   "include_weather": {"type": "boolean"}},
+    "$defs": {"Location": {"type": "object", "properties": {"city": {"type": "string"}}}}}}}
+_SEARCH_OPEN = [tool("search", query={"type": "string"}), tool("open", id={"type": "integer"})]
+_DS, _DE = "<dots_function_call>", "</dots_function_call>"
+case("dots", "test_non_stream_xml_converts_schema_types_and_resolves_ref",
+     "ok" + _DS + '<invoke name="set_location"><parameter name="location">{"city": "Shanghai"}</parameter>'
+     '<parameter name="days">3</parameter><parameter name="include_weather">true</parameter></invoke>' + _DE,
+     "ok", [("set_location", {"location": {"city": "Shanghai"}, "days": 3, "include_weather": True})],
+     tools=[_SET_LOCATION])
+case("dots", "test_non_stream_supports_multiple_invokes_and_json_fallback",
+     _DS + '<invoke name="search"><parameter name="query">chairs</parameter></invoke>'
+     '<invoke name="open"><parameter name="id">7</parameter></invoke>' + _DE
+     + _DS + '{"name":"search","arguments":{"query":"tables"}}' + _DE, "",
+     [("search", {"query": "chairs"}), ("open", {"id": 7}), ("search", {"query": "tables"})], tools=_SEARCH_OPEN)
+_GHOST = _DS + '<invoke name="ghost"><parameter name="query">chairs</parameter></invoke>' + _DE
+case("dots", "test_non_stream_unknown_tool_is_left_as_content", _GHOST, _GHOST, tools=_SEARCH_OPEN)
+case("dots", "test_streaming_buffers_partial_marker_and_emits_all_complete_calls",
+     "visible" + _DS + '<invoke name="search"><parameter name="query">chairs</parameter></invoke>' + _DE
+     + _DS + '<invoke name="search"><parameter name="query">tables</parameter></invoke>' + _DE, "visible",
+     [("search", {"query": "chairs"}), ("search", {"query": "tables"})], tools=_SEARCH_OPEN)
+case("dots", "test_streaming_malformed_block_does_not_block_later_valid_call",
+     _DS + "garbage" + _DE + _DS + '<invoke name="search"><parameter name="query">chairs</parameter></invoke>' + _DE,
+     _DS + "garbage" + _DE, [("search", {"query": "chairs"})], tools=_SEARCH_OPEN,
+     differs="the malformed block is given back as content with its markers; vLLM drops it "
+     "(non-streaming) or keeps only 'garbage' (streaming)")
+case("dots", "test_streaming_emits_complete_json_before_end_marker",
+     _DS + '{"name":"search","arguments":{"query":"chairs"}}' + _DE, "", [("search", {"query": "chairs"})],
+     tools=_SEARCH_OPEN)
