@@ -114,7 +114,10 @@ class K2Horizon(_Typed):
         </ifm|tool_call></ifm|tool_calls>
 
     An ``<ifm|arg_type>`` tag between key and value (the typed variant) picks
-    among the schema's types. With tools in the request, the name must be one.
+    among the schema's types; a JSON call ``{"name": ..., "arguments": {...}}``
+    in ``<ifm|tool_call>`` is the third variant. All three are accepted (vLLM
+    picks one by the request's ``tool_call_format`` template kwarg, which a tool
+    parser here is not given). With tools in the request, the name must be one.
     """
 
     def build(self) -> dict[str, Section]:
@@ -160,7 +163,29 @@ class K2Horizon(_Typed):
                 args[key] = typed_value(text if "string" in types else text.strip(), types)
             return Call(name=name, arguments=dumps_args(args))
 
-        call = fmap(
+        def build_json(members: dict[str, str]) -> Call:
+            raw_name = members.get("name")
+            if raw_name is None or not raw_name.startswith('"'):
+                raise ValueError("no name")
+            name = _name(json.loads(raw_name))
+            if known and name not in known:
+                raise ValueError("unknown tool")
+            raw = members.get("arguments", "{}")
+            if not raw.startswith("{"):
+                raise ValueError("arguments must be an object")
+            args = {}
+            for key, value in json.loads(raw).items():
+                schema = param_schema(self.tools, name, key)
+                if isinstance(schema, dict):
+                    types = schema_types(schema)
+                    if isinstance(value, str):
+                        value = typed_value(value, types)
+                    elif types == {"string"}:
+                        value = json.dumps(value, ensure_ascii=False)
+                args[key] = value
+            return Call(name=name, arguments=dumps_args(args))
+
+        xml_call = fmap(
             seq(
                 lit("<ifm|tool_call>"),
                 take_until("<ifm|arg_key>", "</ifm|tool_call>"),
@@ -170,7 +195,16 @@ class K2Horizon(_Typed):
             ),
             lambda v: build([v[1], None, v[2]]),
         )
-        return {"<ifm|tool_calls>": Section(body=_calls_body(call), ends=("</ifm|tool_calls>",))}
+        json_call = fmap(
+            seq(lit("<ifm|tool_call>"), ws(), fmap(json_members(), build_json), ws(), lit("</ifm|tool_call>")),
+            lambda v: v[2],
+        )
+        call = choice(json_call, xml_call)
+        return {
+            "<ifm|tool_calls>": Section(
+                body=_calls_body(call), ends=("</ifm|tool_calls>",), eof_closes=False
+            )
+        }
 
 
 # ---------------------------------------------------------------------- dots

@@ -329,3 +329,72 @@ case("dots", "test_streaming_malformed_block_does_not_block_later_valid_call",
 case("dots", "test_streaming_emits_complete_json_before_end_marker",
      _DS + '{"name":"search","arguments":{"query":"chairs"}}' + _DE, "", [("search", {"query": "chairs"})],
      tools=_SEARCH_OPEN)
+
+# -------------------------------------------------------------------- hy_v3
+_HY_TOOLS = [tool("get_current_date"), tool("get_weather", city={"type": "string"}, date={"type": "string"})]
+_BEIJING = ("get_weather", {"city": "Beijing", "date": "2026-03-30"})
+_DATE = ("get_current_date", {})
+_HY_ZERO_NL = "<tool_calls>\n<tool_call>get_current_date<tool_sep>\n</tool_call>\n</tool_calls>"
+_HY_ARGS_NL = ("<tool_calls>\n<tool_call>get_weather<tool_sep>\n<arg_key>city</arg_key>\n<arg_value>Beijing"
+               "</arg_value>\n<arg_key>date</arg_key>\n<arg_value>2026-03-30</arg_value>\n</tool_call>\n</tool_calls>")
+case("hy_v3", "test_no_tool_call", "This is a plain response.", "This is a plain response.", tools=_HY_TOOLS)
+case("hy_v3", "test_zero_arg_inline", "<tool_calls><tool_call>get_current_date<tool_sep></tool_call></tool_calls>", "",
+     [_DATE], tools=_HY_TOOLS)
+case("hy_v3", "test_zero_arg_newline", _HY_ZERO_NL, "", [_DATE], tools=_HY_TOOLS)
+case("hy_v3", "test_args_same_line",
+     "<tool_calls><tool_call>get_weather<tool_sep><arg_key>city</arg_key><arg_value>Beijing</arg_value>"
+     "<arg_key>date</arg_key><arg_value>2026-03-30</arg_value></tool_call></tool_calls>", "", [_BEIJING], tools=_HY_TOOLS)
+case("hy_v3", "test_args_with_newlines", _HY_ARGS_NL, "", [_BEIJING], tools=_HY_TOOLS)
+case("hy_v3", "test_content_before", "Checking." + _HY_ZERO_NL, "Checking.", [_DATE], tools=_HY_TOOLS)
+case("hy_v3", "test_multiple",
+     _HY_ARGS_NL.replace("\n</tool_calls>", "\n<tool_call>get_weather<tool_sep>\n<arg_key>city</arg_key>\n"
+                         "<arg_value>Hangzhou</arg_value>\n<arg_key>date</arg_key>\n<arg_value>2026-03-30</arg_value>\n"
+                         "</tool_call>\n</tool_calls>"), "",
+     [_BEIJING, ("get_weather", {"city": "Hangzhou", "date": "2026-03-30"})], tools=_HY_TOOLS)
+
+# --------------------------------------------------------------- k2_horizon
+_K2_TOOLS = [tool("lookup", query={"type": "string"}, limit={"type": "integer"}, enabled={"type": "boolean"}),
+             tool("ping")]
+
+
+def _k2_group(*calls: str, prefix: str = "", suffix: str = "") -> str:
+    return prefix + "<ifm|tool_calls>" + "\n".join(calls) + "</ifm|tool_calls>" + suffix
+
+
+def _k2_json(name: str, arguments: dict[str, Any]) -> str:
+    return "<ifm|tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</ifm|tool_call>"
+
+
+def _k2_xml(name: str, arguments: list[tuple[str, str]], typed: bool = False) -> str:
+    parts = [f"<ifm|tool_call>{name}"]
+    for key, value in arguments:
+        parts.append(f"<ifm|arg_key>{key}</ifm|arg_key>")
+        if typed:
+            parts.append("<ifm|arg_type>" + ("integer" if key == "limit" else "string") + "</ifm|arg_type>")
+        parts.append(f"<ifm|arg_value>{value}</ifm|arg_value>")
+    return "".join(parts) + "</ifm|tool_call>"
+
+
+case("k2_horizon", "test_xml_default_parses_multiple_calls_and_coerces_schema",
+     _k2_group(_k2_xml("lookup", [("query", "123"), ("limit", "3")]), _k2_xml("ping", []), prefix="Before ", suffix=" after."),
+     "Before after.", [("lookup", {"query": "123", "limit": 3}), ("ping", {})], tools=_K2_TOOLS,
+     differs="whitespace next to the calls is framing and is dropped: vLLM gives 'Before  after.'")
+case("k2_horizon", "test_request_level_format_json", _k2_group(_k2_json("lookup", {"limit": "2"})), "",
+     [("lookup", {"limit": 2})], tools=_K2_TOOLS,
+     differs="the JSON call syntax is accepted without the request's tool_call_format='json' "
+     "(a tool parser here is not given template kwargs); vLLM's default 'xml' refuses it")
+case("k2_horizon", "test_request_level_format_xml_typed",
+     _k2_group(_k2_xml("lookup", [("query", "weather"), ("limit", "2")], typed=True)), "",
+     [("lookup", {"query": "weather", "limit": 2})], tools=_K2_TOOLS,
+     differs="typed arguments are accepted without tool_call_format='xml_typed' (see "
+     "vllm_test_request_level_format_json)")
+case("k2_horizon", "test_unknown_tool_fails_closed", _k2_group(_k2_json("missing", {})),
+     _k2_group(_k2_json("missing", {})), tools=_K2_TOOLS)
+for _i, _out in enumerate(["<ifm|tool_calls><ifm|tool_call>ping", "<ifm|tool_calls><ifm|tool_call>ping</ifm|tool_call>",
+                           _k2_group("junk")]):
+    case("k2_horizon", f"test_malformed_and_incomplete_input_is_content_{_i}", _out, _out, tools=_K2_TOOLS)
+case("k2_horizon", "test_character_split_streaming",
+     _k2_group(_k2_xml("lookup", [("limit", "2")]), prefix="Before", suffix="after"), "Beforeafter",
+     [("lookup", {"limit": 2})], tools=_K2_TOOLS)
+case("k2_horizon", "test_whitespace_only_surrounding_content_is_not_preserved",
+     _k2_group(_k2_xml("ping", []), prefix=" \n", suffix="\t "), "", [("ping", {})], tools=_K2_TOOLS)
