@@ -3,10 +3,11 @@ channels), inkling (typed blocks), cohere_command3 / cohere_command4.
 
 Besides their tool-call sections these formats wrap the visible answer in
 markers (``<|open|>response<|sep|>``, ``<|content_text|>``,
-``<|START_RESPONSE|>``) that are not content. `MarkerDropParser` removes them
-from the text before the section parser sees it: scanning left to right,
-holding a tail that may still become one, so the result does not depend on
-where the text was split.
+``<|START_RESPONSE|>``) that are not content. `MarkerDropParser` removes them,
+with the whitespace just before them (the template's framing), from the text
+before the section parser sees it: scanning left to right, holding a tail
+that may still become one, so the result does not depend on where the text
+was split.
 """
 
 from __future__ import annotations
@@ -49,10 +50,15 @@ class MarkerDropParser:
             j, m = find_first(buf, self.drop)
             if j == -1:
                 break
-            out.append(buf[:j])
+            out.append(buf[:j].rstrip())  # whitespace before a marker is framing
             self.inner.gate.passed(m)
             buf = buf[j + len(m) :]
-        cut = len(buf) if eof else partial_tail(buf, self.drop)
+        if eof:
+            cut = len(buf)
+        else:
+            # hold a possible marker, and the whitespace that may precede one
+            cut = partial_tail(buf, self.drop)
+            cut = len(buf[:cut].rstrip())
         out.append(buf[:cut])
         self._held = buf[cut:]
         return "".join(out)

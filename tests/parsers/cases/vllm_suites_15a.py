@@ -398,3 +398,24 @@ case("k2_horizon", "test_character_split_streaming",
      [("lookup", {"limit": 2})], tools=_K2_TOOLS)
 case("k2_horizon", "test_whitespace_only_surrounding_content_is_not_preserved",
      _k2_group(_k2_xml("ping", []), prefix=" \n", suffix="\t "), "", [("ping", {})], tools=_K2_TOOLS)
+
+# ------------------------------------------------------------------ kimi_k3
+case("kimi_k3", "test_streaming_content_stops_at_message_close", "Hello<|close|>message<|sep|>", "Hello")
+
+# -------------------------------------------------------- cohere_command3/4
+# vLLM's cases start with a <|START_THINKING|> block: that is the reasoning
+# parser's (--reasoning-parser cohere_command3/4), run before the tool parser,
+# so the cases here are the text after it.
+_ACT1 = ('<|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n'
+         "<|END_ACTION|>")
+_ACT2 = ('<|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}},\n'
+         '    {"tool_call_id": "1", "tool_name": "bar", "parameters": {"x": 42}}\n]\n<|END_ACTION|>')
+for _v in ("3", "4"):
+    _p = f"cohere_command{_v}"
+    case(_p, f"cmd{_v}-single_tool_call", _ACT1, "", [("foo", {"query": "query1"})])
+    case(_p, f"cmd{_v}-multiple_tool_calls", _ACT2, "", [("foo", {"query": "query1"}), ("bar", {"x": 42})])
+    case(_p, f"cmd{_v}-response", "\n<|START_RESPONSE|>foo bar<|END_RESPONSE|>", "foo bar")
+    case(_p, f"cmd{_v}-citations_no_tool_calls", "\n<|START_RESPONSE|>foo <co>bar</co: 0:[1,2],1:[3,4]><|END_RESPONSE|>",
+         "foo <co>bar</co: 0:[1,2],1:[3,4]>",
+         differs="citation tags are kept as text: cohere_melody turns them into citation objects "
+         "(the Cohere API's citations, which this frontend's OpenAI API does not have)")
