@@ -67,6 +67,8 @@ class HyV3(_Typed):
     """
 
     sep: str | None = "<tool_sep>"
+    #: an unclosed ``<tool_calls>`` at the end of output counts (V4: content)
+    eof_closes = True
 
     def build(self) -> dict[str, Section]:
         arg = fmap(
@@ -95,14 +97,19 @@ class HyV3(_Typed):
             seq(lit("<tool_call>"), head, ws(), many(arg, sep=ws()), ws(), lit("</tool_call>")),
             build,
         )
-        return {"<tool_calls>": Section(body=_calls_body(call), ends=("</tool_calls>",))}
+        return {
+            "<tool_calls>": Section(
+                body=_calls_body(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
+            )
+        }
 
 
 class HyV4(HyV3):
     """Hunyuan (HY) V4: as V3 without ``<tool_sep>`` (the name runs up to the first
-    ``<arg_key>``)."""
+    ``<arg_key>``); an unclosed block is content, as in vLLM's strict V4 parser."""
 
     sep = None
+    eof_closes = False
 
 
 # ---------------------------------------------------------------- k2_horizon

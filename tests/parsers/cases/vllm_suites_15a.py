@@ -419,3 +419,58 @@ for _v in ("3", "4"):
          "foo <co>bar</co: 0:[1,2],1:[3,4]>",
          differs="citation tags are kept as text: cohere_melody turns them into citation objects "
          "(the Cohere API's citations, which this frontend's OpenAI API does not have)")
+
+# -------------------------------------------------------------------- hy_v4
+# (vLLM's tests use a checkpoint token suffix, <tool_calls:opensource>; these
+# are the unsuffixed tokens, see the README on suffixes)
+_TYPED = {"type": "function", "function": {"name": "typed", "parameters": {"type": "object", "properties": {
+    "s": {"type": "string"}, "i": {"type": "integer"}, "b": {"type": "boolean"}, "n": {"type": "number"},
+    "arr": {"type": "array"}, "obj": {"type": "object"}, "alias_int": {"type": "int"},
+    "alias_list": {"type": "list"}, "prefix_uint": {"type": "uint32"}, "union": {"type": ["string", "object"]},
+    "any_of": {"anyOf": [{"type": "string"}, {"type": "array"}]}, "one_of": {"oneOf": [{"type": "number"}]},
+    "untyped": {}}}}}
+_HY4_TOOLS = [tool("get_weather", city={"type": "string"}, days={"type": "integer"}), tool("get_current_date"), _TYPED]
+
+
+def _hy4_call(name: str, args: list[tuple[str, str]]) -> str:
+    return ("<tool_call>" + name + "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in args)
+            + "</tool_call>")
+
+
+_VALUE_ROWS = [  # TestArgumentValueTypes.test_value_coercion / test_unparsable_value_is_kept_as_text
+    [("s", "Beijing", "Beijing"), ("i", "3", 3), ("b", "true", True), ("n", "5", 5), ("arr", '["a", "b"]', ["a", "b"]),
+     ("obj", '{"k": 1}', {"k": 1}), ("alias_int", "7", 7), ("alias_list", "[1]", [1]), ("prefix_uint", "42", 42),
+     ("union", '{"a": 1}', {"a": 1}), ("any_of", '["x"]', ["x"]), ("one_of", "2.5", 2.5), ("untyped", "v", "v")],
+    [("s", "", ""), ("i", "-7", -7), ("b", "True", True), ("n", "5.5", 5.5), ("union", "plain", "plain"),
+     ("any_of", "plain", "plain"), ("nope", "v", "v")],
+    [("b", "false", False), ("n", "1e3", 1000.0), ("i", "notanint", "notanint"), ("arr", "notjson", "notjson")],
+    [("b", "yes", "yes")],
+]
+case("hy_v4", "test_value_coercion",
+     "<tool_calls>" + "".join(_hy4_call("typed", [(k, raw) for k, raw, _ in row]) for row in _VALUE_ROWS) + "</tool_calls>",
+     "", [("typed", {k: want for k, _, want in row}) for row in _VALUE_ROWS], tools=_HY4_TOOLS)
+case("hy_v4", "test_unknown_tool_keeps_values_as_text", "<tool_calls>" + _hy4_call("mystery", [("x", "1")]) + "</tool_calls>",
+     "", [("mystery", {"x": "1"})], tools=_HY4_TOOLS)
+case("hy_v4", "test_no_tool_call", "A plain response.", "A plain response.", tools=_HY4_TOOLS)
+case("hy_v4", "test_values_typed_from_schema",
+     "sure!<tool_calls>" + _hy4_call("get_weather", [("city", "Beijing"), ("days", "3")]) + "</tool_calls>", "sure!",
+     [("get_weather", {"city": "Beijing", "days": 3})], tools=_HY4_TOOLS)
+case("hy_v4", "test_multiple_calls_keep_their_order",
+     "<tool_calls>" + _hy4_call("get_weather", [("city", "A")]) + _hy4_call("get_current_date", []) + "</tool_calls>", "",
+     [("get_weather", {"city": "A"}), ("get_current_date", {})], tools=_HY4_TOOLS)
+case("hy_v4", "test_non_ascii_values_are_not_escaped",
+     "<tool_calls>" + _hy4_call("get_weather", [("city", "北京")]) + "</tool_calls>", "", [("get_weather", {"city": "北京"})],
+     tools=_HY4_TOOLS)
+_HY4_MALFORMED = {
+    "missing_tool_calls_end": "<tool_calls>" + _hy4_call("get_current_date", []),
+    "unbalanced_tool_call": "<tool_calls><tool_call>get_weather<arg_key>city</arg_key><arg_value>X</arg_value></tool_calls>",
+    "empty_function_name": "<tool_calls><tool_call></tool_call></tool_calls>",
+    "unparsed_argument_payload": "<tool_calls><tool_call>get_weather<arg_key>city</arg_key><arg_value>X</arg_value>JUNK"
+                                 "</tool_call></tool_calls>",
+    "unbalanced_arg_tags": "<tool_calls><tool_call>get_weather<arg_key>city</arg_key></tool_call></tool_calls>",
+}
+for _k, _out in _HY4_MALFORMED.items():
+    case("hy_v4", f"test_strict_returns_raw_content_{_k}", _out, _out, tools=_HY4_TOOLS)
+case("hy_v4", "test_structural_tokens_split_across_deltas",
+     "hi<tool_calls>\n  " + _hy4_call("get_weather", [("city", "Beijing")]) + "</tool_calls>", "hi",
+     [("get_weather", {"city": "Beijing"})], tools=_HY4_TOOLS)
