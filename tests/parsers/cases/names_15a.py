@@ -112,6 +112,13 @@ def hy(sep: str) -> Callable[[Calls], str]:
     return render
 
 
+def glm47(calls: Calls) -> str:
+    return "".join(
+        f"<tool_call>{n}" + "".join(f"<arg_key>{k}</arg_key><arg_value>{_x(v)}</arg_value>" for k, v in a.items()) + "</tool_call>"
+        for n, a in calls
+    )
+
+
 def inkling(calls: Calls) -> str:
     return "".join(
         "<|message_model|><|content_invoke_tool_json|>" + _j({"name": n, "args": a}) + "<|end_message|>"
@@ -157,6 +164,7 @@ FORMATS: dict[str, tuple[Callable[[Calls], str], bool, str]] = {
     "functiongemma": (functiongemma, False, "<start_function_call>call:get weather{}<end_function_call>"),
     "gemma4": (gemma4, False, "<|tool_call>call:get weather{}<tool_call|>"),
     "gigachat3": (gigachat3, True, '<|function_call|>{"name": "get_weather", "arguments": {"city": }'),
+    "glm47": (glm47, False, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</tool_call>"),
     "granite": (granite, False, '<|tool_call|>[{"name": "get_weather", "arguments": {"city": }]'),
     "granite-20b-fc": (granite20, False, '<function_call> {"name": "get_weather", "arguments": {"city": }'),
     "granite4": (hermes_like, False, '<tool_call>\n{"name": "get_weather", "arguments": {"city": }\n</tool_call>'),
@@ -213,6 +221,8 @@ DIFFERENCES: dict[str, str] = {
     + _MALFORMED_KEPT,
     "tool:gemma4:nested": "Gemma 4 writes every string between <|\"|>, so a bare word nested in an "
     "object or array without a schema type is decoded (1, true, null); vLLM keeps it as text",
+    "tool:glm47:malformed": "an <arg_value> without its closing tag is not a call: vLLM calls "
+    "get_weather with {}; " + _MALFORMED_KEPT,
     "tool:granite:malformed": "invalid JSON arguments are not a call: vLLM passes the invalid "
     "text on as arguments; " + _MALFORMED_KEPT,
     "tool:hy_v3:malformed": "vLLM drops the unterminated block (no content, no call); " + _MALFORMED_KEPT,
