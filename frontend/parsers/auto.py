@@ -9,6 +9,19 @@ from __future__ import annotations
 
 # (marker(s) that must all be in the template, tool parser), most specific first
 _TOOL_BY_TEMPLATE: tuple[tuple[tuple[str, ...], str], ...] = (
+    # helper 15a's formats (markers no other format's template writes)
+    (("｜DSML｜ calls",), "deepseek_v41"),
+    (("<|tool_call>", "<tool_call|>"), "gemma4"),
+    (("<start_function_call>",), "functiongemma"),
+    (("<|tools_prefix|>",), "apertus"),
+    (("<ifm|tool_calls>",), "k2_horizon"),
+    (("<dots_function_call>",), "dots"),
+    (("<tool_sep>", "<arg_key>"), "hy_v3"),
+    (("<|action_start|><|plugin|>",), "internlm"),
+    (("<|content_invoke_tool_json|>",), "inkling"),
+    (("<|function_call|>",), "gigachat3"),
+    (("function call<|role_sep|>",), "gigachat3"),
+    (("<|tool_call|>",), "granite"),
     (("｜DSML｜tool_calls",), "deepseek_v4"),
     (("｜DSML｜function_calls",), "deepseek_v32"),
     (("<｜tool▁calls▁begin｜>", "```json"), "deepseek_v3"),
