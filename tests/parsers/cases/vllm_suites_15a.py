@@ -517,3 +517,26 @@ case("gemma4", "test_parse_args_values",
                  "record_map": {"3": "new text"}, "items": ["a]b", "c"], "bare": [42, True, 3.14]})],
      differs="bare words without a schema type are decoded (42, true, null), as vLLM's own "
      "test expects; the installed vLLM 0.32 keeps them as text ('42', 'true', 'null')")
+
+# -------------------------------------------------------------------- glm47
+_GLM_TOOLS = _HY_TOOLS  # get_current_date, get_weather(city, date)
+case("glm47", "test_no_tool_call", "This is a plain response.", "This is a plain response.", tools=_GLM_TOOLS)
+case("glm47", "test_zero_arg_inline", "<tool_call>get_current_date</tool_call>", "", [_DATE], tools=_GLM_TOOLS)
+case("glm47", "test_zero_arg_newline", "<tool_call>get_current_date\n</tool_call>", "", [_DATE], tools=_GLM_TOOLS)
+case("glm47", "test_args_same_line",
+     "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Beijing</arg_value></tool_call>", "",
+     [("get_weather", {"city": "Beijing"})], tools=_GLM_TOOLS)
+case("glm47", "test_args_with_newlines",
+     "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n</tool_call>", "",
+     [("get_weather", {"city": "Beijing"})], tools=_GLM_TOOLS)
+case("glm47", "test_content_before", "Checking.<tool_call>get_current_date</tool_call>", "Checking.", [_DATE],
+     tools=_GLM_TOOLS)
+case("glm47", "test_multiple",
+     "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Beijing</arg_value></tool_call>"
+     "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Shanghai</arg_value></tool_call>", "",
+     [("get_weather", {"city": "Beijing"}), ("get_weather", {"city": "Shanghai"})], tools=_GLM_TOOLS)
+case("glm47", "test_whitespace_content_none", "  \n  <tool_call>get_current_date</tool_call>", "", [_DATE],
+     tools=_GLM_TOOLS)
+case("glm47", "test_with_args_streaming",
+     "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Beijing</arg_value></tool_call>", "",
+     [("get_weather", {"city": "Beijing"})], tools=_GLM_TOOLS)
