@@ -540,3 +540,55 @@ case("glm47", "test_whitespace_content_none", "  \n  <tool_call>get_current_date
 case("glm47", "test_with_args_streaming",
      "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Beijing</arg_value></tool_call>", "",
      [("get_weather", {"city": "Beijing"})], tools=_GLM_TOOLS)
+
+
+# ===================================================================== Rust
+# vLLM's Rust frontend (rust/src/chat/src/parser/tool/gemma4.rs, its tests module), named
+# rust_<test>. The Rust parser decodes bare words (true, 42, null) as this one does.
+def rust_case(parser: str, name: str, text: str, content: str, calls: list[tuple[str, Any]] | None = None,
+              differs: str | None = None) -> None:
+    c = ToolCase(parser, f"rust_{name}", text, content, calls or [], None)
+    TOOL_CASES.append(c)
+    if differs:
+        DIFFERENCES[c.id] = differs
+
+
+_BARE = ("bare words are decoded (as the Rust parser and vLLM's own current Python test do); the "
+         "installed vLLM 0.32 keeps them as text")
+rust_case("gemma4", "gemma4_parse_args_handles_scalars_and_nested_values",
+          _g4("f", f"name:{_GQ}test{_GQ},count:42,active:true,score:114.514,nested:{{inner:{_GQ}value{_GQ}}},"
+                   f"items:[{_GQ}a{_GQ},{_GQ}b{_GQ}]"), "",
+          [("f", {"name": "test", "count": 42, "active": True, "score": 114.514, "nested": {"inner": "value"},
+                  "items": ["a", "b"]})], differs=_BARE)
+rust_case("gemma4", "gemma4_parse_array_handles_bare_values", _g4("f", "xs:[42,true,114.514]"), "",
+          [("f", {"xs": [42, True, 114.514]})], differs=_BARE)
+rust_case("gemma4", "gemma4_parse_complete_extracts_single_tool_call", _g4("get_weather", f"location:{_GQ}London{_GQ}"),
+          "", [("get_weather", {"location": "London"})])
+rust_case("gemma4", "gemma4_streaming_basic_single_tool_call", _g4("get_weather", f"location:{_GQ}Paris, France{_GQ}"),
+          "", [("get_weather", {"location": "Paris, France"})])
+rust_case("gemma4", "gemma4_streaming_text_before_and_after_tool_call",
+          "Let me check the weather. " + _g4("get_weather", f"location:{_GQ}London{_GQ}") + "<div>",
+          "Let me check the weather.<div>", [("get_weather", {"location": "London"})],
+          differs="we keep the text after the call (as the Rust parser does) but drop the framing "
+          "space before it; vLLM's Python parser drops the text after")
+rust_case("gemma4", "gemma4_streaming_handles_boolean_split_across_chunks", _g4("search", "input:{all:true}"), "",
+          [("search", {"input": {"all": True}})], differs=_BARE)
+rust_case("gemma4", "gemma4_streaming_handles_false_split_across_chunks", _g4("set", "flag:false"), "",
+          [("set", {"flag": False})], differs=_BARE)
+rust_case("gemma4", "gemma4_streaming_handles_number_split_across_chunks", _g4("set", "count:42"), "",
+          [("set", {"count": 42})], differs=_BARE)
+rust_case("gemma4", "gemma4_streaming_handles_split_string_delimiter", _g4("todowrite", f"content:{_GQ}Buy milk{_GQ}"),
+          "", [("todowrite", {"content": "Buy milk"})])
+_HTML = ('<!DOCTYPE html>\n<html lang="zh-CN">\n<head>\n    <meta charset="UTF-8">\n    '
+         '<meta name="viewport" content="width=device-width">\n')
+rust_case("gemma4", "gemma4_streaming_handles_html_argument_without_duplication",
+          _g4("write_file", f"path:{_GQ}index.html{_GQ},content:{_GQ}{_HTML}{_GQ}"), "",
+          [("write_file", {"path": "index.html", "content": _HTML})])
+rust_case("gemma4", "gemma4_streaming_trailing_bare_bool_is_not_duplicated",
+          _g4("Edit", f"file_path:{_GQ}src/env.py{_GQ},old_string:{_GQ}old_val{_GQ},new_string:{_GQ}new_val{_GQ},"
+                      "replace_all:false"), "",
+          [("Edit", {"file_path": "src/env.py", "old_string": "old_val", "new_string": "new_val", "replace_all": False})],
+          differs=_BARE)
+rust_case("gemma4", "gemma4_finish_flushes_partial_start_marker_as_text", "<", "<")
+rust_case("gemma4", "gemma4_finish_flushes_complete_args_without_end_marker", "<|tool_call>call:get_status{}", "",
+          [("get_status", {})])
