@@ -592,3 +592,36 @@ rust_case("gemma4", "gemma4_streaming_trailing_bare_bool_is_not_duplicated",
 rust_case("gemma4", "gemma4_finish_flushes_partial_start_marker_as_text", "<", "<")
 rust_case("gemma4", "gemma4_finish_flushes_complete_args_without_end_marker", "<|tool_call>call:get_status{}", "",
           [("get_status", {})])
+
+
+# glm47 (rust/src/chat/src/parser/tool/glm_xml/glm47_moe.rs tests; the tools' schemas as the
+# Rust test_utils declares the parameters used)
+def _glm47(name: str, params: list[tuple[str, str]]) -> str:
+    return f"<tool_call>{name}" + "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in params) + "</tool_call>"
+
+
+_RUST_GLM_TOOLS = [
+    tool("get_weather", city={"type": "string"}, date={"type": "string"}),
+    tool("add", x={"type": "integer"}, y={"type": "integer"}),
+    tool("convert", whole={"type": "integer"}, flag={"type": "boolean"}, payload={"type": "object"},
+         items={"type": "array"}, empty={"type": "string"}),
+]
+
+
+def _rust_glm(name: str, text: str, content: str, calls: list[tuple[str, Any]]) -> None:
+    c = ToolCase("glm47", f"rust_{name}", text, content, calls, _RUST_GLM_TOOLS)
+    TOOL_CASES.append(c)
+
+
+_rust_glm("glm47_parse_complete_extracts_single_tool_call",
+          "Let me search for that.\n" + _glm47("get_weather", [("city", "Beijing"), ("date", "2024-12-25")]),
+          "Let me search for that.", [("get_weather", {"city": "Beijing", "date": "2024-12-25"})])
+_rust_glm("glm47_streaming_extracts_multiple_tool_calls",
+          _glm47("get_weather", [("city", "Shanghai")]) + _glm47("add", [("x", "1"), ("y", "2")]), "",
+          [("get_weather", {"city": "Shanghai"}), ("add", {"x": 1, "y": 2})])
+_rust_glm("glm47_parse_complete_converts_schema_types",
+          _glm47("convert", [("whole", "42"), ("flag", "true"), ("payload", '{"nested":{"key":"value"}}'),
+                             ("items", "[1, 2, 3]"), ("empty", "")]), "",
+          [("convert", {"whole": 42, "flag": True, "payload": {"nested": {"key": "value"}}, "items": [1, 2, 3],
+                        "empty": ""})])
+_rust_glm("glm47_parse_complete_extracts_zero_argument_call", "<tool_call>add</tool_call>", "", [("add", {})])
