@@ -20,7 +20,6 @@ from vllm_pyfrontend.parsers.combinators import (
     P,
     fmap,
     find_first,
-    json_value,
     lit,
     many,
     partial_tail,

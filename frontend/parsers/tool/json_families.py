@@ -14,12 +14,10 @@ from typing import Any, Sequence
 from vllm_pyfrontend.parsers.combinators import (
     P,
     fmap,
-    json_value,
     lit,
     many,
     opt,
     seq,
-    take_until,
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
