@@ -135,7 +135,7 @@ for _name, _family in {
     "kimi_k3": _f.kimi_k3,
     "minicpmv": _f.minicpmv,
     "minimax_m2_append_think": _f.MINIMAX_M2_APPEND_THINK,
-    "minimax_m3": _f.MINIMAX_M3,
+    "minimax_m3": _f.minimax_m3,
     "mistral": _f.MISTRAL,
     "muse_glimmer": _f.MUSE_GLIMMER,
 }.items():

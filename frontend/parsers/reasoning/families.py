@@ -225,7 +225,12 @@ GEMMA4 = Family(
     reasoning_label="thought\n",
 )
 MISTRAL = Family(_starts_in("[THINK]", "[/THINK]", False, strip_reasoning_tail=True))
-MINIMAX_M3 = Family(_starts_in("<mm:think>", "</mm:think>", False, keep_stray_end=True))
+
+
+def minimax_m3(kwargs: Mapping[str, Any]) -> Family:
+    """Content first unless the template opened ``<mm:think>`` (``thinking_mode: "enabled"``)."""
+    on = kwargs.get("thinking_mode") == "enabled"
+    return Family(_starts_in("<mm:think>", "</mm:think>", on, keep_stray_end=True))
 
 INKLING_THINK = ("<|content_thinking|>", "<|end_message|>")
 INKLING = Family(

@@ -51,7 +51,8 @@ class ThinkStyle:
     identity_when_off: bool = False
     #: whitespace right before the end marker is framing, not reasoning
     strip_reasoning_tail: bool = False
-    #: an end marker met in content is text (kept), not absorbed as a stray token
+    #: an end marker met in content once the answer has begun is text (kept), not
+    #: absorbed as a stray token (one before any answer text is still dropped)
     keep_stray_end: bool = False
 
 
@@ -245,7 +246,7 @@ class ThinkReasoningParser:
             real = self.gate.is_real(m)
             self.gate.passed(m)
             self._buf = self._buf[len(m) :]
-            if not real or (m == st.end and not self.in_reasoning and st.keep_stray_end):
+            if not real or (m == st.end and not self.in_reasoning and st.keep_stray_end and self._settled):
                 self._out(m)
             elif m == st.end and self.in_reasoning:
                 self._leave_reasoning(drop_ws=True)

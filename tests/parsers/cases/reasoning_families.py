@@ -59,6 +59,9 @@ DIFFERENCES = {
     "reasoning:gemma4:end_only": _NO_RETRO,
     "reasoning:cohere_command3:end_only": "a stray <|END_THINKING|> in the answer is dropped; "
     "Cohere's melody filter also drops one newline after it",
+    "reasoning:granite:vllm_streaming_broken_response_header": "vLLM's granite regex needs the "
+    "response header to call anything reasoning (its own test expects this from the streaming "
+    "path, which we follow)",
     "reasoning:muse_glimmer:end_only": "vLLM drops answer text written before a stray <|eom|> "
     "(no to=self channel opened); we keep it as content",
 }
@@ -314,4 +317,59 @@ REASONING_CASES = [
     R('k2_horizon', 'empty', '<ifm|think></ifm|think>Hi', '', 'Hi'),
     R('k2_horizon', 'medium_markers', '<ifm|think_fast>quick</ifm|think_fast>Done.', 'quick', 'Done.', {'reasoning_effort': 'medium'}),
     R('k2_horizon', 'tool_start_no_end', 'plan<ifm|tool_calls>x', 'plan', '<ifm|tool_calls>x'),
+    # ---- converted from vLLM's own test suites (tests/reasoning/) ----
+    # ernie45: vLLM's tests/reasoning test file
+    R('ernie45', 'vllm_with_think', 'abc</think>def', 'abc', 'def'),
+    R('ernie45', 'vllm_without_think', 'abc', 'abc', ''),
+    R('ernie45', 'vllm_complete_reasoning', 'abc</think>', 'abc', ''),
+    R('ernie45', 'vllm_multiline_reasoning', 'abc\nABC</think>def\nDEF', 'abc\nABC', 'def\nDEF'),
+    # step3p5: vLLM's tests/reasoning test file
+    R('step3p5', 'vllm_simple_reasoning', 'This is a reasoning section</think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('step3p5', 'vllm_complete_reasoning', 'This is a reasoning section</think>', 'This is a reasoning section', ''),
+    R('step3p5', 'vllm_no_content', 'This is content', 'This is content', ''),
+    R('step3p5', 'vllm_multiple_lines', 'This\nThat</think>This is the rest\nThat', 'This\nThat', 'This is the rest\nThat'),
+    R('step3p5', 'vllm_shortest', '</think>This is the rest', '', 'This is the rest'),
+    R('step3p5', 'vllm_reasoning_with_think', '<think>This is a reasoning section</think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('step3p5', 'vllm_think_no_end', '<think>This is a reasoning section', 'This is a reasoning section', ''),
+    R('step3p5', 'vllm_empty', '', '', ''),
+    # seed_oss: vLLM's tests/reasoning test file
+    R('seed_oss', 'vllm_simple_reasoning', 'This is a reasoning section</seed:think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('seed_oss', 'vllm_complete_reasoning', 'This is a reasoning section</seed:think>', 'This is a reasoning section', ''),
+    R('seed_oss', 'vllm_no_content', 'This is content', 'This is content', ''),
+    R('seed_oss', 'vllm_multiple_lines', 'This\nThat</seed:think>This is the rest\nThat', 'This\nThat', 'This is the rest\nThat'),
+    R('seed_oss', 'vllm_with_start_token', '<seed:think>This is a reasoning section</seed:think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('seed_oss', 'vllm_only_end_token', 'Some reasoning</seed:think>This is the rest', 'Some reasoning', 'This is the rest'),
+    R('seed_oss', 'vllm_streaming_delta_processing', 'Some reasoning content</seed:think>Final answer', 'Some reasoning content', 'Final answer'),
+    # minimax_m3: vLLM's tests/reasoning test file
+    R('minimax_m3', 'vllm_explicit_reasoning_block', '<mm:think>plan</mm:think>answer', 'plan', 'answer'),
+    R('minimax_m3', 'vllm_without_start_tag_is_content', 'plain answer', '', 'plain answer'),
+    R('minimax_m3', 'vllm_drops_leading_end_tag', '</mm:think>answer', '', 'answer'),
+    R('minimax_m3', 'vllm_non_leading_end_tag_is_content', 'XXX</mm:think>YYY', '', 'XXX</mm:think>YYY'),
+    R('minimax_m3', 'vllm_enabled_mode_starts_in_reasoning', 'plan</mm:think>answer', 'plan', 'answer', {'thinking_mode': 'enabled'}),
+    R('minimax_m3', 'vllm_open_reasoning_block', '<mm:think>still thinking', 'still thinking', ''),
+    R('minimax_m3', 'vllm_split_marker_text', '<mm:think>Reasoning content</mm:think>content', 'Reasoning content', 'content'),
+    # granite: vLLM's tests/reasoning test file
+    R('granite', 'vllm_simple_reasoning', 'Here is my thought process:This is a reasoning sectionHere is my response:This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('granite', 'vllm_complete_reasoning', 'Here is my thought process:This is a reasoning sectionHere is my response:', 'This is a reasoning section', ''),
+    R('granite', 'vllm_no_reasoning', 'This is content', '', 'This is content'),
+    R('granite', 'vllm_multiple_lines', 'Here is my thought process:This\nThatHere is my response:This is the rest\nThat', 'This\nThat', 'This is the rest\nThat'),
+    R('granite', 'vllm_streaming_delta_has_everything', 'Here is my thought process: foo Here is my response: bar', ' foo ', ' bar'),
+    R('granite', 'vllm_streaming_unexpected_start', 'Here is my thought failure', '', 'Here is my thought failure'),
+    R('granite', 'vllm_streaming_broken_response_header', 'Here is my thought process: foo Here is Here was', ' foo Here is Here was', ''),
+    # mistral: vLLM's tests/reasoning test file
+    R('mistral', 'vllm_shortest', '[/THINK]This is the rest', '', 'This is the rest'),
+    R('mistral', 'vllm_reasoning_with_think', '[THINK]This is a reasoning section[/THINK]This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('mistral', 'vllm_complete_reasoning_with_think', '[THINK]This is a reasoning section[/THINK]', 'This is a reasoning section', ''),
+    R('mistral', 'vllm_multiple_lines_with_think', '[THINK]This\nThat[/THINK]This is the rest\nThat', 'This\nThat', 'This is the rest\nThat'),
+    R('mistral', 'vllm_think_no_end', '[THINK]This is a reasoning section', 'This is a reasoning section', ''),
+    R('mistral', 'vllm_empty', '', '', ''),
+    # olmo3: vLLM's tests/reasoning test file
+    R('olmo3', 'vllm_no_reasoning', '<think></think>No thoughts, head empty!', '', 'No thoughts, head empty!'),
+    R('olmo3', 'vllm_no_reasoning_with_newline', '<think>\n</think>\n\nNo thoughts, head empty!', '\n', '\n\nNo thoughts, head empty!'),
+    R('olmo3', 'vllm_simple_reasoning', '<think>This is a reasoning section</think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('olmo3', 'vllm_simple_reasoning_with_newline', "<think> Look!\n\nI'm thinking...</think>\nThis is the rest", " Look!\n\nI'm thinking...", '\nThis is the rest'),
+    R('olmo3', 'vllm_simple_reasoning_with_multiple_newlines', "<think>\nLook!\nI'm thinking...\n\n</think>\n\n\nThis is the rest", "\nLook!\nI'm thinking...\n\n", '\n\n\nThis is the rest'),
+    R('olmo3', 'vllm_simple_reasoning_with_trailing_space', "<think>\nLook!\nI'm thinking... </think>\nThis is the rest", "\nLook!\nI'm thinking... ", '\nThis is the rest'),
+    R('olmo3', 'vllm_no_reasoning_only_end_think', '</think>\n\nNo thoughts, head empty!', '', '\n\nNo thoughts, head empty!'),
+    R('olmo3', 'vllm_yes_reasoning_only_end_think', 'The user is asking me not to think.</think>No thoughts!', 'The user is asking me not to think.', 'No thoughts!'),
 ]
