@@ -221,7 +221,7 @@ COHERE_COMMAND3 = Family(_starts_in(*COHERE_THINK, False, strip_reasoning_tail=T
 COHERE_COMMAND4 = Family(_starts_in(*COHERE_THINK, True, strip_reasoning_tail=True), **_COHERE)
 
 GEMMA4 = Family(
-    _starts_in("<|channel>", "<channel|>", False, strip_reasoning_tail=True),
+    _starts_in("<|channel>", "<channel|>", False, strip_reasoning_tail=True, reopen=True),
     reasoning_label="thought\n",
 )
 MISTRAL = Family(_starts_in("[THINK]", "[/THINK]", False, strip_reasoning_tail=True))

@@ -57,6 +57,10 @@ DIFFERENCES = {
     "reasoning:granite:end_only": "a response header with no thought process before it stays "
     "text, in the canonical spelling (Here's) that both spellings are read as",
     "reasoning:gemma4:end_only": _NO_RETRO,
+    "reasoning:gemma4:vllm_invalid_simple_streaming": _NO_RETRO + " (vLLM's own test expects "
+    "our answer from its streaming path)",
+    "reasoning:gemma4:vllm_invalid_complete_streaming": _NO_RETRO + " (vLLM's own test expects "
+    "our answer from its streaming path)",
     "reasoning:cohere_command3:end_only": "a stray <|END_THINKING|> in the answer is dropped; "
     "Cohere's melody filter also drops one newline after it",
     "reasoning:granite:vllm_streaming_broken_response_header": "vLLM's granite regex needs the "
@@ -372,4 +376,33 @@ REASONING_CASES = [
     R('olmo3', 'vllm_simple_reasoning_with_trailing_space', "<think>\nLook!\nI'm thinking... </think>\nThis is the rest", "\nLook!\nI'm thinking... ", '\nThis is the rest'),
     R('olmo3', 'vllm_no_reasoning_only_end_think', '</think>\n\nNo thoughts, head empty!', '', '\n\nNo thoughts, head empty!'),
     R('olmo3', 'vllm_yes_reasoning_only_end_think', 'The user is asking me not to think.</think>No thoughts!', 'The user is asking me not to think.', 'No thoughts!'),
+    # gemma4: vLLM's tests/reasoning test file
+    R('gemma4', 'vllm_invalid_simple_streaming', 'This is a reasoning section<channel|>This is the rest', '', 'This is a reasoning sectionThis is the rest'),
+    R('gemma4', 'vllm_invalid_complete_streaming', 'This is a reasoning section<channel|>', '', 'This is a reasoning section'),
+    R('gemma4', 'vllm_no_content', '<|channel>This is reasoning', 'This is reasoning', ''),
+    R('gemma4', 'vllm_no_reasoning', 'This is content', '', 'This is content'),
+    R('gemma4', 'vllm_reasoning', '<|channel>This is a reasoning section<channel|>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('gemma4', 'vllm_complete_reasoning', '<|channel>This is a reasoning section<channel|>', 'This is a reasoning section', ''),
+    R('gemma4', 'vllm_multiple_lines', '<|channel>This\nThat<channel|>This is the rest\nThat', 'This\nThat', 'This is the rest\nThat'),
+    R('gemma4', 'vllm_empty', '', '', ''),
+    R('gemma4', 'vllm_new_line', 'Before\n<|channel>This is a reasoning section<channel|>\nThis is the rest', 'This is a reasoning section', 'Before\n\nThis is the rest'),
+    R('gemma4', 'vllm_thought_prefix', '<|channel>thought\nActual reasoning here<channel|>Final answer', 'Actual reasoning here', 'Final answer'),
+    R('gemma4', 'vllm_thought_prefix_only', '<|channel>thought\n<channel|>', '', ''),
+    R('gemma4', 'vllm_thought_prefix_multiline', '<|channel>thought\nLine1\nLine2<channel|>Answer', 'Line1\nLine2', 'Answer'),
+    R('gemma4', 'vllm_thought_prefix_diverge', '<|channel>thousand reasons<channel|>Done', 'thousand reasons', 'Done'),
+    R('gemma4', 'vllm_tool_call_started', '<|tool_call>', '', '<|tool_call>'),
+    # k2_horizon: vLLM's tests/reasoning test file
+    R('k2_horizon', 'vllm_explicit_boundary', '<ifm|think>plan</ifm|think>answer', 'plan', 'answer'),
+    R('k2_horizon', 'vllm_implicit_boundary_tool_calls', 'plan<ifm|tool_calls><ifm|tool_call>ping</ifm|tool_call>', 'plan', '<ifm|tool_calls><ifm|tool_call>ping</ifm|tool_call>'),
+    R('k2_horizon', 'vllm_character_split_plan', 'plan</ifm|think>answer', 'plan', 'answer'),
+    R('k2_horizon', 'vllm_character_split_space', ' </ifm|think>answer', ' ', 'answer'),
+    R('k2_horizon', 'vllm_character_split_space_newline', ' \n</ifm|think>answer', ' \n', 'answer'),
+    R('k2_horizon', 'vllm_effort_low', '<ifm|think_faster>x</ifm|think_faster>y', 'x', 'y', {'reasoning_effort': 'low'}),
+    # holo2: vLLM's tests/reasoning test file
+    R('holo2', 'vllm_with_think', 'This is a reasoning section</think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('holo2', 'vllm_with_think_enabled', 'This is a reasoning section</think>This is the rest', 'This is a reasoning section', 'This is the rest', {'thinking': True}),
+    R('holo2', 'vllm_thinking_disabled', 'This is the rest', '', 'This is the rest', {'thinking': False}),
+    R('holo2', 'vllm_thinking_disabled_with_close_tag', '</think>This is the rest', '', '</think>This is the rest', {'thinking': False}),
+    R('holo2', 'vllm_thinking_disabled_with_close_tag_stream', 'some text</think>This is the rest', '', 'some text</think>This is the rest', {'thinking': False}),
+    R('holo2', 'vllm_complete_reasoning', 'This is a reasoning section</think>', 'This is a reasoning section', ''),
 ]
