@@ -41,6 +41,10 @@ _NO_RETRO = (
     "vLLM reclassifies text already given as content when a later end marker comes, which a "
     "stream cannot take back: we keep it content and drop the stray marker"
 )
+_COHERE_ACTION = (
+    "vLLM's composed Cohere parser drops the action block when no tool parser runs; its own "
+    "reasoning-parser test expects it kept as content, as here (the tool parser takes it)"
+)
 DIFFERENCES = {
     "reasoning:step3:both": _STEP3,
     "reasoning:step3:open": _STEP3,
@@ -66,6 +70,11 @@ DIFFERENCES = {
     "reasoning:granite:vllm_streaming_broken_response_header": "vLLM's granite regex needs the "
     "response header to call anything reasoning (its own test expects this from the streaming "
     "path, which we follow)",
+    "reasoning:granite_thinking_parser:vllm_disabled_with_leading_newline": "thinking off, the "
+    "output is the answer as written; the installed vLLM strips its leading newline, vLLM's own "
+    "newer test expects it kept (as here)",
+    "reasoning:cohere_command3:vllm_single_tool_call": _COHERE_ACTION,
+    "reasoning:cohere_command4:vllm_single_tool_call": _COHERE_ACTION,
     "reasoning:muse_glimmer:end_only": "vLLM drops answer text written before a stray <|eom|> "
     "(no to=self channel opened); we keep it as content",
 }
@@ -434,4 +443,22 @@ REASONING_CASES = [
     R('plamo3', 'vllm_begin_reasoning_in_progress', '<|plamo:begin_think:plamo|>reasoning in progress', 'reasoning in progress', ''),
     R('plamo3', 'vllm_both_tags', '<|plamo:begin_think:plamo|>reasoning<|plamo:end_think:plamo|>answer', 'reasoning', 'answer'),
     R('plamo3', 'vllm_off_streaming_prefix', 'prefix<|plamo:begin_think:plamo|>ignored reasoning<|plamo:end_think:plamo|>suffix', '', 'prefix<|plamo:begin_think:plamo|>ignored reasoning<|plamo:end_think:plamo|>suffix', {'enable_thinking': False}),
+    # granite_thinking_parser: vLLM's tests/reasoning test file
+    R('granite_thinking_parser', 'vllm_leading_newline_stripped', '<think>reasoning</think>\nHello', 'reasoning', 'Hello'),
+    R('granite_thinking_parser', 'vllm_simple_reasoning', '<think>r</think>c', 'r', 'c'),
+    R('granite_thinking_parser', 'vllm_without_start_token', 'This is a reasoning section</think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('granite_thinking_parser', 'vllm_with_start_token', '<think>This is a reasoning section</think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('granite_thinking_parser', 'vllm_multiple_leading_newlines_stripped', '<think>reasoning</think>\n\n\nHello', 'reasoning', 'Hello'),
+    R('granite_thinking_parser', 'vllm_multiline_reasoning_and_content', '<think>line1\nline2</think>\nresult1\nresult2', 'line1\nline2', 'result1\nresult2'),
+    R('granite_thinking_parser', 'vllm_no_content_after_end_token', '<think>reasoning</think>', 'reasoning', ''),
+    R('granite_thinking_parser', 'vllm_whitespace_only_content', '<think>reasoning</think>\n\n', 'reasoning', ''),
+    R('granite_thinking_parser', 'vllm_unterminated_think_block', '<think>reasoning only', 'reasoning only', '', {'enable_thinking': True}),
+    R('granite_thinking_parser', 'vllm_disabled_moves_into_content', 'This is plain content', '', 'This is plain content', {'enable_thinking': False}),
+    R('granite_thinking_parser', 'vllm_disabled_with_leading_newline', '\nThis is plain content', '', '\nThis is plain content', {'enable_thinking': False}),
+    R('granite_thinking_parser', 'vllm_keeps_truncated_reasoning', 'This is truncated reasoning', 'This is truncated reasoning', '', {'enable_thinking': True}),
+    R('granite_thinking_parser', 'vllm_force_nonempty_keeps_real_content', '<think>reasoning here</think>real answer', 'reasoning here', 'real answer', {'force_nonempty_content': True}),
+    # cohere_command3: vLLM's tests/reasoning test file
+    R('cohere_command3', 'vllm_single_tool_call', '<|START_THINKING|> i will call foo with query1<|END_THINKING|><|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n<|END_ACTION|>', 'i will call foo with query1', '<|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n<|END_ACTION|>'),
+    # cohere_command4: vLLM's tests/reasoning test file
+    R('cohere_command4', 'vllm_single_tool_call', '<|START_THINKING|> i will call foo with query1<|END_THINKING|><|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n<|END_ACTION|>', 'i will call foo with query1', '<|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n<|END_ACTION|>'),
 ]
