@@ -461,4 +461,15 @@ REASONING_CASES = [
     R('cohere_command3', 'vllm_single_tool_call', '<|START_THINKING|> i will call foo with query1<|END_THINKING|><|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n<|END_ACTION|>', 'i will call foo with query1', '<|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n<|END_ACTION|>'),
     # cohere_command4: vLLM's tests/reasoning test file
     R('cohere_command4', 'vllm_single_tool_call', '<|START_THINKING|> i will call foo with query1<|END_THINKING|><|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n<|END_ACTION|>', 'i will call foo with query1', '<|START_ACTION|>\n[\n    {"tool_call_id": "0", "tool_name": "foo", "parameters": {"query": "query1"}}\n]\n<|END_ACTION|>'),
+    # gemma4: vLLM's tests/reasoning test file
+    R('gemma4', 'rust_no_reasoning', 'This is content', '', 'This is content'),
+    R('gemma4', 'rust_reasoning_and_content', '<|channel>This is a reasoning section<channel|>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('gemma4', 'rust_newline_around_reasoning', 'Before\n<|channel>This is a reasoning section<channel|>\nThis is the rest', 'This is a reasoning section', 'Before\n\nThis is the rest'),
+    R('gemma4', 'rust_thought_prefix_only', '<|channel>thought\n<channel|>', '', ''),
+    R('gemma4', 'rust_thought_prefix_diverge', '<|channel>thousand reasons<channel|>Done', 'thousand reasons', 'Done'),
+    R('gemma4', 'rust_strips_thought_prefix_split_across_deltas', '<|channel>thought\nabc<channel|>done', 'abc', 'done'),
+    # cohere_command3: vLLM's tests/reasoning test file
+    R('cohere_command3', 'rust_delimited_content_only_stream', 'plain content', '', 'plain content'),
+    R('cohere_command3', 'rust_delimited_single_chunk_with_reasoning_and_content', '<|START_THINKING|>reason<|END_THINKING|>answer', 'reason', 'answer'),
+    R('cohere_command3', 'rust_delimited_partial_tokens_across_chunks', '<|START_THINKING|>reason<|END_THINKING|>answer', 'reason', 'answer'),
 ]
