@@ -472,4 +472,11 @@ REASONING_CASES = [
     R('cohere_command3', 'rust_delimited_content_only_stream', 'plain content', '', 'plain content'),
     R('cohere_command3', 'rust_delimited_single_chunk_with_reasoning_and_content', '<|START_THINKING|>reason<|END_THINKING|>answer', 'reason', 'answer'),
     R('cohere_command3', 'rust_delimited_partial_tokens_across_chunks', '<|START_THINKING|>reason<|END_THINKING|>answer', 'reason', 'answer'),
+    # deepseek_v3: vLLM's tests/reasoning test file
+    R('deepseek_v3', 'vllm_identity_reasoning_parser_basic', 'This is some output', '', 'This is some output'),
+    R('deepseek_v3', 'vllm_parser_selection_thinking', '<think>r</think>c', 'r', 'c', {'thinking': True}),
+    R('deepseek_v3', 'vllm_parser_selection_no_thinking', '<think>r</think>c', '', '<think>r</think>c', {'thinking': False}),
+    # hy_v4: vLLM's tests/reasoning test file
+    R('hy_v4', 'vllm_start_marker_with_reasoning', '<think>abc</think>def', 'abc', 'def'),
+    R('hy_v4', 'vllm_start_marker_id_without_text', 'abc</think>def', 'abc', 'def'),
 ]
