@@ -479,4 +479,10 @@ REASONING_CASES = [
     # hy_v4: vLLM's tests/reasoning test file
     R('hy_v4', 'vllm_start_marker_with_reasoning', '<think>abc</think>def', 'abc', 'def'),
     R('hy_v4', 'vllm_start_marker_id_without_text', 'abc</think>def', 'abc', 'def'),
+    # kimi_k3: vLLM's tests/reasoning test file
+    R('kimi_k3', 'vllm_delegating_parser_strips_response_wrapper', '<|open|>think<|sep|>step<|close|>think<|sep|><|open|>response<|sep|>answer', 'step', 'answer'),
+    R('kimi_k3', 'vllm_generation_prefix_consumed', 'step<|close|>think<|sep|><|open|>response<|sep|>answer', 'step', 'answer'),
+    R('kimi_k3', 'vllm_truncated_before_close_marker', 'unfinished reasoning', 'unfinished reasoning', ''),
+    R('kimi_k3', 'vllm_markerless_output_with_thinking_disabled', 'answer', '', 'answer', {'thinking': False}),
+    R('kimi_k3', 'vllm_thinking_false_streams_response_content', 'OK<|close|>response<|sep|>', '', 'OK', {'thinking': False}),
 ]
