@@ -485,4 +485,14 @@ REASONING_CASES = [
     R('kimi_k3', 'vllm_truncated_before_close_marker', 'unfinished reasoning', 'unfinished reasoning', ''),
     R('kimi_k3', 'vllm_markerless_output_with_thinking_disabled', 'answer', '', 'answer', {'thinking': False}),
     R('kimi_k3', 'vllm_thinking_false_streams_response_content', 'OK<|close|>response<|sep|>', '', 'OK', {'thinking': False}),
+    # minimax_m2: vLLM's tests/reasoning test file
+    R('minimax_m2', 'vllm_simple_reasoning', 'This is a reasoning section</think>This is the rest', 'This is a reasoning section', 'This is the rest'),
+    R('minimax_m2', 'vllm_complete_reasoning', 'This is a reasoning section</think>', 'This is a reasoning section', ''),
+    R('minimax_m2', 'vllm_no_end_token', 'This is reasoning in progress', 'This is reasoning in progress', ''),
+    R('minimax_m2', 'vllm_multiple_lines', 'First line\nSecond line</think>Response first line\nResponse second', 'First line\nSecond line', 'Response first line\nResponse second'),
+    R('minimax_m2', 'vllm_shortest_reasoning', '</think>This is the response', '', 'This is the response'),
+    R('minimax_m2', 'vllm_empty', '', '', ''),
+    R('minimax_m2', 'vllm_special_chars', 'Let me think... 1+1=2, right?</think>Yes, 1+1=2.', 'Let me think... 1+1=2, right?', 'Yes, 1+1=2.'),
+    R('minimax_m2', 'vllm_code_in_reasoning', "```python\nprint('hello')\n```</think>Here is the code.", "```python\nprint('hello')\n```", 'Here is the code.'),
+    R('minimax_m2', 'vllm_double_end_token', 'reasoning</think>content A</think>content B', 'reasoning', 'content Acontent B'),
 ]
