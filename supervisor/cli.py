@@ -165,6 +165,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "deepseek_v4, llama3_json, mistral, kimi_k2, glm45, minimax_m2, or auto")
     p.add_argument("--reasoning-parser", default=None,
                    help="deepseek_r1, qwen3, deepseek_v3, deepseek_v4, glm45, kimi_k2, minimax_m2, or auto")
+    p.add_argument("--reasoning-parser-plugin", default="",
+                   help="a module name or Python file that registers reasoning parsers "
+                        "(frontend/parsers/reasoning/plugin.py), loaded before --reasoning-parser")
     # vLLM frontend switches whose meaning already holds here (supervisor/frontend_flags.py).
     p.add_argument("--disable-uvicorn-access-log", action=bool_flag, default=False,
                    help="accepted: no access log is written here")
@@ -379,6 +382,13 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
             parser.error("--grpc-port must differ from --port when HTTP uses TCP")
     ns.profiler_enabled = profiler_configured(forwarded)  # the engine's flag: /start_profile exists
     policy = WorkerPolicy.from_mapping(vars(ns))
+    if policy.reasoning_parser_plugin:  # fail at start, as the workers would
+        from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin
+
+        try:
+            load_reasoning_parser_plugin(policy.reasoning_parser_plugin)
+        except Exception as e:  # the user's module: any error stops the start
+            parser.error(f"--reasoning-parser-plugin: {type(e).__name__}: {e}")
     try:
         check_tls_files(policy)
         parse_lora_modules(policy.lora_modules)  # a malformed --lora-modules stops the start

@@ -68,13 +68,56 @@ def auto_tool_parser(chat_template: str | None, model_type: str | None = None) -
     return _TOOL_BY_MODEL_TYPE.get(model_type or "")
 
 
+# helper 15c: reasoning formats recognisable by their own markers in the chat template
+# (all markers must be present), most specific first; then the <think> families by model_type.
+_REASONING_BY_TEMPLATE: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("<|START_THINKING|>", "<|END_THINKING|>"), "cohere_command3"),
+    (("<|channel>", "<channel|>"), "gemma4"),
+    (("<|content_thinking|>",), "inkling"),
+    (("<|open|>", "<|sep|>", "think"), "kimi_k3"),
+    (("<ifm|think",), "k2_horizon"),
+    (("<mm:think>",), "minimax_m3"),
+    (("<seed:think>",), "seed_oss"),
+    (("<|plamo:begin_think:plamo|>",), "plamo3"),
+    (("[THINK]", "[/THINK]"), "mistral"),
+    (("to=self", "<|eom|>"), "muse_glimmer"),
+    (("my thought process:", "my response:"), "granite"),
+    (("<think>", "<answer>"), "hunyuan_a13b"),
+)
+
+_REASONING_BY_MODEL_TYPE_15C = {
+    "ernie4_5": "ernie45",
+    "ernie4_5_moe": "ernie45",
+    "step3": "step3",
+    "step3p5": "step3p5",
+    "olmo3": "olmo3",
+    "mimo": "mimo",
+    "nemotron_h": "nemotron_v3",
+    "seed_oss": "seed_oss",
+    "hunyuan_v1_moe": "hunyuan_a13b",
+    "gemma4": "gemma4",
+    "gemma4_text": "gemma4",
+    "plamo3": "plamo3",
+    "minicpmv": "minicpmv",
+    "minimax_m3": "minimax_m3",
+}
+
+
 def auto_reasoning_parser(chat_template: str | None, model_type: str | None = None) -> str | None:
-    """Only for templates that speak ``<think>``; the family picks the toggles."""
+    """A format's own markers in the template, else a ``<think>`` template's family."""
+    if chat_template:
+        for markers, found in _REASONING_BY_TEMPLATE:
+            if all(m in chat_template for m in markers):
+                return found
     if chat_template is not None and "<think>" not in chat_template and "</think>" not in chat_template:
         return None
-    name = _REASONING_BY_MODEL_TYPE.get(model_type or "")
-    if name is None and chat_template and "｜DSML｜tool_calls" in chat_template:
+    name = _REASONING_BY_MODEL_TYPE.get(model_type or "") or _REASONING_BY_MODEL_TYPE_15C.get(
+        model_type or ""
+    )
+    if name is not None:
+        return name
+    if chat_template and "｜DSML｜tool_calls" in chat_template:
         return "deepseek_v4"
-    if name is None and chat_template and "enable_thinking" in chat_template:
+    if chat_template and "enable_thinking" in chat_template:
         return "qwen3"
-    return name
+    return None

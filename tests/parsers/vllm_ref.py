@@ -85,9 +85,27 @@ def vllm_reasoning(
     """vLLM's non-streaming split: (reasoning or "", content or "")."""
     from vllm.reasoning import ReasoningParserManager
 
+    if name in COMPOSED_REASONING:
+        return _vllm_composed_reasoning(name, hf, text, kwargs)
     cls = ReasoningParserManager.get_reasoning_parser(name)
     parser = cls(hf, chat_template_kwargs=kwargs or {})
     reasoning, content = parser.extract_reasoning(text, chat_request(None, kwargs))
+    return reasoning or "", content or ""
+
+
+#: reasoning parsers whose split vLLM does in the composed parser (ParserManager),
+#: not in the ReasoningParser class (its extract_reasoning is a stub there)
+COMPOSED_REASONING = {"cohere_command3", "cohere_command4", "kimi_k3", "minicpmv"}
+
+
+def _vllm_composed_reasoning(
+    name: str, hf: Any, text: str, kwargs: dict[str, Any] | None
+) -> tuple[str, str]:
+    from vllm.parser.parser_manager import ParserManager
+
+    cls = ParserManager.get_parser(reasoning_parser_name=name)
+    parser = cls(hf, None, chat_template_kwargs=kwargs or {})
+    reasoning, content, _ = parser.parse(text, chat_request(None, kwargs))
     return reasoning or "", content or ""
 
 

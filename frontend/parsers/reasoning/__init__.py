@@ -7,14 +7,16 @@ for one choice (think.py).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser, ThinkStyle
 
-_REGISTRY: dict[str, ThinkStyle] = {}
+#: name -> a ThinkStyle, or a maker with get_reasoning_parser's signature
+#: (tokenizer, *, prompt_text, prompt_token_ids, template_kwargs, implicit_ends)
+_REGISTRY: dict[str, ThinkStyle | Callable[..., Any]] = {}
 
 
-def register_reasoning_parser(name: str, style: ThinkStyle) -> None:
+def register_reasoning_parser(name: str, style: ThinkStyle | Callable[..., Any]) -> None:
     _REGISTRY[name] = style
 
 
@@ -37,6 +39,14 @@ def get_reasoning_parser(
         raise KeyError(
             f"unknown reasoning parser {name!r}; known: {', '.join(reasoning_parser_names())}"
         ) from None
+    if not isinstance(style, ThinkStyle):
+        return style(
+            tokenizer,
+            prompt_text=prompt_text,
+            prompt_token_ids=prompt_token_ids,
+            template_kwargs=template_kwargs,
+            implicit_ends=implicit_ends,
+        )
     return ThinkReasoningParser(
         style,
         tokenizer,
@@ -72,3 +82,61 @@ register_reasoning_parser("kimi_k2", _GLM_KIMI)
 register_reasoning_parser(
     "minimax_m2", ThinkStyle(default_thinking=True, kwarg_names=(), strip_reasoning_tail=True)
 )
+
+
+# ---- helper 15c: every other reasoning parser name vLLM registers (families.py) ----
+from vllm_pyfrontend.parsers.reasoning import families as _f  # noqa: E402
+
+_R1_LIKE = ThinkStyle(default_thinking=True, kwarg_names=())
+register_reasoning_parser("deepseek_v41", _REGISTRY["deepseek_v4"])
+register_reasoning_parser("ernie45", _R1_LIKE)
+register_reasoning_parser("hy_v4", _R1_LIKE)
+register_reasoning_parser("step3", _R1_LIKE)
+register_reasoning_parser("olmo3", _R1_LIKE)
+register_reasoning_parser(
+    "step3p5", ThinkStyle(default_thinking=True, kwarg_names=(), strip_reasoning_tail=True)
+)
+register_reasoning_parser("ling3", _GLM_KIMI)
+# Qwen3 kin: enable_thinking (default on), off -> plain content.
+register_reasoning_parser(
+    "mimo", ThinkStyle(kwarg_names=("enable_thinking",), identity_when_off=True)
+)
+register_reasoning_parser(
+    "nemotron_v3",
+    ThinkStyle(kwarg_names=("enable_thinking",), identity_when_off=True, strip_reasoning_tail=True),
+)
+register_reasoning_parser(
+    "seed_oss",
+    ThinkStyle(
+        start="<seed:think>", end="</seed:think>", kwarg_names=("enable_thinking",),
+        identity_when_off=True,
+    ),
+)
+register_reasoning_parser(
+    "plamo3",
+    ThinkStyle(
+        start="<|plamo:begin_think:plamo|>", end="<|plamo:end_think:plamo|>",
+        kwarg_names=("enable_thinking",), identity_when_off=True,
+    ),
+)
+# DeepSeek V3 kin: thinking off unless asked (poolside) / on unless switched off (holo2).
+register_reasoning_parser("poolside_v1", _REGISTRY["deepseek_v3"])
+register_reasoning_parser("holo2", ThinkStyle(default_thinking=True, identity_when_off=True))
+for _name, _family in {
+    "cohere_command3": _f.COHERE_COMMAND3,
+    "cohere_command4": _f.COHERE_COMMAND4,
+    "gemma4": _f.GEMMA4,
+    "granite": _f.GRANITE,
+    "granite_thinking_parser": _f.GRANITE_THINKING,
+    "hunyuan_a13b": _f.HUNYUAN_A13B,
+    "hy_v3": _f.hy_v3,
+    "inkling": _f.INKLING,
+    "k2_horizon": _f.k2_horizon,
+    "kimi_k3": _f.kimi_k3,
+    "minicpmv": _f.minicpmv,
+    "minimax_m2_append_think": _f.MINIMAX_M2_APPEND_THINK,
+    "minimax_m3": _f.minimax_m3,
+    "mistral": _f.MISTRAL,
+    "muse_glimmer": _f.MUSE_GLIMMER,
+}.items():
+    register_reasoning_parser(_name, _f.family_parser_maker(_family))

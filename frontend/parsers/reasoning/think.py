@@ -51,6 +51,12 @@ class ThinkStyle:
     identity_when_off: bool = False
     #: whitespace right before the end marker is framing, not reasoning
     strip_reasoning_tail: bool = False
+    #: an end marker met in content once the answer has begun is text (kept), not
+    #: absorbed as a stray token (one before any answer text is still dropped)
+    keep_stray_end: bool = False
+    #: a start marker opens reasoning even after answer text (Gemma 4's channel may follow
+    #: a preamble); by default a start marker once the answer has begun is text
+    reopen: bool = False
 
 
 def thinking_from_kwargs(style: ThinkStyle, kwargs: Mapping[str, Any] | None) -> bool:
@@ -211,7 +217,7 @@ class ThinkReasoningParser:
             buf = self._buf
             if self.in_reasoning:
                 markers = (st.start, st.end) + self.implicit_ends
-            elif self._settled:
+            elif self._settled and not st.reopen:
                 markers = (st.end,)
             else:
                 markers = (st.start, st.end)
@@ -227,7 +233,7 @@ class ThinkReasoningParser:
                 return
             self._emit(buf[:j])
             self._buf = buf[j:]
-            if self._settled and not self.in_reasoning and m != st.end:
+            if self._settled and not self.in_reasoning and m != st.end and not st.reopen:
                 continue  # the answer began before this marker: it is text
             if m in self.implicit_ends and m not in (st.start, st.end):
                 if not self.gate.is_real(m):
@@ -243,7 +249,7 @@ class ThinkReasoningParser:
             real = self.gate.is_real(m)
             self.gate.passed(m)
             self._buf = self._buf[len(m) :]
-            if not real:
+            if not real or (m == st.end and not self.in_reasoning and st.keep_stray_end and self._settled):
                 self._out(m)
             elif m == st.end and self.in_reasoning:
                 self._leave_reasoning(drop_ws=True)
