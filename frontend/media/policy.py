@@ -85,15 +85,13 @@ def check_item_counts(counts: Mapping[str, int], limits: Mapping[str, int] | Non
         if n <= 0:
             continue
         allowed = limits.get(modality, DEFAULT_LIMIT_PER_PROMPT)
-        supported_limit = allowed
+        supported_limit: int | None = None  # unknown: the flag is the only limit
         if supported is not None:
             supported_limit = supported.get(modality, 0)
-            if supported_limit is None:
-                supported_limit = allowed
-        limit = min(allowed, supported_limit)
+        limit = allowed if supported_limit is None else min(allowed, supported_limit)
         if n > limit:
             msg = f"At most {limit} {modality}(s) may be provided in one prompt."
-            if n <= supported_limit:
+            if supported_limit is None or n <= supported_limit:
                 msg += " Set `--limit-mm-per-prompt` to increase this limit."
             raise MediaError(400, msg, modality)
 
