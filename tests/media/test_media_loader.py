@@ -387,6 +387,14 @@ def test_flags_reach_the_policy(tmp_path):
     assert policy.allowed_local_media_path == str(tmp_path) and policy.mm_workers == 3
     assert policy.address_allowed("10.9.8.7") and not policy.address_allowed("192.168.1.1")
     assert policy.max_image_pixels == 178_956_970 and policy.timeout_for("video") == 30
+    # the drop-in path: vLLM's jsonified serve args, under the same names
+    from vllm_pyfrontend.config import WorkerPolicy
+
+    dropin = MediaPolicy.from_config(WorkerPolicy.from_mapping({
+        "limit_mm_per_prompt": {"image": {"count": 3, "width": 64}}, "media_io_kwargs": {},
+        "allowed_media_domains": None, "allowed_local_media_path": ""}))
+    assert dropin.limit_mm_per_prompt == {"image": 3} and dropin.allowed_local_media_path is None
+    assert dropin.allowed_media_domains is None and dropin.media_io_kwargs == {}
     for bad in (["--limit-mm-per-prompt", "{bad"], ["--limit-mm-per-prompt", '{"image": -1}'],
                 ["--allowed-local-media-path", str(tmp_path / "none")]):
         with pytest.raises(SystemExit):
