@@ -82,6 +82,26 @@ def _wav(rate=16000, seconds=0.25, channels=1) -> bytes:
     return buf.getvalue()
 
 
+def _avi(frames=6, size=(32, 24)) -> bytes:
+    """A small MJPEG AVI clip (OpenCV, which vLLM's default video loader reads with)."""
+    import os
+    import tempfile
+
+    cv2 = pytest.importorskip("cv2")
+    fd, path = tempfile.mkstemp(suffix=".avi")
+    os.close(fd)
+    try:
+        writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"MJPG"), 4, size)
+        rng = np.random.default_rng(5)
+        for _ in range(frames):
+            writer.write(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+        writer.release()
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(path)
+
+
 def _data_url(data: bytes, mime: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
 
@@ -95,6 +115,7 @@ FILES = {
     "bomb.png": (_bomb_png(), "image/png"),
     "tone.wav": (_wav(), "audio/wav"),
     "stereo.wav": (_wav(rate=22050, channels=2), "audio/wav"),
+    "clip.avi": (_avi(), "video/x-msvideo"),
 }
 
 
@@ -219,6 +240,25 @@ async def test_jpeg_frame_video_is_vllms(media_dir, vllm_connector):
         assert f1.shape == f2.shape == (2, 12, 16, 3) and np.array_equal(f1, f2)
         assert m1 == m2
         assert ours.original_bytes == theirs.original_bytes
+    finally:
+        await ld.close()
+
+
+async def test_video_is_vllms(server, media_dir, vllm_connector):
+    kwargs = {"video": {"num_frames": 4}}
+    ld = MediaLoader(_policy(media_dir, media_io_kwargs=kwargs))
+    connector = vllm_connector(media_io_kwargs=kwargs)
+    try:
+        for url in _urls(server, media_dir, "clip.avi"):
+            ours = await ld.fetch_video(url)
+            theirs = await connector.fetch_video_async(url)
+            (f1, m1), (f2, m2) = ours.media, theirs.media
+            assert f1.shape == f2.shape == (4, 24, 32, 3) and np.array_equal(f1, f2)
+            assert m1 == m2 and m1["total_num_frames"] == 6
+            assert ours.original_bytes == theirs.original_bytes
+        frames, meta = await ld.load_video(url, io_kwargs={"video": {"num_frames": 2}})  # a request's own
+        assert frames.shape[0] == 2 and meta["frames_indices"] == [0, 5]
+        await _refused(ld, _data_url(b"not a video at all", "video/mp4"), 400, "video", load=ld.load_video)
     finally:
         await ld.close()
 
