@@ -105,6 +105,11 @@ class MediaLoader:
         self._session = None
         self._user_agent = "vllm-pyfrontend"
 
+    @classmethod
+    def from_config(cls, cfg: Any, executor: Executor | None = None) -> "MediaLoader":
+        """The loader of a worker (`cfg`: its WorkerConfig or WorkerPolicy)."""
+        return cls(MediaPolicy.from_config(cfg), executor)
+
     # -- public API: what vLLM's MediaConnector.fetch_*_async return ----------------------
 
     async def fetch_image(self, url: str, io_kwargs: dict[str, Any] | None = None):

@@ -17,6 +17,7 @@ MiB = 1024 * 1024
 # vLLM's default for a modality --limit-mm-per-prompt does not name.
 DEFAULT_LIMIT_PER_PROMPT = 999
 MODALITIES = ("image", "audio", "video")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -150,9 +151,16 @@ class MediaPolicy:
             ip = ipaddress.ip_address(address.split("%", 1)[0])
         except ValueError:
             return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        if self.allow_private_addresses or any(ip in net for net in self._networks):
+        if self.allow_private_addresses:
+            return True
+        if isinstance(ip, ipaddress.IPv6Address):
+            # IPv6 forms that carry an IPv4 address (mapped, 6to4, NAT64): the IPv4 one decides
+            embedded = ip.ipv4_mapped or ip.sixtofour
+            if embedded is None and ip in _NAT64:
+                embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+            if embedded is not None:
+                return self.address_allowed(str(embedded))
+        if any(ip in net for net in self._networks):
             return True
         return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_loopback or ip.is_link_local
                                      or ip.is_private or ip.is_unspecified)
