@@ -353,8 +353,9 @@ async def test_domains_and_redirects(server, media_dir, loader):
 
 
 async def test_time_and_size_limits_and_the_loop_keeps_serving(server, media_dir):
-    ld = MediaLoader(_policy(media_dir, fetch_timeout_s=1.0, max_bytes=4096))
+    ld = MediaLoader(_policy(media_dir, fetch_timeout_s=2.0, max_bytes=4096))
     try:
+        await ld.load_image(_data_url(FILES["rgba.png"][0], "image/png"))  # decoders imported
         hanging = asyncio.ensure_future(ld.load_image(f"{server.base}/hang"))
         # while one fetch hangs, others are served (nothing blocks the event loop)
         quick = await ld.load_image(_data_url(FILES["rgba.png"][0], "image/png"))
