@@ -452,3 +452,25 @@ def test_text_only_workers_do_not_import_heavy_libraries():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+async def test_where_vllm_raises_a_server_error_we_answer_4xx(server, media_dir, loader, vllm_connector):
+    """vLLM's MediaConnector raises PIL's DecompressionBombError and a RuntimeError (neither a
+    ValueError, so not a 400 there) for a bomb and for file:// without an allowed path; it
+    fetches from link-local addresses. Here: 413, 403, 403."""
+    bomb = _data_url(FILES["bomb.png"][0], "image/png")
+    with pytest.raises(Image.DecompressionBombError):
+        await vllm_connector().fetch_image_async(bomb)
+    await _refused(loader, bomb, 413, "decompression bomb")
+    from vllm.multimodal.media import MediaConnector
+
+    local = f"file://{media_dir / 'allowed' / 'rgba.png'}"
+    with pytest.raises(RuntimeError):
+        await MediaConnector().fetch_image_async(local)
+    nopath = MediaLoader(_policy(None))
+    try:
+        await _refused(nopath, local, 403, "allowed-local-media-path")
+        # vLLM has no address check at all (its allow-list is by domain name only)
+        await _refused(nopath, "http://169.254.169.254/latest/meta-data/", 403, "not allowed")
+    finally:
+        await nopath.close()
