@@ -64,6 +64,15 @@ class WorkerPolicy:
     response_store: str | None = None
     response_store_ttl: float = 24 * 3600.0  # seconds a stored response is kept
     response_store_max_entries: int = 10000  # past it the oldest stored responses go
+    # Media inputs (frontend/media; vLLM's names): where media may come from, decoder settings,
+    # items per prompt, and the threads that fetch and decode them in each worker.
+    allowed_local_media_path: str | None = None  # file:// URLs only under this directory
+    allowed_media_domains: list[str] = field(default_factory=list)  # http(s) hosts (empty: any)
+    allow_private_media_addresses: bool = False  # else loopback/private/link-local... are refused
+    allowed_private_media_networks: list[str] = field(default_factory=list)  # CIDRs allowed anyway
+    media_io_kwargs: dict[str, Any] = field(default_factory=dict)  # {"video": {"num_frames": 8}}
+    limit_mm_per_prompt: dict[str, Any] = field(default_factory=dict)  # {"image": 2, "video": 0}
+    mm_workers: int = 0  # media threads per worker; 0: chosen from the cores
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":
@@ -80,6 +89,8 @@ class WorkerPolicy:
                 value = bool(value)
             elif isinstance(default, (int, float)):
                 value = type(default)(value)
+            elif isinstance(default, dict):  # a JSON object flag (--media-io-kwargs)
+                value = json.loads(value) if isinstance(value, str) else dict(value)
             elif isinstance(default, list):
                 value = [value] if isinstance(value, str) else list(value)
                 # vLLM's form of the CORS lists is one JSON array (`--allowed-origins '["a"]'`).

@@ -35,7 +35,10 @@ DEMO_MODELS = ("demo:deepseek-v4",)
 _FORWARDED_AS_WRITTEN = frozenset(
     {"--max-model-len", "--max-num-seqs", "--tokenizer", "--served-model-name", "--generation-config",
      # the engine traces its own side too (vLLM's ObservabilityConfig), the workers the requests
-     "--otlp-traces-endpoint", "--collect-detailed-traces"}
+     "--otlp-traces-endpoint", "--collect-detailed-traces",
+     # media: the workers fetch and decode; the engine sizes its profiling and encoder cache
+     # by the limits (vLLM's ModelConfig / MultiModalConfig keep all four)
+     "--allowed-local-media-path", "--allowed-media-domains", "--media-io-kwargs", "--limit-mm-per-prompt"}
 )
 
 
@@ -226,6 +229,49 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "render and derender (else they answer 403)")
     p.add_argument("--enable-tokenizer-info-endpoint", action=bool_flag, default=False,
                    help="serve GET /tokenizer_info (the tokenizer's configuration and chat template)")
+    add_media_arguments(p)
+
+
+def _json_object(flag: str):
+    from vllm_pyfrontend.media.policy import parse_json_arg
+
+    def parse(text: str) -> dict:
+        try:
+            return parse_json_arg(text, flag)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def _limit_mm_per_prompt(text: str) -> dict:
+    from vllm_pyfrontend.media.policy import parse_json_arg, parse_limit_mm_per_prompt
+
+    try:
+        value = parse_json_arg(text, "--limit-mm-per-prompt")
+        parse_limit_mm_per_prompt(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
+def add_media_arguments(p: argparse.ArgumentParser) -> None:
+    """Media inputs (frontend/media): vLLM's flags (also given to the engine) and ours."""
+    p.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
+                   help="let requests read file:// media from under this directory (a security risk: "
+                        "trusted environments only)")
+    p.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="HOST",
+                   help="only media URLs on these hosts (every redirect too)")
+    p.add_argument("--media-io-kwargs", type=_json_object("--media-io-kwargs"), default=None, metavar="JSON",
+                   help='media decoder settings per modality, e.g. \'{"video": {"num_frames": 40}}\'')
+    p.add_argument("--limit-mm-per-prompt", type=_limit_mm_per_prompt, default=None, metavar="JSON",
+                   help='items per prompt per modality, e.g. \'{"image": 2, "video": 0}\' (default 999)')
+    p.add_argument("--mm-workers", type=_non_negative_int, default=0,
+                   help="threads fetching and decoding media in each worker (default 0: from the cores)")
+    p.add_argument("--allow-private-media-addresses", action=argparse.BooleanOptionalAction, default=False,
+                   help="let media URLs reach loopback, private, link-local and reserved addresses "
+                        "(refused by default, every redirect hop checked)")
+    p.add_argument("--allowed-private-media-networks", nargs="+", default=[], metavar="CIDR",
+                   help="private networks media URLs may reach anyway, e.g. an internal image store")
 
 
 def profiler_configured(engine_args: Sequence[str]) -> bool:
@@ -380,6 +426,18 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
             parser.error("--grpc-port must be between 1 and 65535 (the workers share it)")
         if ns.grpc_port == ns.port and not ns.uds:
             parser.error("--grpc-port must differ from --port when HTTP uses TCP")
+    if ns.allowed_local_media_path:
+        if not os.path.isdir(ns.allowed_local_media_path):  # vLLM checks it at start too
+            parser.error(f"Invalid `--allowed-local-media-path`: {ns.allowed_local_media_path} is not an "
+                         "existing directory.")
+        ns.allowed_local_media_path = os.path.abspath(ns.allowed_local_media_path)
+    try:
+        import ipaddress
+
+        for net in ns.allowed_private_media_networks:
+            ipaddress.ip_network(net, strict=False)
+    except ValueError as e:
+        parser.error(f"--allowed-private-media-networks: {e}")
     ns.profiler_enabled = profiler_configured(forwarded)  # the engine's flag: /start_profile exists
     policy = WorkerPolicy.from_mapping(vars(ns))
     if policy.reasoning_parser_plugin:  # fail at start, as the workers would

@@ -13,6 +13,11 @@ The mapping is vLLM's (`AnthropicServingMessages.to_chat_completion_request`):
   leaves the template's default (thinking on for reasoning models);
 - `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `top_k` are the sampling options.
 
+- `image` blocks (`base64` and `url` sources) become chat `image_url` parts (a base64 source as
+  a `data:` URL), with the message's text blocks as `text` parts around them, in block order;
+  images in a user's `tool_result` follow its tool message as a user message of image parts.
+  Only when the model takes images (`allow_media`): else a 400 names the block.
+
 Where this differs from vLLM, on purpose:
 - a `tool_result` with `is_error: true` reaches the model as "Error: <content>" (vLLM drops the
   flag, so a failed tool looks like a successful one);
@@ -70,7 +75,35 @@ def _system_text(system: str | list[Block] | None) -> str | None:
     return "".join(parts) or None
 
 
-def _tool_result_text(block: Block, where: str) -> str:
+def image_part(source: Any, where: str) -> dict[str, Any]:
+    """An Anthropic image source as a chat `image_url` part (vLLM's
+    `_convert_image_source_to_url`: a base64 source becomes a data URL)."""
+    if not isinstance(source, dict):
+        raise InvalidRequestError(f"{where}: an image block needs a `source` object.", "messages")
+    kind = source.get("type")
+    if kind == "url":
+        url = source.get("url")
+        if not isinstance(url, str) or not url:
+            raise InvalidRequestError(f"{where}: an image source of type 'url' needs a string `url`.", "messages")
+    elif kind == "base64":
+        data, media_type = source.get("data"), source.get("media_type") or "image/jpeg"
+        if not isinstance(data, str) or not data:
+            raise InvalidRequestError(f"{where}: an image source of type 'base64' needs string `data`.", "messages")
+        if not isinstance(media_type, str) or not media_type.startswith("image/"):
+            raise InvalidRequestError(f"{where}: the image's media_type must be an image type, got {media_type!r}.",
+                                      "messages")
+        url = f"data:{media_type};base64,{data}"
+    else:
+        raise InvalidRequestError(f"{where}: image source type {kind!r} is not supported (base64 and url are).",
+                                  "messages")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _no_media(where: str, what: str = "images are") -> InvalidRequestError:
+    return InvalidRequestError(f"{where}: {what} not supported by this text-only model.", "messages")
+
+
+def _tool_result_text(block: Block, where: str, images: list[dict[str, Any]] | None = None) -> str:
     content = block.content
     if content is None:
         text = ""
@@ -83,8 +116,9 @@ def _tool_result_text(block: Block, where: str) -> str:
             if kind == "text" and isinstance(item.get("text"), str):
                 texts.append(item["text"])
             elif kind == "image":
-                raise InvalidRequestError(f"{where}.content[{j}]: images are not supported by this text-only model.",
-                                          "messages")
+                if images is None:
+                    raise _no_media(f"{where}.content[{j}]")
+                images.append(image_part(item.get("source"), f"{where}.content[{j}]"))
             else:
                 raise InvalidRequestError(f"{where}.content[{j}]: content of type {kind!r} is not supported.",
                                           "messages")
@@ -94,7 +128,7 @@ def _tool_result_text(block: Block, where: str) -> str:
     return text
 
 
-def _lower_messages(req: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]]:
+def _lower_messages(req: MessagesRequest | CountTokensRequest, allow_media: bool = False) -> list[dict[str, Any]]:
     if not req.messages:
         raise InvalidRequestError("`messages` must contain at least one message.", "messages")
     out: list[dict[str, Any]] = []
@@ -107,6 +141,7 @@ def _lower_messages(req: MessagesRequest | CountTokensRequest) -> list[dict[str,
             out.append({"role": msg.role, "content": msg.content})
             continue
         texts: list[str] = []
+        parts: list[dict[str, Any]] = []  # text and image parts in block order (images only)
         reasoning: list[str] = []
         calls: list[dict[str, Any]] = []
         for j, block in enumerate(msg.content):
@@ -116,6 +151,7 @@ def _lower_messages(req: MessagesRequest | CountTokensRequest) -> list[dict[str,
                 text = _block_text(block, at)
                 if text and not (msg.role == "system" and text.startswith(_BILLING_HEADER)):
                     texts.append(text)
+                    parts.append({"type": "text", "text": text})
             elif kind == "thinking":
                 if msg.role != "assistant":
                     raise InvalidRequestError(f"{at}: thinking blocks belong to assistant messages.", "messages")
@@ -134,17 +170,25 @@ def _lower_messages(req: MessagesRequest | CountTokensRequest) -> list[dict[str,
                 if msg.role == "user":
                     if not block.tool_use_id:
                         raise InvalidRequestError(f"{at}: a tool_result block needs `tool_use_id`.", "messages")
+                    images: list[dict[str, Any]] | None = [] if allow_media else None
                     out.append({"role": "tool", "tool_call_id": block.tool_use_id,
-                                "content": _tool_result_text(block, at)})
+                                "content": _tool_result_text(block, at, images)})
+                    if images:  # vLLM: the tool result's images follow as a user message
+                        out.append({"role": "user", "content": images})
                 else:  # vLLM: a tool result in an assistant turn is shown as text
-                    texts.append(f"Tool result: {_tool_result_text(block, at)}")
+                    text = f"Tool result: {_tool_result_text(block, at)}"
+                    texts.append(text)
+                    parts.append({"type": "text", "text": text})
+            elif kind == "image" and allow_media:
+                parts.append(image_part(block.source, at))
             elif kind in ("image", "document"):
-                raise InvalidRequestError(f"{at}: {kind} blocks are not supported by this text-only model.",
-                                          "messages")
+                raise _no_media(at, f"{kind} blocks are")
             else:
                 raise InvalidRequestError(f"{at}: content block type {kind!r} is not supported.", "messages")
         m: dict[str, Any] = {"role": msg.role}
-        if texts:
+        if len(parts) > len(texts):  # images: the content is the list of parts, as vLLM's
+            m["content"] = parts
+        elif texts:
             m["content"] = "\n".join(texts)
         if reasoning:
             m["reasoning"] = "".join(reasoning)
@@ -186,10 +230,11 @@ def _lower_tools(req: MessagesRequest | CountTokensRequest) -> tuple[list[dict[s
     return tools, choice, parallel
 
 
-def lower_request(req: MessagesRequest | CountTokensRequest) -> LoweredChat:
+def lower_request(req: MessagesRequest | CountTokensRequest, allow_media: bool = False) -> LoweredChat:
     """Messages, tools, tool choice and template kwargs (and, for a Messages request, the
-    sampling options): what the chat pipeline renders and submits."""
-    messages = _lower_messages(req)
+    sampling options): what the chat pipeline renders and submits. `allow_media`: the model
+    takes images (image blocks become `image_url` parts; else they are refused)."""
+    messages = _lower_messages(req, allow_media)
     tools, tool_choice, parallel = _lower_tools(req)
     kwargs = dict(req.chat_template_kwargs or {})
     response_format = None

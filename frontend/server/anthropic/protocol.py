@@ -56,7 +56,7 @@ class Block(msgspec.Struct, omit_defaults=True):
     thinking: str | None = None
     signature: str | None = None
     data: str | None = None
-    # image (refused: text-only models)
+    # image (a chat image_url part for a model that takes images; refused for text-only models)
     source: dict[str, Any] | None = None
     cache_control: dict[str, Any] | None = None
 

@@ -36,6 +36,11 @@ PREFIX = "/v1/messages"
 _json = msgspec.json.encode
 
 
+def accepts_media(state) -> bool:
+    """Whether the served model takes images (the worker's multimodal processing is set up)."""
+    return getattr(state, "multimodal", None) is not None
+
+
 def _prompt_ids(state, lowered: LoweredChat) -> list[int]:
     return state.render_and_tokenize(
         lowered.messages, tools=lowered.tools, documents=None, add_generation_prompt=True,
@@ -59,7 +64,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     model = state.check_model(req.model)
     state.check_generation()
     state.check_engine()
-    lowered = lower_request(req)
+    lowered = lower_request(req, allow_media=accepts_media(state))
     plan = _plan(state, lowered)
     prompt_ids = _prompt_ids(state, lowered)
     opts = lowered.options
@@ -101,7 +106,7 @@ async def handle_count_tokens(request: web.Request) -> web.Response:
     body = await state.read_body(request)
     req: CountTokensRequest = decode_body(body, CountTokensRequest)
     state.check_model(req.model)
-    lowered = lower_request(req)
+    lowered = lower_request(req, allow_media=accepts_media(state))
     _plan(state, lowered)
     n = len(_prompt_ids(state, lowered))
     # vLLM also reports the count before any context management (none here: the same number).

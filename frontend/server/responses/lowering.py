@@ -2,7 +2,8 @@
 tool choice, a `response_format`, template kwargs.
 
 Input items (vLLM's `construct_input_messages`): a string is one user message; message items
-with `input_text` / `output_text` parts become messages; `reasoning`, `function_call` items
+with `input_text` / `output_text` parts become messages (`input_image` parts, for a model
+that takes images, `image_url` parts); `reasoning`, `function_call` items
 join the assistant message before them (or start one); `function_call_output` items become
 tool messages. A follow-up (`previous_response_id`) sees the previous request's messages, then
 the previous output items, then its own input, under its own instructions.
@@ -22,18 +23,41 @@ _BUILTIN_TOOLS = {
 }
 
 
-def _text_of(content: Any, where: str) -> str:
+def image_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """An `input_image` part as a chat `image_url` part (vLLM's chat parser reads the part's
+    `image_url` string, an http(s) or data URL); `file_id` needs the Files API, not served."""
+    url = part.get("image_url")
+    if isinstance(url, dict):  # the chat form, accepted as vLLM's parser does
+        url = url.get("url")
+    if not isinstance(url, str) or not url:
+        if part.get("file_id"):
+            raise APIError(400, f"{where}: input_image with a file_id is not supported (there is no Files "
+                                "API here); give image_url (an http(s) or data: URL).", "input")
+        raise APIError(400, f"{where}: an input_image part needs an `image_url` string.", "input")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _text_of(content: Any, where: str, allow_media: bool = False) -> str | list[dict[str, Any]]:
+    """A message's content: its text (parts joined by newlines), or, when the model takes
+    images and the message has some, its parts (text and `image_url`) in order."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise APIError(400, f"{where}.content must be a string or a list of parts.", "input")
     texts = []
+    parts: list[dict[str, Any]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "input_image" and allow_media:
+            parts.append(image_part(part, where))
+            continue
         if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
             raise APIError(400, f"{where}: content part type {kind!r} is not supported by this text-only "
                                 "model (input_text and output_text are).", "input")
         texts.append(part["text"])
+        parts.append({"type": "text", "text": part["text"]})
+    if len(parts) > len(texts):
+        return parts
     return "\n".join(texts) if len(texts) != 1 else texts[0]
 
 
@@ -42,8 +66,11 @@ def _assistant_to_extend(messages: list[dict[str, Any]]) -> dict[str, Any] | Non
     return last if last is not None and last.get("role") == "assistant" else None
 
 
-def items_to_messages(items: list[dict[str, Any]], messages: list[dict[str, Any]]) -> None:
-    """Append the chat messages of Responses input (or output) items to `messages`."""
+def items_to_messages(items: list[dict[str, Any]], messages: list[dict[str, Any]],
+                      allow_media: bool = False) -> None:
+    """Append the chat messages of Responses input (or output) items to `messages`.
+    `allow_media`: the model takes images (a user's `input_image` parts become `image_url`
+    parts; else they are refused)."""
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -57,7 +84,7 @@ def items_to_messages(items: list[dict[str, Any]], messages: list[dict[str, Any]
             if role not in ("user", "system", "developer", "assistant"):
                 raise APIError(400, f"{where}.role must be user, system, developer or assistant, got {role!r}.",
                                "input")
-            text = _text_of(item.get("content"), where)
+            text = _text_of(item.get("content"), where, allow_media and role != "assistant")
             if role == "assistant" and prev is not None and prev.get("content") is None:
                 prev["content"] = text
             else:
@@ -105,7 +132,7 @@ def continues_final_message(items: str | list[dict[str, Any]]) -> bool:
 
 
 def build_messages(instructions: str | None, input_: str | list[dict[str, Any]],
-                   previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+                   previous: dict[str, Any] | None, allow_media: bool = False) -> list[dict[str, Any]]:
     """The chat messages of one request: instructions, the previous turn's conversation (its
     messages without their system message, then its output items), then the new input."""
     messages: list[dict[str, Any]] = []
@@ -117,7 +144,7 @@ def build_messages(instructions: str | None, input_: str | list[dict[str, Any]],
     if isinstance(input_, str):
         messages.append({"role": "user", "content": input_})
     else:
-        items_to_messages(input_, messages)
+        items_to_messages(input_, messages, allow_media)
     if not messages:
         raise APIError(400, "`input` must contain at least one item.", "input")
     return messages

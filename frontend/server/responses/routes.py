@@ -293,7 +293,8 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         if previous is None:
             raise _not_found(req.previous_response_id)
 
-    messages = normalize_messages(build_messages(req.instructions, req.input, previous))
+    messages = normalize_messages(build_messages(req.instructions, req.input, previous,
+                                                 allow_media=getattr(state, "multimodal", None) is not None))
     tools = chat_tools(req.tools)
     try:
         plan = plan_tools(tools, chat_tool_choice(req.tool_choice, bool(tools)),
