@@ -370,7 +370,7 @@ class EngineClient:
             raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
         while True:
             try:
-                self._send(engine, REQUEST_ADD, payload)
+                self._send(engine, REQUEST_ADD, payload, req.aux_frames)
                 break
             except EngineDeadError as e:
                 if req.data_parallel_rank is not None or len(self.engine_indices) == 1:
@@ -412,12 +412,13 @@ class EngineClient:
         self._rr = (start + 1) % n
         return best
 
-    def _send(self, engine: int, kind: bytes, payload: bytes) -> None:
+    def _send(self, engine: int, kind: bytes, payload: bytes, aux: list | None = None) -> None:
         sock = self._input
         if sock is None:
             raise self._unavailable()
         try:
-            sock.send_multipart((self._identities[engine], kind, payload), flags=zmq.NOBLOCK)
+            frames = (self._identities[engine], kind, payload) if not aux else (self._identities[engine], kind, payload, *aux)
+            sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=not aux)
         except zmq.ZMQError as e:
             if e.errno == zmq.EHOSTUNREACH:
                 raise EngineDeadError(f"engine {engine} is not connected") from None

@@ -81,6 +81,11 @@ class EngineRequest:
     # A pooling request (embed, classify, ...) carries vLLM's `PoolingParams` instead of
     # sampling params: a positional array (`array_like` struct), see llm/pooling.py.
     pooling_params: list[Any] | None = None
+    # Multimodal items (frontend/multimodal): `mm_features` as vLLM encodes its
+    # MultiModalFeatureSpec list, and the out-of-band tensor buffers it refers to by frame
+    # index (sent after the payload, frame 1 onwards).
+    mm_features: list[Any] | None = None
+    aux_frames: list[Any] | None = None
 
 
 @dataclass(slots=True)
