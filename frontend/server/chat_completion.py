@@ -156,6 +156,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     if stream:
         run.sse = new_sse(state, response_id, model, created, "chat.completion.chunk")
     run.include_reasoning = req.include_reasoning
+    run.prompt_token_ids = prompt_ids
     run.parallel_tool_calls = plan.parallel
     run.named_tool_choice = plan.mode == "named"
     if req.echo:
