@@ -109,6 +109,8 @@ class EngineClient:
         # Called around each drain of the output socket (one or more engine steps' outputs):
         # the server gathers a stream's writes of one drain into one (vllm_pyfrontend.server.sse).
         self.drain_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
+        # Called with an output's mm_cache_miss_hashes (frontend/multimodal's sender cache).
+        self.on_mm_cache_miss: Callable[[list[str]], None] | None = None
 
         self._started = False
         self._closed = False
@@ -695,6 +697,8 @@ class EngineClient:
                 owner = self._owner.pop(rid, None)
                 if owner is not None:
                     self._in_flight[owner] -= 1
+            if out.mm_cache_miss_hashes is not None and self.on_mm_cache_miss is not None:
+                self.on_mm_cache_miss(out.mm_cache_miss_hashes)
             try:
                 sink.on_output(out)
             except Exception as e:

@@ -146,6 +146,9 @@ class EngineOutput:
     # sends events (stats logging on).
     queue_time: float | None = None
     pooling_output: PooledTensor | None = None  # the final output of a pooling request
+    # vLLM's mm_cache_miss_hashes: items sent by hash only that the engine's processor cache
+    # no longer held (the request failed; frontend/multimodal sends them in full next time).
+    mm_cache_miss_hashes: list[str] | None = None
 
     @property
     def finished(self) -> bool:

@@ -100,6 +100,7 @@ class MultimodalRuntime:
         )
         self._ready: asyncio.Future | None = None
         self.loader = None
+        self.engine = state.engine
 
     async def ready(self):
         """The loaded model (built once, in the pool)."""
@@ -108,6 +109,11 @@ class MultimodalRuntime:
         model = await asyncio.shield(self._ready)
         if self.loader is None and model.supported:
             self.loader = _make_loader(model, self.pool)
+            if model.cache_mode == "lru":
+                # An item sent by hash only that the engine no longer holds (the two LRUs
+                # drifted): the engine fails that request and names the hashes; they go in
+                # full next time (vLLM's recovery, AsyncLLM's output handler).
+                self.engine.on_mm_cache_miss = model.invalidate
         return model
 
     def start_loading(self) -> None:

@@ -71,6 +71,7 @@ class MultimodalModel:
         self.num_engines = num_engines
         self.template_source = template_source
         self._lock = threading.Lock()
+        self._cache_lock = threading.Lock()  # the sender cache (lru mode): one user at a time
         self._loaded = False
         self.supported = False
         self.model_config: Any = None
@@ -142,7 +143,12 @@ class MultimodalModel:
 
     def validate_count(self, modality: str, count: int) -> None:
         """vLLM's `--limit-mm-per-prompt` check (raises ValueError)."""
-        self.processor.info.validate_num_items(modality, count)
+        from vllm.exceptions import VLLMClientError
+
+        try:
+            self.processor.info.validate_num_items(modality, count)
+        except VLLMClientError as e:
+            raise ValueError(str(e)) from None
 
     # ------------------------------------------------------------------------------ process
     def process(self, prompt_ids: list[int], mm_data: dict[str, list[Any]],
@@ -162,8 +168,13 @@ class MultimodalModel:
             cache=self.cache,
         )
         # The sender cache must see items in the order they are sent: one at a time.
-        with self._lock if self.cache_mode == "lru" else _NO_LOCK:
-            out = processor.apply(inputs, TimingContext(enabled=False))
+        from vllm.exceptions import VLLMClientError
+
+        try:
+            with self._cache_lock if self.cache_mode == "lru" else _NO_LOCK:
+                out = processor.apply(inputs, TimingContext(enabled=False))
+        except VLLMClientError as e:  # the request's fault (vLLM answers 400)
+            raise ValueError(str(e)) from None
         kwargs, placeholders, hashes = out["mm_kwargs"], out["mm_placeholders"], out["mm_hashes"]
         enc = FeatureEncoder()
         features = []
@@ -191,8 +202,9 @@ class MultimodalModel:
     def invalidate(self, mm_hashes: list[str]) -> None:
         """The engine missed these hashes (sender/engine LRU drift): send them in full next."""
         if self.cache is not None:
-            for h in mm_hashes:
-                self.cache.invalidate(h)
+            with self._cache_lock:
+                for h in mm_hashes:
+                    self.cache.invalidate(h)
 
 
 class _NoLock:
