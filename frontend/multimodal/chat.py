@@ -57,13 +57,25 @@ def has_media(messages: Any) -> bool:
     return False
 
 
+_MM_ARCH_HINTS = ("ConditionalGeneration", "VL", "Vision", "Audio", "Omni", "Speech", "Llava", "MiniCPMV",
+                  "InternVL", "Molmo", "Pixtral", "Idefics", "Phi3V", "Phi4MM", "Ultravox", "Chameleon")
+
+
 def looks_multimodal(model_dir: str) -> bool:
+    """Whether the model's config.json suggests a vision/audio model, read without importing
+    anything. A media request to a model that does not look multimodal is refused as on a
+    text-only model (no torch import); one that does builds vLLM's model config, which decides."""
     try:
         with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
             cfg = json.load(f)
     except (OSError, ValueError):
         return False
-    return isinstance(cfg, dict) and any(k in cfg for k in _MM_CONFIG_KEYS)
+    if not isinstance(cfg, dict):
+        return False
+    if any(k in cfg for k in _MM_CONFIG_KEYS):
+        return True
+    archs = cfg.get("architectures") or []
+    return any(isinstance(a, str) and any(h in a for h in _MM_ARCH_HINTS) for a in archs)
 
 
 @dataclass
@@ -275,6 +287,9 @@ async def load(prompt: MediaPrompt) -> tuple[dict[str, list[Any]], dict[str, lis
 async def prepare_chat(state: Any, messages: list[dict[str, Any]]) -> tuple[Any, MediaPrompt]:
     """Parse a media request's messages (step 1-2). Returns the runtime's model and the parsed
     prompt; a text-only model answers 400 as before."""
+    rt = getattr(state, "multimodal", None)
+    if rt is None and not looks_multimodal(state.config.model):
+        raise APIError(400, "Content parts with media are not supported by this text-only model.", "messages")
     rt = runtime_for(state)
     try:
         model = await rt.ready()
