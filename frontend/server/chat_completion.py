@@ -78,6 +78,8 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         raise APIError(400, e.message, e.param) from None
     media = None
     if has_media(req.messages):  # frontend/multimodal: vLLM's chat_utils + its processor
+        if req.use_beam_search:
+            raise APIError(400, "Beam search is not supported with media inputs here.", "use_beam_search")
         normalize_messages(strip_media(req.messages))  # role and shape checks
         mm_model, media = await prepare_chat(state, req.messages)
         messages = media.messages
