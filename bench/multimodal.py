@@ -6,8 +6,9 @@ for text) and the frontend in front of it on the tiny Idefics3 model of
 tests/e2e/tiny_idefics3.py (so the frontend runs the model's real HF processor, image
 hashing, and the feature encoding), then for `--duration` seconds drive at once:
 
-- `--image-concurrency` clients sending chat requests with one new image each (a random
-  `--image-size` PNG as a data: URL, so every item is a cache miss; max_tokens 2), and
+- `--image-concurrency` clients sending chat requests with one image each (random-pixel
+  `--image-size` PNGs as data: URLs, `--unique-images` of them, each used once while they last:
+  processor and engine cache misses; max_tokens 2), and
 - `--text-concurrency` clients sending streaming text-only chat requests (max_tokens 16),
   whose time to first token measures whether image processing blocks the event loop.
 
@@ -79,13 +80,12 @@ def _pct(xs: list[float], q: float) -> float | None:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def _drive(base: str, args, images: bool) -> dict:
+async def _drive(base: str, args, images: list[str] | None) -> dict:
     import aiohttp
 
     url = base + "/v1/chat/completions"
     stop_at = time.monotonic() + args.duration
-    rng = random.Random(7)
-    pool = [_png(rng, args.image_size) for _ in range(64)]
+    pool = images or []
     ttfts: list[float] = []
     img_done = img_failed = text_failed = 0
     counter = 0
@@ -112,9 +112,9 @@ async def _drive(base: str, args, images: bool) -> dict:
     async def image_client(session):
         nonlocal img_done, img_failed, counter
         while time.monotonic() < stop_at:
-            counter += 1
-            # A new image each time (a pixel changed): no processor or engine cache hit.
+            # Unique images (until the pool runs out): processor and engine cache misses.
             data = pool[counter % len(pool)]
+            counter += 1
             body = {"model": SERVED_NAME, "max_tokens": 2, "temperature": 0,
                     "messages": [{"role": "user", "content": [
                         {"type": "image_url", "image_url": {"url": data}},
@@ -133,7 +133,7 @@ async def _drive(base: str, args, images: bool) -> dict:
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=300)) as session:
         t0 = time.monotonic()
         tasks = [text_client(session) for _ in range(args.text_concurrency)]
-        if images:
+        if pool:
             tasks += [image_client(session) for _ in range(args.image_concurrency)]
         await asyncio.gather(*tasks)
         elapsed = time.monotonic() - t0
@@ -142,7 +142,7 @@ async def _drive(base: str, args, images: bool) -> dict:
             "ttft_p50_ms": (_pct(ttfts, 0.5) or 0) * 1e3, "ttft_p99_ms": (_pct(ttfts, 0.99) or 0) * 1e3}
 
 
-def run_one(name: str, args, model: str, logs: Path, trial: int) -> dict:
+def run_one(name: str, args, model: str, logs: Path, trial: int, images: list[str]) -> dict:
     http, rpc = free_tcp_port(), free_tcp_port()
     base = f"http://127.0.0.1:{http}"
     tag = f"mm-{name}-{trial}"
@@ -151,12 +151,12 @@ def run_one(name: str, args, model: str, logs: Path, trial: int) -> dict:
     row: dict = {"frontend": name, "trial": trial}
     try:
         wait_ready(base, {"frontend": fe, "sim engine": sim}, args.ready_timeout)
-        warm = asyncio.run(_drive(base, argparse.Namespace(**{**vars(args), "duration": 5}), True))
+        warm = asyncio.run(_drive(base, argparse.Namespace(**{**vars(args), "duration": 5}), images[-64:]))
         if not warm["images"]:
             raise RuntimeError(f"warm-up: no image request succeeded ({warm})")
-        row["text_only"] = asyncio.run(_drive(base, args, False))
+        row["text_only"] = asyncio.run(_drive(base, args, None))
         before = procstat.sample_cpu(fe.pid)
-        mixed = asyncio.run(_drive(base, args, True))
+        mixed = asyncio.run(_drive(base, args, images[:-64]))
         cpu = procstat.cpu_delta(before, procstat.sample_cpu(fe.pid))
         row.update({"ok": True, "with_images": mixed, "frontend_cpu_s": cpu,
                     "cpu_ms_per_image": cpu / mixed["images"] * 1e3 if mixed["images"] else None})
@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--image-concurrency", type=int, default=8)
     p.add_argument("--text-concurrency", type=int, default=16)
-    p.add_argument("--image-size", type=int, default=256)
+    p.add_argument("--image-size", type=int, default=128)
+    p.add_argument("--unique-images", type=int, default=1500)
     p.add_argument("--step-time", type=float, default=0.01)
     p.add_argument("--ready-timeout", type=float, default=600.0)
     p.add_argument("--out", default=str(RESULTS / "multimodal.json"))
@@ -183,10 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     model = build_tiny_idefics3()
     logs = REPO / ".cache" / "bench-logs"
     logs.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(7)
+    images = [_png(rng, args.image_size) for _ in range(args.unique_images + 64)]  # last 64: warm-up
     rows = []
     for trial in range(args.repeat):
         for name in args.frontends.split(","):
-            row = run_one(name, args, model, logs, trial)
+            row = run_one(name, args, model, logs, trial, images)
             print(json.dumps(row), flush=True)
             rows.append(row)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
