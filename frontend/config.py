@@ -143,6 +143,9 @@ class WorkerConfig:
     # vLLM's `--pooler-config` (a JSON map) as given to the engine: its `task` and
     # `use_activation` are also the pooling routes' defaults (server/pooling/model.py).
     pooler_config: dict[str, Any] | None = None
+    # The engine's `vllm serve` flags as forwarded to it: frontend/multimodal builds vLLM's model
+    # config (multimodal limits, processor kwargs and cache) from the same flags.
+    engine_args: list[str] = field(default_factory=list)
     # API keys are never put in the JSON (argv is world-readable): the supervisor passes them
     # in the API_KEYS_ENV environment variable and the worker fills this list from it.
     api_keys: list[str] = field(default_factory=list)

@@ -329,6 +329,7 @@ class Supervisor:
             log_level=opts.log_level,
             generation_config=opts.generation_config,
             pooler_config=pooler_config_from(opts.engine_args),
+            engine_args=list(opts.engine_args),
             policy=opts.policy,
         )
 

@@ -109,6 +109,8 @@ class EngineClient:
         # Called around each drain of the output socket (one or more engine steps' outputs):
         # the server gathers a stream's writes of one drain into one (vllm_pyfrontend.server.sse).
         self.drain_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
+        # Called with an output's mm_cache_miss_hashes (frontend/multimodal's sender cache).
+        self.on_mm_cache_miss: Callable[[list[str]], None] | None = None
 
         self._started = False
         self._closed = False
@@ -370,7 +372,7 @@ class EngineClient:
             raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
         while True:
             try:
-                self._send(engine, REQUEST_ADD, payload)
+                self._send(engine, REQUEST_ADD, payload, req.aux_frames)
                 break
             except EngineDeadError as e:
                 if req.data_parallel_rank is not None or len(self.engine_indices) == 1:
@@ -412,12 +414,13 @@ class EngineClient:
         self._rr = (start + 1) % n
         return best
 
-    def _send(self, engine: int, kind: bytes, payload: bytes) -> None:
+    def _send(self, engine: int, kind: bytes, payload: bytes, aux: list | None = None) -> None:
         sock = self._input
         if sock is None:
             raise self._unavailable()
         try:
-            sock.send_multipart((self._identities[engine], kind, payload), flags=zmq.NOBLOCK)
+            frames = (self._identities[engine], kind, payload) if not aux else (self._identities[engine], kind, payload, *aux)
+            sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=not aux)
         except zmq.ZMQError as e:
             if e.errno == zmq.EHOSTUNREACH:
                 raise EngineDeadError(f"engine {engine} is not connected") from None
@@ -694,6 +697,8 @@ class EngineClient:
                 owner = self._owner.pop(rid, None)
                 if owner is not None:
                     self._in_flight[owner] -= 1
+            if out.mm_cache_miss_hashes is not None and self.on_mm_cache_miss is not None:
+                self.on_mm_cache_miss(out.mm_cache_miss_hashes)
             try:
                 sink.on_output(out)
             except Exception as e:

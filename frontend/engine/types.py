@@ -81,6 +81,11 @@ class EngineRequest:
     # A pooling request (embed, classify, ...) carries vLLM's `PoolingParams` instead of
     # sampling params: a positional array (`array_like` struct), see llm/pooling.py.
     pooling_params: list[Any] | None = None
+    # Multimodal items (frontend/multimodal): `mm_features` as vLLM encodes its
+    # MultiModalFeatureSpec list, and the out-of-band tensor buffers it refers to by frame
+    # index (sent after the payload, frame 1 onwards).
+    mm_features: list[Any] | None = None
+    aux_frames: list[Any] | None = None
 
 
 @dataclass(slots=True)
@@ -141,6 +146,9 @@ class EngineOutput:
     # sends events (stats logging on).
     queue_time: float | None = None
     pooling_output: PooledTensor | None = None  # the final output of a pooling request
+    # vLLM's mm_cache_miss_hashes: items sent by hash only that the engine's processor cache
+    # no longer held (the request failed; frontend/multimodal sends them in full next time).
+    mm_cache_miss_hashes: list[str] | None = None
 
     @property
     def finished(self) -> bool:

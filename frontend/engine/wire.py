@@ -347,6 +347,7 @@ def _error_text(err: Any) -> str | None:
 
 
 _EVENTS_INDEX = 7  # `events` in every supported layout (0.32, 0.33)
+_MM_CACHE_MISS_INDEX = 14  # `mm_cache_miss_hashes`, likewise
 _EVENT_QUEUED, _EVENT_SCHEDULED = 1, 2  # EngineCoreEventType
 
 
@@ -389,6 +390,8 @@ def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> En
                     stats = o[11]
                     if isinstance(stats, dict):
                         out.num_cached_tokens = stats.get("num_cached_tokens")
+                if n > _MM_CACHE_MISS_INDEX and o[_MM_CACHE_MISS_INDEX]:
+                    out.mm_cache_miss_hashes = [str(h) for h in o[_MM_CACHE_MISS_INDEX]]
                 if error_index is not None and n > error_index:
                     out.error = _error_text(o[error_index])
     return out

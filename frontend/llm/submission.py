@@ -38,6 +38,7 @@ class Submission:
         cache_salt: str | None = None,
         trace_headers: dict[str, str] | None = None,
         lora_request: list[Any] | None = None,
+        multimodal: Any = None,
     ) -> Generation:
         """One engine request for choice `index`; returns the Generation that tracks it."""
         engine_id = make_request_id(self.id_prefix, self.worker_index)
@@ -53,6 +54,9 @@ class Submission:
             trace_headers=trace_headers,
             lora_request=lora_request,
         )
+        if multimodal is not None:  # frontend/multimodal `Processed`: features + their frames
+            req.mm_features = multimodal.features
+            req.aux_frames = multimodal.aux
         self.requests.append((req, gen))
         return gen
 

@@ -31,6 +31,8 @@ from vllm_pyfrontend.server.openai_generation import (
     stream_flags,
     submit_choices,
 )
+from vllm_pyfrontend.multimodal import has_media
+from vllm_pyfrontend.multimodal.chat import lora_name_of, prepare_chat, process as process_media, strip_media
 from vllm_pyfrontend.server.request_checks import check_openai_request
 from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.schemas import ChatCompletionRequest, decode_body, normalize_messages
@@ -74,7 +76,15 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         )
     except ToolChoiceError as e:
         raise APIError(400, e.message, e.param) from None
-    messages = normalize_messages(req.messages)
+    media = None
+    if has_media(req.messages):  # frontend/multimodal: vLLM's chat_utils + its processor
+        if req.use_beam_search:
+            raise APIError(400, "Beam search is not supported with media inputs here.", "use_beam_search")
+        normalize_messages(strip_media(req.messages))  # role and shape checks
+        mm_model, media = await prepare_chat(state, req.messages)
+        messages = media.messages
+    else:
+        messages = normalize_messages(req.messages)
     template_kwargs = dict(req.chat_template_kwargs or {})
     if req.reasoning_effort is not None:
         # As vLLM's build_chat_params: the effort reaches the template, and turns thinking on
@@ -91,6 +101,10 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         template_override=req.chat_template,
     )
     prompt_ids = truncate_prompt(prompt_ids, req.truncate_prompt_tokens, state.max_model_len)
+    mm = None
+    if media is not None:
+        mm = await process_media(state, mm_model, media, prompt_ids, req.mm_processor_kwargs, lora_name_of(lora))
+        prompt_ids = mm.prompt_ids
     opts = options_from(
         req, req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     )
@@ -144,6 +158,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     if stream:
         run.sse = new_sse(state, response_id, model, created, "chat.completion.chunk")
     run.include_reasoning = req.include_reasoning
+    run.prompt_token_ids = prompt_ids
     run.parallel_tool_calls = plan.parallel
     run.named_tool_choice = plan.mode == "named"
     if req.echo:
@@ -160,5 +175,5 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
             cache_salt=req.cache_salt, role_chunks=True,
         )
     sub = submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(run.choices, samplings)],
-                         priority=req.priority, cache_salt=req.cache_salt, lora_request=lora)
+                         priority=req.priority, cache_salt=req.cache_salt, lora_request=lora, multimodal=mm)
     return await respond(state, request, run, sub, role_chunks=True)

@@ -141,7 +141,7 @@ class ChatFormatter:
             "system_fingerprint": system_fingerprint,
             "usage": {**run.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
             "prompt_logprobs": self._prompt_logprobs(run),
-            "prompt_token_ids": None,
+            "prompt_token_ids": run.prompt_token_ids if run.return_token_ids else None,
             "prompt_text": None,
             "kv_transfer_params": None,
             "ec_transfer_params": None,

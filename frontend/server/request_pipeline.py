@@ -92,6 +92,7 @@ class RequestRun:
         self.named_tool_choice = False  # vLLM: a named tool choice finishes with "stop"
         self.want_logprobs = want_logprobs
         self.return_token_ids = return_token_ids
+        self.prompt_token_ids: list[int] | None = None  # the body's `prompt_token_ids` (vLLM: with return_token_ids)
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.error: APIError | None = None
         self.error_sent = False  # streaming: the error event went to the writer

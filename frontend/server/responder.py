@@ -55,7 +55,7 @@ def new_sse(state, run_id: str, model: str, created: int, object_name: str) -> S
 
 def submit_choices(
     state, request: web.Request, run: RequestRun, items: list[tuple[Choice, list[int], dict[str, Any]]], *,
-    priority: int, cache_salt: str | None, lora_request: list[Any] | None = None,
+    priority: int, cache_salt: str | None, lora_request: list[Any] | None = None, multimodal: Any = None,
 ) -> Submission:
     """One engine request per (choice, prompt ids, sampling map), all sent or none."""
     admission = state.admission
@@ -66,7 +66,8 @@ def submit_choices(
     trace = request.get("trace_headers")
     for choice, prompt_ids, sampling in items:
         choice.gen = sub.add(choice.index, prompt_ids, sampling, external_id=run.response_id, priority=priority,
-                             cache_salt=cache_salt, trace_headers=trace, lora_request=lora_request)
+                             cache_salt=cache_salt, trace_headers=trace, lora_request=lora_request,
+                             multimodal=multimodal)
         choice.metrics = state.metrics.start_request(arrival=arrival)
     try:
         sub.submit()

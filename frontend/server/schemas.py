@@ -57,6 +57,7 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     continue_final_message: bool = False
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None  # frontend/multimodal (vLLM's field)
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "max"] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None

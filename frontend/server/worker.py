@@ -151,6 +151,12 @@ async def run_worker(config: WorkerConfig) -> int:
         grpc_frontend = GrpcFrontend(state, grpc_host, config.grpc_port)
         await grpc_frontend.start()
 
+    from vllm_pyfrontend.multimodal.chat import looks_multimodal, runtime_for
+
+    if looks_multimodal(config.model):
+        # vLLM's processor for a vision/audio model, built in the multimodal pool while the
+        # worker already serves (text-only models never get here: no torch import).
+        runtime_for(state).start_loading()
     tune_gc()
     stop = asyncio.Event()
 

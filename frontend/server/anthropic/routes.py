@@ -21,6 +21,7 @@ from aiohttp import web
 from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
 from vllm_pyfrontend.llm.sampling import lower_choices
 from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
+from vllm_pyfrontend.multimodal.chat import media_messages, with_media
 from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter, AnthropicRun, AnthropicSSE
 from vllm_pyfrontend.server.anthropic.lowering import LoweredChat, lower_request
 from vllm_pyfrontend.server.anthropic.protocol import (
@@ -65,8 +66,9 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     state.check_generation()
     state.check_engine()
     lowered = lower_request(req, allow_media=accepts_media(state))
+    lowered.messages, media = await media_messages(state, lowered.messages)  # image blocks
     plan = _plan(state, lowered)
-    prompt_ids = _prompt_ids(state, lowered)
+    prompt_ids, mm = await with_media(state, media, _prompt_ids(state, lowered))
     opts = lowered.options
     if state.parsers.uses_parsers(plan):
         opts.skip_special_tokens = False  # markers may be special tokens: the parsers see them as text
@@ -97,7 +99,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         sse.write(formatter.message_start(len(prompt_ids)))  # held until the headers are out
         run.sse = sse
     sub = submit_choices(state, request, run, [(run.choices[0], prompt_ids, sampling)],
-                         priority=0, cache_salt=req.cache_salt)
+                         priority=0, cache_salt=req.cache_salt, multimodal=mm)
     return await respond(state, request, run, sub, role_chunks=False)
 
 
@@ -107,8 +109,10 @@ async def handle_count_tokens(request: web.Request) -> web.Response:
     req: CountTokensRequest = decode_body(body, CountTokensRequest)
     state.check_model(req.model)
     lowered = lower_request(req, allow_media=accepts_media(state))
+    lowered.messages, media = await media_messages(state, lowered.messages)
     _plan(state, lowered)
-    n = len(_prompt_ids(state, lowered))
+    prompt_ids, _ = await with_media(state, media, _prompt_ids(state, lowered))
+    n = len(prompt_ids)
     # vLLM also reports the count before any context management (none here: the same number).
     return web.Response(body=_json({"input_tokens": n, "context_management": {"original_input_tokens": n}}),
                         content_type="application/json")

@@ -23,6 +23,8 @@ from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
 from vllm_pyfrontend.llm.prompt import truncate_prompt
 from vllm_pyfrontend.llm.sampling import SamplingOptions, lower_choices
 from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
+from vllm_pyfrontend.multimodal import has_media
+from vllm_pyfrontend.multimodal.chat import media_messages, strip_media, with_media
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.openai_generation import new_choice, submit_choices
 from vllm_pyfrontend.server.request_pipeline import RequestRun
@@ -293,8 +295,13 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         if previous is None:
             raise _not_found(req.previous_response_id)
 
-    messages = normalize_messages(build_messages(req.instructions, req.input, previous,
-                                                 allow_media=getattr(state, "multimodal", None) is not None))
+    lowered = build_messages(req.instructions, req.input, previous,
+                             allow_media=getattr(state, "multimodal", None) is not None)
+    if has_media(lowered):  # input_image parts: frontend/multimodal, as chat's image_url
+        normalize_messages(strip_media(lowered))  # role and shape checks
+        messages, media = await media_messages(state, lowered)
+    else:
+        messages, media = normalize_messages(lowered), None
     tools = chat_tools(req.tools)
     try:
         plan = plan_tools(tools, chat_tool_choice(req.tool_choice, bool(tools)),
@@ -315,6 +322,7 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
     )
     if req.truncation == "auto":
         prompt_ids = truncate_prompt(prompt_ids, -1, state.max_model_len)
+    prompt_ids, mm = await with_media(state, media, prompt_ids)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     try:
         logit_bias = {int(k): v for k, v in req.logit_bias.items()} if req.logit_bias else None
@@ -358,9 +366,12 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
     run.named_tool_choice = plan.mode == "named"
 
     sub = submit_choices(state, request, run, [(run.choices[0], prompt_ids, sampling)], priority=req.priority,
-                         cache_salt=req.cache_salt)
+                         cache_salt=req.cache_salt, multimodal=mm)
     state.request_started()
-    turn = _Turn(state, request, req, model, messages, sampling, run, formatter, sink, sub)
+    # Stored for previous_response_id: with media, the chat messages with their image parts
+    # (a follow-up renders and processes them again), not the rendered template messages.
+    turn = _Turn(state, request, req, model, lowered if media is not None else messages, sampling, run,
+                 formatter, sink, sub)
     if background:
         responses.own(response_id, run)
     try:
