@@ -469,3 +469,16 @@ class MinimaxM2(XmlFormat):
         )
         body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {"<minimax:tool_call>": Section(body=body, ends=("</minimax:tool_call>",))}
+
+
+class Qwen3Xml(Qwen3Coder):
+    """``qwen3_xml``: vLLM's Python server means the `Qwen3Coder` XML format,
+    vllm-rs means JSON inside ``<tool_call>`` (hermes): both are accepted, so
+    either launcher's flags work (the two bodies begin differently)."""
+
+    def build(self) -> dict[str, Section]:
+        from vllm_pyfrontend.parsers.tool.json_calls import Hermes
+
+        xml = super().build()["<tool_call>"].body
+        json_body = Hermes.sections["<tool_call>"].body
+        return {"<tool_call>": Section(body=choice(xml, json_body), ends=("</tool_call>",))}
