@@ -397,12 +397,17 @@ class SectionToolParser:
             if isinstance(r, Ok):
                 return self._close(r.value[0], len(buf))
             return self._failed(marker, len(buf))
-        return self._stream_step(sec, marker, partial_tail(buf, sec.ends))
+        return self._stream_step(sec, marker, -1)
 
     def _stream_step(self, sec: Section, marker: str, region: int) -> bool:
-        """The section is still open; ``buf[:region]`` is certainly body text.
-        Stream what it adds; notice early that it cannot be valid."""
+        """The section is still open; ``buf[:region]`` is certainly body text
+        (-1: up to a possible end marker at the end of the buffer). Stream
+        what it adds; notice early that it cannot be valid."""
         buf = self._buf
+        if self._tail is None and len(buf) < self._next_check:
+            return False
+        if region == -1:
+            region = partial_tail(buf, sec.ends)
         if self._tail is not None and region > self._tail_at:
             out = self._tail.extend(buf[self._tail_at : region])
             if out is not None:
@@ -416,7 +421,7 @@ class SectionToolParser:
         # amortised, so that a long section costs O(n) overall.
         if len(buf) < self._next_check:
             return False
-        self._next_check = len(buf) + max(16, len(buf) // 4)
+        self._next_check = len(buf) + max(32, len(buf) // 2)
         r, events = probe(sec.body, buf[:region], 0, False)
         if isinstance(r, Fail):
             return self._failed(marker, region)
