@@ -60,7 +60,7 @@ from vllm_pyfrontend.parsers.combinators import (
     seq,
 )
 from vllm_pyfrontend.parsers.special import SpecialGate
-from vllm_pyfrontend.parsers.tool.streaming import ArgsPrefix
+from vllm_pyfrontend.parsers.tool.streaming import ArgsPrefix, closing
 
 def new_call_id() -> str:
     """``call_`` + 24 random alphanumerics (hex: cheap and in the OpenAI shape)."""
@@ -464,7 +464,8 @@ class SectionToolParser:
         """The body cannot be completed (or the output ended inside it)."""
         sec = self.fmt.sections[marker]
         valid = self._valid_prefix(sec, limit)
-        _, events = probe(sec.body, self._buf[:valid], 0, False)
+        with closing():
+            _, events = probe(sec.body, self._buf[:valid], 0, False)
         infos = calls_of_events(events)
         if not self._streamed and not (infos and infos[0].name):
             return self._recover(marker)

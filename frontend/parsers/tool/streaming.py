@@ -39,9 +39,14 @@ class ArgsPrefix:
     tail: Any = None
 
 
+_NEEDS_ESCAPE = re.compile(r'[\\"\x00-\x1f\u2028\u2029\ud800-\udfff]')
+
+
 def escape(text: str) -> str:
     """JSON string escaping of ``text`` without the quotes (per character, so
     the escape of a prefix is a prefix of the escape)."""
+    if _NEEDS_ESCAPE.search(text) is None:
+        return text
     return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
@@ -49,6 +54,32 @@ def escape(text: str) -> str:
 _STR_CONTENT = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
 _PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?")
 _SCALAR = frozenset("0123456789+-.eEtrufalsn")
+
+#: An open string value is sent once this many characters of it are known
+#: (before that it goes out when complete): short values (a city, a unit)
+#: cost no extra chunks, long ones (a file's contents) stream.
+MIN_OPEN = 32
+
+#: 0 while the engine closes a call whose section failed (`closing`): then
+#: every open value counts, however short.
+_min_open = MIN_OPEN
+
+
+def min_open() -> int:
+    return _min_open
+
+
+class closing:
+    """``with closing():`` prefixes include short open values (a call being
+    completed after its section failed or the output ended)."""
+
+    def __enter__(self) -> None:
+        global _min_open
+        _min_open = 0
+
+    def __exit__(self, *exc: object) -> None:
+        global _min_open
+        _min_open = MIN_OPEN
 
 
 class JsonStringTail:
@@ -114,8 +145,8 @@ def json_prefix(s: str, pos: int, end: int) -> ArgsPrefix:
             expect_key = False
             closers = "".join(reversed(stack))
             i += 1
-            if not is_key:
-                safe, safe_closers, safe_in_str = i, '"' + closers, True
+            start = i
+            open_safe = i
             closed = False
             while i < end:
                 c = s[i]
@@ -130,10 +161,13 @@ def json_prefix(s: str, pos: int, end: int) -> ArgsPrefix:
                     i += step
                 else:
                     i += 1
-                if not is_key:
-                    safe = i
+                open_safe = i
             if not closed:
-                break  # the string is still open
+                # the string is still open: a value streams once it is long
+                # enough to be worth a delta of its own
+                if not is_key and open_safe - start >= _min_open:
+                    safe, safe_closers, safe_in_str = open_safe, '"' + closers, True
+                break
             if not is_key:
                 safe, safe_closers, safe_in_str = i, closers, False
             continue

@@ -42,6 +42,7 @@ from vllm_pyfrontend.parsers.tool.streaming import (
     XmlStringTail,
     dumps_value,
     escape,
+    min_open,
     xml_args_text,
 )
 
@@ -161,6 +162,7 @@ class XmlArgs(P):
             return None
         typing = self.typing
         param = self.param
+        least = min_open()
         parts: list[str] = []
         seen: set[str] = set()
         i = pos
@@ -184,17 +186,19 @@ class XmlArgs(P):
         h = param.head.parse(s, i, False)
         if isinstance(h, Ok):
             key, meta = h.value if isinstance(h.value, tuple) else (h.value, None)
-            if key not in seen and typing.is_string(name, key, meta):
-                raw = s[h.end :]
-                at_start = not raw
+            raw = s[h.end :]
+            if key not in seen and len(raw) >= least and typing.is_string(name, key, meta):
                 if param.trim and raw.startswith("\n"):
                     raw = raw[1:]
                 cut = partial_tail(raw, param.ends)
                 keep = param.held(raw[:cut])
-                sep = ", " if parts else ""
-                text += f"{sep}{dumps_value(key)}: \"" + escape(raw[:keep])
-                tail = XmlStringTail(param, raw[keep:], at_start)
-                return ArgsPrefix(text, '"}', tail)
+                if keep >= least:
+                    sep = ", " if parts else ""
+                    text += f"{sep}{dumps_value(key)}: \"" + escape(raw[:keep])
+                    tail = XmlStringTail(param, raw[keep:], False)
+                    return ArgsPrefix(text, '"}', tail)
+        if not parts and least:
+            return ArgsPrefix("", "")  # "{" goes out with the first parameter
         return ArgsPrefix(text, "}")
 
 
