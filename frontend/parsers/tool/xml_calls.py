@@ -8,6 +8,7 @@ other formats leave it to the tool's schema (`coerce_params`), as vLLM does.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Sequence
 
 from vllm_pyfrontend.parsers.combinators import (
@@ -49,9 +50,12 @@ from vllm_pyfrontend.parsers.tool.streaming import (
 DSML = "｜DSML｜"
 
 
+_BAD_NAME = re.compile(r"[\s<>\"']")
+
+
 def _name(text: str) -> str:
     name = text.strip()
-    if not name or any(c.isspace() or c in "<>\"'" for c in name):
+    if not name or _BAD_NAME.search(name) is not None:
         raise ValueError("bad name")
     return name
 
