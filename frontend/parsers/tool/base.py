@@ -276,6 +276,8 @@ class SectionToolParser:
             else:
                 if not info.name:
                     return
+                if not (info.complete or closing or (info.args is not None and info.args.text)):
+                    return  # goes out with its first argument text (one chunk less)
                 st = self._announce(info.name, info.id)
             # (each prefix extends the last one sent: streaming.py's contract,
             # checked under every split of the output by the tests)
