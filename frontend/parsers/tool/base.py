@@ -19,13 +19,14 @@ Arguments stream as they are generated. While a section is open, its body
 grammar is run on the partial body under a `probe` (combinators.py): parsers
 tagged ``"call"``, ``"name"`` and ``"args"`` report the completed calls, the
 open call's name and a safe prefix of its arguments (streaming.py). A call is
-announced (id, name) as soon as its name is complete, and its arguments flow
-from then on; the concatenated deltas are the final arguments text. Formats
+announced (id, name, first argument text) as soon as its name is complete and
+its arguments have begun, and its arguments flow from then on; the
+concatenated deltas are the final arguments text. Formats
 whose grammars carry no tags still work: their calls come out whole when the
 section closes.
 
 An announced call cannot be taken back (a client has seen it). So a call is
-*committed* once its name is complete: if the section turns out malformed
+*committed* once its arguments have begun: if the section turns out malformed
 later, or the output ends inside it, the committed calls are completed (the
 open call's arguments closed into valid JSON by `ArgsPrefix.closers`) and the
 text from where the body stopped being valid is content. This is decided on
