@@ -270,12 +270,18 @@ def test_kimi_name_is_the_last_dotted_segment(hf) -> None:
     ],
     ids=["xml", "json"],
 )
-def test_qwen3_xml_accepts_both_bodies(text: str) -> None:
+def test_qwen3_xml_accepts_both_bodies(text: str, hf) -> None:
+    from tests.parsers.vllm_ref import vllm_tool_calls
+
     make = lambda: get_tool_parser("qwen3_xml", None, TOOLS)  # noqa: E731
     r = run_whole(make, text)
     assert (r.content, r.decoded_calls()) == ("", [("get_weather", {"city": "Paris"})])
     for k in range(1, len(text)):
         assert run_chunks(make, [text[:k], text[k:]]).key() == r.key()
+    # vLLM's Python qwen3_xml: the XML body only (the JSON one is no call there,
+    # and its text is dropped): a deliberate difference
+    _, v_calls = vllm_tool_calls("qwen3_xml", hf, TOOLS, text)
+    assert v_calls == (r.decoded_calls() if "<function=" in text else [])
 
 
 def test_json_arguments_are_sent_as_written() -> None:
