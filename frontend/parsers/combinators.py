@@ -404,10 +404,14 @@ class _Choice(P):
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         furthest = pos
+        pr = _probe
+        mark = len(pr.events) if pr is not None else 0
         for p in self.alts:
             r = p.parse(s, pos, eof)
             if isinstance(r, Fail):
                 furthest = max(furthest, r.pos)
+                if pr is not None:
+                    del pr.events[mark:]
                 continue
             return r  # Ok, or NEED: an earlier alternative is still undecided
         return Fail(furthest)
@@ -428,13 +432,17 @@ class _Many(P):
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         values: list[Any] = []
+        pr = _probe
         while True:
             at = pos
+            mark = len(pr.events) if pr is not None else 0
             if values and self.sep is not None:
                 r = self.sep.parse(s, at, eof)
                 if r is NEED:
                     return NEED
                 if isinstance(r, Fail):
+                    if pr is not None:
+                        del pr.events[mark:]
                     break
                 assert isinstance(r, Ok)
                 at = r.end
@@ -442,6 +450,8 @@ class _Many(P):
             if r is NEED:
                 return NEED
             if isinstance(r, Fail):
+                if pr is not None:
+                    del pr.events[mark:]
                 break  # backtrack to before the separator
             assert isinstance(r, Ok)
             if r.end == pos:
@@ -466,8 +476,12 @@ class _Opt(P):
         self.default = default
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
+        pr = _probe
+        mark = len(pr.events) if pr is not None else 0
         r = self.p.parse(s, pos, eof)
         if isinstance(r, Fail):
+            if pr is not None:
+                del pr.events[mark:]
             return Ok(pos, self.default)
         return r
 
@@ -484,12 +498,16 @@ class _Map(P):
         self.f = f
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
+        pr = _probe
+        mark = len(pr.events) if pr is not None else 0
         r = self.p.parse(s, pos, eof)
         if isinstance(r, Ok):
             try:
                 return Ok(r.end, self.f(r.value))
             except ValueError:
                 # a semantic check in ``f`` rejected the match
+                if pr is not None:
+                    del pr.events[mark:]
                 return Fail(pos)
         return r
 
@@ -515,6 +533,86 @@ class _Lazy(P):
 def lazy(make: Callable[[], P]) -> P:
     """A parser built on first use (recursive grammars)."""
     return _Lazy(make)
+
+
+# ------------------------------------------------------------------- probing
+#: The active probe (see `probe`), or None: the normal, zero-cost case.
+_probe: "Probe | None" = None
+
+
+class Probe:
+    """What tagged parsers saw during one parse of a partial input.
+
+    ``events``: ``(kind, start, end, value)`` in the order the tagged parsers
+    returned (inner before outer). ``end`` is -1 for a parser that answered
+    NEED; its ``value`` is then what its ``partial`` function made of the
+    text so far. Alternatives that failed leave no events (the combinators
+    roll them back), so with a NEED result the events describe the one path
+    the parse is still on.
+    """
+
+    __slots__ = ("events",)
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, int, Any]] = []
+
+
+def probe(p: P, s: str, pos: int = 0, eof: bool = False) -> tuple[Result, list[tuple[str, int, int, Any]]]:
+    """Parse with tagged parsers reporting (see `tag`); returns the result and events."""
+    global _probe
+    saved = _probe
+    pr = _probe = Probe()
+    try:
+        r = p.parse(s, pos, eof)
+    finally:
+        _probe = saved
+    return r, pr.events
+
+
+class _Tag(P):
+    __slots__ = ("kind", "p", "partial")
+
+    def __init__(self, kind: str, p: P, partial: Callable[[str, int, list], Any] | None) -> None:
+        self.kind = kind
+        self.p = p
+        self.partial = partial
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        r = self.p.parse(s, pos, eof)
+        pr = _probe
+        if pr is not None:
+            if isinstance(r, Ok):
+                pr.events.append((self.kind, pos, r.end, r.value))
+            elif r is NEED:
+                value = self.partial(s, pos, pr.events) if self.partial is not None else None
+                pr.events.append((self.kind, pos, -1, value))
+        return r
+
+
+def tag(kind: str, p: P, partial: Callable[[str, int, list], Any] | None = None) -> P:
+    """``p``, reporting its matches to an active `probe` as ``kind`` events.
+
+    ``partial(s, pos, events)`` runs when ``p`` answers NEED under a probe:
+    its result is the event's value (what can be said of the text so far).
+    Without a probe a tag costs one attribute read. The tool engine uses the
+    kinds ``"call"``, ``"name"`` and ``"args"`` (see tool/base.py).
+    """
+    return _Tag(kind, p, partial)
+
+
+class _Const(P):
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        return Ok(pos, self.value)
+
+
+def const(value: Any) -> P:
+    """Matches the empty string with ``value``."""
+    return _Const(value)
 
 
 # ------------------------------------------------------------------ safe_text

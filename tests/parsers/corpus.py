@@ -24,8 +24,13 @@ class Case:
     text: str
     content: str
     calls: Calls = field(default_factory=list)
-    #: the output is malformed: everything must come back as content
+    #: the output is malformed: everything must come back as content, unless
+    #: ``committed``
     malformed: bool = False
+    #: malformed after a call's name was complete: that call was announced
+    #: while streaming and cannot be taken back, so it is completed (its
+    #: arguments closed into valid JSON) and the rest is content
+    committed: bool = False
 
     @property
     def id(self) -> str:
@@ -209,6 +214,10 @@ def _malformed(fmt: str) -> list[tuple[str, str]]:
 
 
 
+#: formats whose "broken" sample breaks after the call's name is complete
+_BROKEN_AFTER_NAME = {"hermes", "deepseek_v3", "llama3_json", "kimi_k2", "mistral"}
+
+
 def cases(fmt: str) -> list[Case]:
     r = RENDER[fmt]
     out = [
@@ -238,7 +247,10 @@ def cases(fmt: str) -> list[Case]:
             Case(fmt, "two_sections_text_between", r(ONE) + " and " + r(EMPTY), " and", ONE + EMPTY)
         )
     for name, text in _malformed(fmt):
-        out.append(Case(fmt, "malformed_" + name, text, text, [], malformed=True))
+        committed = name == "truncated" or (name == "broken" and fmt in _BROKEN_AFTER_NAME)
+        out.append(
+            Case(fmt, "malformed_" + name, text, text, [], malformed=True, committed=committed)
+        )
     return out
 
 

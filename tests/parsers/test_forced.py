@@ -27,9 +27,15 @@ def test_required() -> None:
     assert r.decoded_calls() == [("get_weather", {"city": "杭州"}), ("noop", {})]
     assert r.content == ""
     _check_invariant(make, REQUIRED)
+    # cut by max_tokens after the name: the call was streamed, so it is
+    # completed with the arguments so far (closed into valid JSON)
     truncated = REQUIRED[:40]
     r = run_whole(make, truncated)
-    assert r.content == truncated and not r.calls
+    assert r.content == "" and r.decoded_calls() == [("get_weather", {})]
+    _check_invariant(make, truncated)
+    # cut before the name was complete: text
+    r = run_whole(make, REQUIRED[:15])
+    assert r.content == REQUIRED[:15] and not r.calls
 
 
 def test_named() -> None:
@@ -38,5 +44,14 @@ def test_named() -> None:
     assert [(n, json.loads(a)) for n, a, _ in r.calls] == [("get_weather", json.loads(NAMED))]
     assert r.calls[0][1] == NAMED  # raw, not re-serialised
     _check_invariant(make, NAMED)
+    # streamed before the object closes
+    p = make()
+    d = p.feed(NAMED[:20])
+    assert d is not None and d.tool_calls[0]["function"]["name"] == "get_weather"
+    # the name is known before the output starts: every argument streams,
+    # and output cut short still ends as the call, its arguments closed
     r = run_whole(make, NAMED[:-1])
-    assert r.content == NAMED[:-1] and not r.calls
+    assert r.content == "" and r.decoded_calls() == [("get_weather", json.loads(NAMED))]
+    r = run_whole(make, NAMED[:12])
+    assert r.decoded_calls() == [("get_weather", {"city": "Pa"})]
+    _check_invariant(make, NAMED[:-1])

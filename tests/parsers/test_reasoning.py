@@ -171,4 +171,48 @@ def test_agrees_with_vllm(name: str, hf) -> None:
         for kw, kwargs in KWARGS.items():
             theirs = vllm_reasoning(name, hf, text, kwargs)
             r = run_whole(lambda: get_reasoning_parser(name, None, template_kwargs=kwargs), text)
+            if (name, out, kw) in GLM45_NO_EVIDENCE:
+                # deliberate: GLM-4.5's template does not open <think>, so with
+                # no prompt evidence the output is the answer unless it opens
+                # <think> itself (vLLM: reasoning until </think>)
+                assert (r.reasoning, r.content) != theirs and theirs[0]
+                assert r.reasoning == "" and r.content.replace("</think>", "") == r.content
+                continue
             assert (r.reasoning, r.content) == theirs, (out, kw)
+
+
+GLM45_NO_EVIDENCE = {
+    ("glm45", out, kw) for out in ("none", "end_only") for kw in ("default", "on")
+}
+
+
+def test_glm45_answer_without_think(tok: Tokenizer) -> None:
+    """No <think> in the output and none in the prompt: the answer (vLLM:
+    reasoning). The prompt's evidence still decides when there is some."""
+    text = "The answer is 42."
+    r = run_whole(lambda: get_reasoning_parser("glm45", tok), text)
+    assert (r.reasoning, r.content) == ("", text)
+    r = run_whole(lambda: get_reasoning_parser("glm45", tok), "<think>hm</think>" + text)
+    assert (r.reasoning, r.content) == ("hm", text)
+    opened = tok.encode("<|assistant|>") + [tok.token_to_id("<think>")]
+    r = run_whole(lambda: get_reasoning_parser("glm45", tok, prompt_token_ids=opened), "hm</think>" + text)
+    assert (r.reasoning, r.content) == ("hm", text)
+
+
+def test_qwen3_think_in_an_earlier_turn_is_not_the_prompt_opening_it(tok: Tokenizer) -> None:
+    """``<think>`` followed by another special token in the prompt (a user
+    quoting it, an earlier turn) is no evidence that the output starts inside
+    reasoning; only a prompt that ends with it is."""
+    think = tok.token_to_id("<think>")
+    special = next(i for i, t in sorted(tok.added_token_ids.items()) if t not in ("<think>", "</think>"))
+    style = ThinkStyle()
+    assert prompt_state(style, tok, prompt_token_ids=tok.encode("hi") + [think] + tok.encode("\n")) is True
+    quoted = tok.encode("what is") + [think] + tok.encode("?") + [special] + tok.encode("\n")
+    assert prompt_state(style, tok, prompt_token_ids=quoted) is None
+    # thinking switched off: the output is content, not reasoning
+    off = {"enable_thinking": False}
+    r = run_whole(
+        lambda: get_reasoning_parser("qwen3", tok, prompt_token_ids=quoted, template_kwargs=off),
+        "Plain answer.",
+    )
+    assert (r.reasoning, r.content) == ("", "Plain answer.")

@@ -162,3 +162,51 @@ def test_required_schema_matches_vllm():
     for parallel in (None, False):
         ours = plan_tools(TOOLS, "required", parallel_tool_calls=parallel, auto_enabled=False, has_parser=False)
         assert ours.schema == get_json_schema_from_tools("required", tools, parallel)
+
+
+def test_long_argument_streams_through_the_openai_sdk(client):
+    """A long string parameter reaches the SDK's streaming accumulator as many
+    argument deltas while the model is still writing it (each delta a valid
+    prefix, not yet the whole call), and the accumulated call equals the
+    non-streaming response's."""
+    code = "".join(f'print("line {i}: <b>杭州</b> \\\\ ok")\n' for i in range(40))
+    text = "plan</think>" + (
+        f"<{D}tool_calls>\n<{D}invoke name=\"run_code\">\n"
+        f"<{D}parameter name=\"code\" string=\"true\">{code}</{D}parameter>\n"
+        f"<{D}parameter name=\"timeout\" string=\"false\">30</{D}parameter>\n"
+        f"</{D}invoke>\n</{D}tool_calls>"
+    )
+    tools = [{
+        "type": "function",
+        "function": {
+            "name": "run_code",
+            "strict": True,
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string"}, "timeout": {"type": "integer"}},
+                "required": ["code", "timeout"],
+                "additionalProperties": False,
+            },
+        },
+    }]
+    kw = dict(model="dsv4", messages=MESSAGES, max_tokens=2000, tools=tools,
+              extra_body={"vllm_xargs": {"sim_text": text}})
+    whole = client.chat.completions.create(**kw).choices[0].message.tool_calls
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in whole] == [
+        ("run_code", {"code": code, "timeout": 30})
+    ]
+    deltas = []
+    with client.chat.completions.stream(**kw) as stream:
+        for event in stream:
+            if event.type == "tool_calls.function.arguments.delta":
+                deltas.append((event.arguments_delta, event.arguments))
+        final = stream.get_final_completion()
+    # many deltas for the one long argument, arriving before the call closed
+    assert len(deltas) >= 10, len(deltas)
+    early = [acc for _, acc in deltas if acc.startswith('{"code": "') and "timeout" not in acc]
+    assert len(early) >= 5
+    assert "".join(d for d, _ in deltas) == whole[0].function.arguments
+    call = final.choices[0].message.tool_calls[0]
+    assert (call.function.name, call.function.arguments) == ("run_code", whole[0].function.arguments)
+    assert call.function.parsed_arguments == {"code": code, "timeout": 30}
+    assert final.choices[0].finish_reason == "tool_calls"

@@ -75,7 +75,14 @@ register_reasoning_parser(
     ThinkStyle(default_thinking=True, effort_none_disables=True, strip_reasoning_tail=True),
 )
 _GLM_KIMI = ThinkStyle(default_thinking=True, identity_when_off=True, strip_reasoning_tail=True)
-register_reasoning_parser("glm45", _GLM_KIMI)
+# GLM-4.5's template does not open <think>: the model does when it thinks, so
+# output with no <think> and no prompt evidence is the answer.
+register_reasoning_parser(
+    "glm45",
+    ThinkStyle(
+        default_thinking=True, identity_when_off=True, strip_reasoning_tail=True, opens_in_output=True
+    ),
+)
 register_reasoning_parser("glm47", _GLM_KIMI)
 register_reasoning_parser("kimi_k2", _GLM_KIMI)
 # MiniMax M2's template opens <think>; the model only writes </think>.

@@ -57,6 +57,10 @@ class ThinkStyle:
     #: a start marker opens reasoning even after answer text (Gemma 4's channel may follow
     #: a preamble); by default a start marker once the answer has begun is text
     reopen: bool = False
+    #: without prompt evidence the output starts as the answer, and reasoning
+    #: only if it opens ``<think>`` itself (GLM-4.5: its template leaves the
+    #: opening to the model)
+    opens_in_output: bool = False
 
 
 def thinking_from_kwargs(style: ThinkStyle, kwargs: Mapping[str, Any] | None) -> bool:
@@ -80,9 +84,15 @@ def prompt_state(
         end_id = tokenizer.token_to_id(style.end)
         if start_id is not None and end_id is not None:
             ids = list(prompt_token_ids)
+            added = getattr(tokenizer, "added_token_ids", None) or {}
             for i in range(len(ids) - 1, -1, -1):
                 tid = ids[i]
                 if tid == start_id:
+                    # the generation prompt opened reasoning, unless another
+                    # special token follows (a turn boundary: the <think> was
+                    # in an earlier message, not the prompt's end)
+                    if any(t in added for t in ids[i + 1 :]):
+                        return None
                     return True
                 if tid == end_id:
                     tail = ids[i + 1 :]
@@ -118,7 +128,10 @@ class ThinkReasoningParser:
         kw_thinking = thinking_from_kwargs(style, template_kwargs)
         from_prompt = prompt_state(style, tokenizer, prompt_text, prompt_token_ids)
         self.identity = style.identity_when_off and not kw_thinking and from_prompt is not True
-        self.in_reasoning = from_prompt if from_prompt is not None else kw_thinking
+        if from_prompt is not None:
+            self.in_reasoning = from_prompt
+        else:
+            self.in_reasoning = kw_thinking and not style.opens_in_output
         if self.identity:
             self.in_reasoning = False
         self.implicit_ends = tuple(implicit_ends)

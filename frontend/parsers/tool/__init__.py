@@ -21,7 +21,7 @@ from vllm_pyfrontend.parsers.tool.json_calls import (
     Llama3Json,
     Mistral,
 )
-from vllm_pyfrontend.parsers.tool.xml_calls import Dsml, Glm45, MinimaxM2, Qwen3Coder
+from vllm_pyfrontend.parsers.tool.xml_calls import Dsml, Glm45, MinimaxM2, Qwen3Coder, Qwen3Xml
 
 #: name -> factory(tools) -> ToolFormat
 FormatFactory = Callable[[Sequence[Any]], ToolFormat]
@@ -79,7 +79,7 @@ def tool_markers(name: str) -> list[str]:
 register_tool_parser("hermes", lambda tools: Hermes())
 register_tool_parser("qwen3_json", lambda tools: Hermes())
 register_tool_parser("qwen3_coder", lambda tools: Qwen3Coder(tools))
-register_tool_parser("qwen3_xml", lambda tools: Qwen3Coder(tools))
+register_tool_parser("qwen3_xml", lambda tools: Qwen3Xml(tools))
 register_tool_parser("deepseek_v3", lambda tools: DeepSeekV3())
 register_tool_parser("deepseek_v31", lambda tools: DeepSeekV31())
 register_tool_parser("deepseek_v32", lambda tools: Dsml(("function_calls",), tools))

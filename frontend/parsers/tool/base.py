@@ -9,16 +9,36 @@ is a two-state transformer:
   a start marker); on a start marker that is a real token (see special.py)
   switch to SECTION.
 - SECTION: buffer until an end marker at which the grammar matches the body;
-  emit the section's calls whole. A body the grammar rejects (failure is
-  monotone, so this is decided by the text, not by where chunks split) gives
-  the start marker back as content and rescans the body as content: malformed
-  output is never lost. At the end of output an unclosed section is accepted
-  if its body matches, else recovered the same way.
+  emit the section's calls. A body the grammar rejects (failure is monotone,
+  so this is decided by the text, not by where chunks split) gives the start
+  marker back as content and rescans the body as content: malformed output is
+  never lost. At the end of output an unclosed section is accepted if its
+  body matches, else recovered the same way.
 
-Calls are released when their section is complete, not argument by argument:
-this is what makes malformed output recoverable as text and the result
-independent of chunking. Whitespace-only runs next to a section (the
-template's newlines around calls) are dropped; all other text is kept.
+Arguments stream as they are generated. While a section is open, its body
+grammar is run on the partial body under a `probe` (combinators.py): parsers
+tagged ``"call"``, ``"name"`` and ``"args"`` report the completed calls, the
+open call's name and a safe prefix of its arguments (streaming.py). A call is
+announced (id, name, first argument text) as soon as its name is complete and
+its arguments have begun, and its arguments flow from then on; the
+concatenated deltas are the final arguments text. Formats
+whose grammars carry no tags still work: their calls come out whole when the
+section closes.
+
+An announced call cannot be taken back (a client has seen it). So a call is
+*committed* once its arguments have begun: if the section turns out malformed
+later, or the output ends inside it, the committed calls are completed (the
+open call's arguments closed into valid JSON by `ArgsPrefix.closers`) and the
+text from where the body stopped being valid is content. This is decided on
+the text alone (the longest prefix of the body that is still valid), never on
+where chunks split: the result is the same streamed or not. Malformed output
+whose first call never got a complete name is recovered whole, as before.
+
+The partial body is parsed again only when it has grown by a fraction of its
+length, so a long section costs O(n); while the model writes one string value
+(a file's contents) the open call's ``tail`` extends the arguments without
+re-parsing at all. Whitespace-only runs next to a section (the template's
+newlines around calls) are dropped; all other text is kept.
 """
 
 from __future__ import annotations
@@ -34,10 +54,14 @@ from vllm_pyfrontend.parsers.combinators import (
     Fail,
     Ok,
     P,
+    end,
     find_first,
     partial_tail,
+    probe,
+    seq,
 )
 from vllm_pyfrontend.parsers.special import SpecialGate
+from vllm_pyfrontend.parsers.tool.streaming import ArgsPrefix, closing
 
 def new_call_id() -> str:
     """``call_`` + 24 random alphanumerics (hex: cheap and in the OpenAI shape)."""
@@ -81,6 +105,59 @@ class ToolFormat:
     only_at_start: bool = False
 
 
+@dataclass(slots=True)
+class _Streamed:
+    """A call announced while its section is open."""
+
+    index: int
+    name: str
+    sent: int = 0  # length of the arguments text sent so far
+
+
+@dataclass(slots=True)
+class _Info:
+    """One call of a partial body, as the probe saw it."""
+
+    name: str | None
+    id: str | None
+    args: ArgsPrefix | None
+    complete: bool
+
+
+def calls_of_events(events: list[tuple[str, int, int, Any]]) -> list[_Info]:
+    """Completed calls and the open call of a probed partial body."""
+    infos: list[_Info] = []
+    name: str | None = None
+    call_id: str | None = None
+    args: ArgsPrefix | None = None
+    for kind, _start, stop, value in events:
+        if kind == "name":
+            if stop != -1:
+                if isinstance(value, tuple):
+                    name, call_id = value
+                else:
+                    name = value
+        elif kind == "args":
+            if stop == -1:
+                args = value
+            elif isinstance(value, str):
+                args = ArgsPrefix(value, "")
+            else:
+                args = None  # complete, but its text comes with the call
+        elif kind == "call":
+            if stop != -1:
+                for call in value if isinstance(value, list) else [value]:
+                    if isinstance(call, Call):
+                        infos.append(_Info(call.name, call.id, ArgsPrefix(call.arguments, ""), True))
+            else:
+                # announced once its arguments have begun validly (not at the
+                # bare name: ``"arguments": [1]`` after a name is still text)
+                infos.append(_Info(name if args is not None else None, call_id, args, False))
+            name = call_id = None
+            args = None
+    return infos
+
+
 class SectionToolParser:
     """Incremental tool-call parser over released text (see module docstring)."""
 
@@ -103,13 +180,17 @@ class SectionToolParser:
         self._buf = ""
         self._in_section: str | None = None  # the start marker of the open section
         self._search_from = 0  # end-marker search resumes here
-        self._next_check = 0  # buffer length at which to re-check the body prefix
+        self._next_check = 0  # buffer length at which to parse the partial body again
         self._ws = ""  # held whitespace (dropped next to a section)
         self._after_section = False
         self._text_seen = False  # non-whitespace content released (only_at_start)
         self._n_calls = 0
         self._content: list[str] = []
         self._calls: list[dict[str, Any]] = []
+        # streaming state of the open section
+        self._streamed: list[_Streamed] = []
+        self._tail: Any = None  # extends the open call's arguments without parsing
+        self._tail_at = 0  # buffer position the tail has consumed up to
 
     # ------------------------------------------------------------- interface
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
@@ -159,22 +240,67 @@ class SectionToolParser:
         self._ws = text[len(stripped) :]
         self._text_seen = True
 
+    def _announce(self, name: str, call_id: str | None) -> _Streamed:
+        if not self._streamed:
+            self._ws = ""  # framing whitespace before the section
+            self._after_section = True
+        i = self._n_calls
+        self._n_calls += 1
+        self._calls.append(
+            {
+                "index": i,
+                "id": call_id or new_call_id(),
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
+        )
+        st = _Streamed(i, name)
+        self._streamed.append(st)
+        return st
+
+    def _args_delta(self, st: _Streamed, text: str) -> None:
+        if not text:
+            return
+        st.sent += len(text)
+        last = self._calls[-1] if self._calls else None
+        if last is not None and last["index"] == st.index and "id" not in last:
+            last["function"]["arguments"] += text
+        else:
+            self._calls.append({"index": st.index, "function": {"arguments": text}})
+
+    def _stream(self, infos: Sequence[_Info], closing: bool = False) -> None:
+        """Send what ``infos`` add to what was sent. With ``closing`` the open
+        call (if announced) is completed with its closers."""
+        for k, info in enumerate(infos):
+            if k < len(self._streamed):
+                st = self._streamed[k]
+            else:
+                if not info.name:
+                    return
+                if not (info.complete or closing or (info.args is not None and info.args.text)):
+                    return  # goes out with its first argument text (one chunk less)
+                st = self._announce(info.name, info.id)
+            # (each prefix extends the last one sent: streaming.py's contract,
+            # checked under every split of the output by the tests)
+            a = info.args
+            if a is not None and len(a.text) > st.sent:
+                self._args_delta(st, a.text[st.sent :])
+            if not info.complete:
+                if closing:
+                    if not st.sent:
+                        self._args_delta(st, "{}")
+                    elif a is not None and len(a.text) == st.sent:
+                        self._args_delta(st, a.closers)
+                self._tail = a.tail if a is not None and not closing else None
+                return
+
     def _emit_calls(self, calls: list[Call]) -> None:
-        self._ws = ""  # framing whitespace before the section
+        """A section closed with ``calls``: send what streaming has not."""
+        self._stream([_Info(c.name, c.id, ArgsPrefix(c.arguments, ""), True) for c in calls])
+        if not calls:
+            return
+        self._ws = ""
         self._after_section = True
-        for call in calls:
-            i = self._n_calls
-            self._n_calls += 1
-            self._calls.append(
-                {
-                    "index": i,
-                    "id": call.id or new_call_id(),
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": ""},
-                }
-            )
-            if call.arguments:
-                self._calls.append({"index": i, "function": {"arguments": call.arguments}})
 
     def _run(self, eof: bool) -> None:
         while True:
@@ -238,6 +364,9 @@ class SectionToolParser:
             self._buf = self._buf[at + len(marker) :]
         self._search_from = 0
         self._next_check = 0
+        self._streamed = []
+        self._tail = None
+        self._tail_at = 0
         return True
 
     def _section_step(self, eof: bool) -> bool:
@@ -246,15 +375,12 @@ class SectionToolParser:
         sec = self.fmt.sections[marker]
         buf = self._buf
         if not sec.ends:
-            if not eof and len(buf) < self._next_check:
-                return False
-            self._next_check = len(buf) + max(32, len(buf) // 2)
-            r = sec.body.parse(buf, 0, eof)
-            if isinstance(r, Ok):
-                return self._close(r.value, r.end)
-            if r is NEED:
-                return False
-            return self._recover(marker)
+            if eof:
+                r = sec.body.parse(buf, 0, True)
+                if isinstance(r, Ok):
+                    return self._close(r.value, r.end)
+                return self._failed(marker, len(buf))
+            return self._stream_step(sec, marker, len(buf))
         longest = max(len(e) for e in sec.ends)
         while True:
             p, e = find_first(buf, sec.ends, self._search_from)
@@ -267,34 +393,101 @@ class SectionToolParser:
             if sec.body(body, eof=False) is NEED:
                 self._search_from = p + 1  # the end marker lies inside the body
                 continue
-            return self._recover(marker)
+            return self._failed(marker, p)
         self._search_from = max(self._search_from, len(buf) - longest + 1, 0)
         if eof:
             r = sec.body(buf, eof=True) if sec.eof_closes else None
             if isinstance(r, Ok):
                 return self._close(r.value[0], len(buf))
-            return self._recover(marker)
-        # Early failure check (an optimisation: the outcome is the same
-        # later), amortised so that a long section costs O(n) overall.
-        if len(buf) >= self._next_check:
-            self._next_check = len(buf) + max(32, len(buf) // 2)
-            if isinstance(sec.body(buf[: partial_tail(buf, sec.ends)], eof=False), Fail):
-                return self._recover(marker)
+            return self._failed(marker, len(buf))
+        return self._stream_step(sec, marker, -1)
+
+    def _stream_step(self, sec: Section, marker: str, region: int) -> bool:
+        """The section is still open; ``buf[:region]`` is certainly body text
+        (-1: up to a possible end marker at the end of the buffer). Stream
+        what it adds; notice early that it cannot be valid."""
+        buf = self._buf
+        if self._tail is None and len(buf) < self._next_check:
+            return False
+        if region == -1:
+            region = partial_tail(buf, sec.ends)
+        if self._tail is not None and region > self._tail_at:
+            out = self._tail.extend(buf[self._tail_at : region])
+            if out is not None:
+                self._tail_at = region
+                if out:
+                    self._args_delta(self._streamed[-1], out)
+                return False
+            self._tail = None
+        # Parse the partial body (an optimisation for failures, whose outcome
+        # is the same later; for streaming, what decides the chunks sent):
+        # amortised, so that a long section costs O(n) overall.
+        if len(buf) < self._next_check:
+            return False
+        self._next_check = len(buf) + max(32, len(buf) // 2)
+        r, events = probe(sec.body, buf[:region], 0, False)
+        if isinstance(r, Fail):
+            return self._failed(marker, region)
+        if not sec.ends and isinstance(r, Ok) and r.end < region:
+            return self._close(r.value, r.end)
+        self._stream(calls_of_events(events))
+        if self._tail is not None:
+            self._tail_at = region
         return False
 
     def _close(self, calls: list[Call], consumed: int) -> bool:
         if not calls:  # a section that calls nothing is not a tool call
             assert self._in_section is not None
-            return self._recover(self._in_section)
+            return self._failed(self._in_section, consumed)
         self.gate.passed(self._buf[:consumed])
         self._buf = self._buf[consumed:]
         self._in_section = None
         self._emit_calls(calls)
+        self._streamed = []
+        self._tail = None
+        return True
+
+    def _valid_prefix(self, sec: Section, limit: int) -> int:
+        """Length of the longest prefix of ``buf[:limit]`` that the body grammar
+        does not reject (failure is monotone: a binary search)."""
+        buf = self._buf
+        check = sec.body if not sec.ends else seq(sec.body, end())
+        lo, hi = 0, limit  # prefix lo is valid (the empty body may not be: then 0)
+        if not isinstance(check.parse(buf[:hi], 0, False), Fail):
+            return hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if isinstance(check.parse(buf[:mid], 0, False), Fail):
+                hi = mid
+            else:
+                lo = mid
+        return lo
+
+    def _failed(self, marker: str, limit: int) -> bool:
+        """The body cannot be completed (or the output ended inside it)."""
+        sec = self.fmt.sections[marker]
+        valid = self._valid_prefix(sec, limit)
+        with closing():
+            _, events = probe(sec.body, self._buf[:valid], 0, False)
+        infos = calls_of_events(events)
+        if not self._streamed and not (infos and infos[0].name):
+            return self._recover(marker)
+        # committed: complete the calls, the rest is content
+        self._stream(infos, closing=True)
+        self.gate.passed(self._buf[:valid])
+        self._buf = self._buf[valid:]
+        self._in_section = None
+        self._streamed = []
+        self._tail = None
+        self._ws = ""
+        self._after_section = True
         return True
 
     def _recover(self, marker: str) -> bool:
         """Malformed section: its start marker is content; rescan the body."""
         self._in_section = None
+        self._streamed = []
+        self._tail = None
         if self.fmt.sections[marker].keep_start:
             self.gate.passed(marker)
             self._buf = self._buf[len(marker) :]
@@ -323,33 +516,122 @@ def tool_properties(tools: Sequence[Any], name: str) -> dict[str, Any]:
     return {}
 
 
-_NON_STRING = {"integer", "number", "boolean", "null", "object", "array"}
+def schema_types(schema: Any) -> set[str]:
+    """The JSON types a parameter schema allows: ``type`` (a name or a list),
+    the branches of ``anyOf`` / ``oneOf`` / ``allOf`` (Pydantic's Optional),
+    the types of ``enum`` / ``const`` values, and the types implied by
+    ``items`` (array) and ``properties`` (object). Empty: no information."""
+    if not isinstance(schema, dict):
+        return set()
+    types: set[str] = set()
+    t = schema.get("type")
+    if isinstance(t, str):
+        types.add(t)
+    elif isinstance(t, list):
+        types.update(x for x in t if isinstance(x, str))
+    values = list(schema["enum"]) if isinstance(schema.get("enum"), list) else []
+    if "const" in schema:
+        values.append(schema["const"])
+    for v in values:
+        types.add(_json_type(v))
+    for key in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list):
+            for b in branches:
+                types |= schema_types(b)
+    if not types:
+        if "items" in schema or "prefixItems" in schema:
+            types.add("array")
+        if "properties" in schema or "additionalProperties" in schema:
+            types.add("object")
+    return types
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` without Python's NaN / Infinity extensions."""
+    return json.loads(text, parse_constant=_no_constants)
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    return "array" if isinstance(v, list) else "object"
+
+
+def is_string_param(schema: Any) -> bool:
+    """The value is text whatever it looks like (no schema counts as text)."""
+    types = schema_types(schema)
+    return not types or types == {"string"}
+
+
+def coerce_value(text: str, schema: Any) -> Any:
+    """An XML-style parameter's text -> the JSON value its schema says.
+
+    Tried in order null, integer, number, boolean (``true``/``false``, also
+    ``1``/``0``), object, array, then string; the first the text fits wins.
+    Text that fits none of a schema without ``string`` is decoded as JSON if
+    it can be, else kept as text.
+    """
+    types = schema_types(schema)
+    if not types or types == {"string"}:
+        return text
+    t = text.strip()
+    if "null" in types and t == "null":
+        return None
+    if "integer" in types:
+        try:
+            v = loads_strict(t)
+        except ValueError:
+            v = None
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if isinstance(v, float) and v.is_integer() and "number" not in types:
+            return int(v)
+    if "number" in types:
+        try:
+            v = loads_strict(t)
+        except ValueError:
+            v = None
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return v
+    if "boolean" in types:
+        low = t.lower()
+        if low in ("true", "1"):
+            return True
+        if low in ("false", "0"):
+            return False
+    for kind, cls in (("object", dict), ("array", list)):
+        if kind in types:
+            try:
+                v = loads_strict(t)
+            except ValueError:
+                continue
+            if isinstance(v, cls):
+                return v
+    if "string" in types:
+        return text
+    try:
+        return loads_strict(t)
+    except ValueError:
+        return text
 
 
 def coerce_params(params: dict[str, str], props: dict[str, Any]) -> dict[str, Any]:
-    """XML-style string values -> JSON values where the tool schema says so.
-
-    A parameter whose schema type is not string and whose text is valid JSON
-    is decoded; everything else stays the model's text.
-    """
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        schema = props.get(key)
-        types: set[str] = set()
-        if isinstance(schema, dict):
-            t = schema.get("type")
-            if isinstance(t, str):
-                types = {t}
-            elif isinstance(t, list):
-                types = {x for x in t if isinstance(x, str)}
-        if types and "string" not in types and types & _NON_STRING:
-            try:
-                out[key] = json.loads(value)
-                continue
-            except ValueError:
-                pass
-        out[key] = value
-    return out
+    """XML-style string values -> JSON values where the tool schema says so
+    (`coerce_value` per parameter)."""
+    return {key: coerce_value(value, props.get(key)) for key, value in params.items()}
 
 
 def dumps_args(args: dict[str, Any]) -> str:

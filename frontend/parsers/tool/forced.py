@@ -10,9 +10,9 @@ tokens) comes back as content rather than as a broken call.
 
 from __future__ import annotations
 
-from vllm_pyfrontend.parsers.combinators import fmap, json_value, lit, many, seq, ws
+from vllm_pyfrontend.parsers.combinators import const, fmap, lit, many, seq, tag, ws
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
-from vllm_pyfrontend.parsers.tool.json_calls import call_object
+from vllm_pyfrontend.parsers.tool.json_calls import call_object, json_args
 
 
 class RequiredCalls(ToolFormat):
@@ -45,9 +45,12 @@ class NamedCall(ToolFormat):
     def __init__(self, name: str) -> None:
         self.sections = {
             "{": Section(
-                body=fmap(
-                    seq(json_value("{"), ws()),
-                    lambda v: [Call(name=name, arguments=v[0])],
+                body=tag(
+                    "call",
+                    fmap(
+                        seq(tag("name", const(name)), json_args(), ws()),
+                        lambda v: [Call(name=name, arguments=v[1])],
+                    ),
                 ),
                 keep_start=True,
             )

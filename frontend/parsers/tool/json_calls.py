@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import json
 
+from vllm_pyfrontend.parsers import combinators
 from vllm_pyfrontend.parsers.combinators import (
+    NEED,
+    Fail,
+    Ok,
     P,
+    Result,
     choice,
     fmap,
     json_value,
     lit,
     many,
     opt,
+    scan_json,
     seq,
+    tag,
     take_until,
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
+from vllm_pyfrontend.parsers.tool.streaming import json_args_partial
 
 
 def json_members() -> P:
@@ -53,20 +61,115 @@ def _args_from_raw(raw: str | None) -> str:
     raise ValueError("arguments must be a JSON object")
 
 
+_WS = " \t\r\n"
+
+
+class _CallObject(P):
+    """``{"name": "...", "<arg key>": {...}, ...}`` -> Call, scanning member by
+    member so that a partial object reports its name and arguments so far
+    (the first ``name`` member and the first member named by ``arg_keys``
+    count; other members are ignored)."""
+
+    __slots__ = ("arg_keys",)
+
+    def __init__(self, arg_keys: tuple[str, ...]) -> None:
+        self.arg_keys = arg_keys
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        n = len(s)
+        if pos >= n:
+            return Fail(pos) if eof else NEED
+        if s[pos] != "{":
+            return Fail(pos)
+        name: str | None = None
+        args_raw: str | None = None
+        i = pos + 1
+        first = True
+        while True:
+            while i < n and s[i] in _WS:
+                i += 1
+            if i >= n:
+                return self._need(s, name, args_raw, -1, eof)
+            if first and s[i] == "}":
+                i += 1
+                break
+            first = False
+            r = scan_json(s, i, eof)
+            if r is NEED:
+                return self._need(s, name, args_raw, -1, eof)
+            if isinstance(r, Fail) or s[i] != '"':
+                return r if isinstance(r, Fail) else Fail(i)
+            key = json.loads(r.value)
+            i = r.end
+            while i < n and s[i] in _WS:
+                i += 1
+            if i >= n:
+                return self._need(s, name, args_raw, -1, eof)
+            if s[i] != ":":
+                return Fail(i)
+            i += 1
+            while i < n and s[i] in _WS:
+                i += 1
+            r = scan_json(s, i, eof)
+            is_args = key in self.arg_keys and args_raw is None
+            if r is NEED:
+                return self._need(s, name, args_raw, i if is_args else -1, eof)
+            if isinstance(r, Fail):
+                return r
+            if key == "name" and name is None:
+                if not r.value.startswith('"'):
+                    return Fail(i)
+                name = json.loads(r.value)
+                if not name:
+                    return Fail(i)
+            elif is_args:
+                args_raw = r.value
+                try:
+                    _args_from_raw(args_raw)
+                except ValueError:
+                    return Fail(i)
+            i = r.end
+            while i < n and s[i] in _WS:
+                i += 1
+            if i >= n:
+                return self._need(s, name, args_raw, -1, eof)
+            if s[i] == "}":
+                i += 1
+                break
+            if s[i] != ",":
+                return Fail(i)
+            i += 1
+        if name is None:
+            return Fail(pos)
+        return Ok(i, Call(name=name, arguments=_args_from_raw(args_raw)))
+
+    def _need(self, s: str, name: str | None, args_raw: str | None, args_at: int, eof: bool) -> Result:
+        if eof:
+            return Fail(len(s))
+        pr = combinators._probe
+        if pr is not None:
+            if name is not None:
+                pr.events.append(("name", 0, 0, name))
+            if args_raw is not None:
+                pr.events.append(("args", 0, 0, _args_from_raw(args_raw)))
+            elif args_at != -1:
+                pr.events.append(("args", args_at, -1, json_args_partial(s, args_at, pr.events)))
+        return NEED
+
+
 def call_object(*arg_keys: str) -> P:
-    """``{"name": "...", "<arg_key>": {...}}`` -> Call."""
+    """``{"name": "...", "<arg_key>": {...}}`` -> Call (streamed: see `_CallObject`)."""
+    return tag("call", _CallObject(tuple(arg_keys)))
 
-    def build(members: dict[str, str]) -> Call:
-        name_raw = members.get("name")
-        if name_raw is None or not name_raw.startswith('"'):
-            raise ValueError("no name")
-        name = json.loads(name_raw)
-        if not name:
-            raise ValueError("empty name")
-        raw = next((members[k] for k in arg_keys if k in members), None)
-        return Call(name=name, arguments=_args_from_raw(raw))
 
-    return fmap(json_members(), build)
+def json_args() -> P:
+    """Arguments written as one JSON object (streamed as the model writes them)."""
+    return tag("args", json_value("{"), json_args_partial)
+
+
+def call(p: P, build) -> P:
+    """A call item: ``build(value of p) -> Call``, reported to the engine."""
+    return tag("call", fmap(p, build))
 
 
 def _name_ok(name: str) -> str:
@@ -128,14 +231,17 @@ def _mistral_array() -> P:
 
 def _mistral_named() -> P:
     """v11+ tokenizers: ``name[ARGS]{...}`` (or ``name[CALL_ID]id[ARGS]{...}``)."""
-    return fmap(
-        seq(
-            take_until("[ARGS]", "[CALL_ID]", "{", "["),
-            opt(seq(lit("[CALL_ID]"), take_until("[ARGS]"))),
-            lit("[ARGS]"),
-            json_value("{"),
+    return tag(
+        "call",
+        fmap(
+            seq(
+                tag("name", fmap(take_until("[ARGS]", "[CALL_ID]", "{", "["), _name_ok)),
+                opt(seq(lit("[CALL_ID]"), take_until("[ARGS]"))),
+                lit("[ARGS]"),
+                json_args(),
+            ),
+            lambda v: [Call(name=v[0], arguments=v[3])],
         ),
-        lambda v: [Call(name=_name_ok(v[0]), arguments=v[3])],
     )
 
 
@@ -170,15 +276,15 @@ class DeepSeekV3(ToolFormat):
 
     sections = {
         _CALLS_BEGIN: _deepseek_section(
-            fmap(
+            call(
                 seq(
                     lit(_CALL_BEGIN),
                     take_until(_SEP),
                     lit(_SEP),
-                    fmap(take_until("\n"), _name_ok),
+                    tag("name", fmap(take_until("\n"), _name_ok)),
                     lit("\n```json\n"),
                     ws(),
-                    json_value("{"),
+                    json_args(),
                     ws(),
                     lit("```"),
                     ws(),
@@ -195,13 +301,13 @@ class DeepSeekV31(ToolFormat):
 
     sections = {
         _CALLS_BEGIN: _deepseek_section(
-            fmap(
+            call(
                 seq(
                     lit(_CALL_BEGIN),
-                    fmap(take_until(_SEP), _name_ok),
+                    tag("name", fmap(take_until(_SEP), _name_ok)),
                     lit(_SEP),
                     ws(),
-                    json_value("{"),
+                    json_args(),
                     ws(),
                     lit(_CALL_END),
                 ),
@@ -215,8 +321,8 @@ class DeepSeekV31(ToolFormat):
 def _kimi_name(call_id: str) -> str:
     head = call_id.strip()
     base = head.rsplit(":", 1)[0] if ":" in head else head
-    name = base.split(".", 1)[1] if base.startswith("functions.") else base
-    return _name_ok(name)
+    # ``functions.api.search:0`` calls ``search``: the last dotted segment
+    return _name_ok(base.rsplit(".", 1)[-1])
 
 
 class KimiK2(ToolFormat):
@@ -224,17 +330,23 @@ class KimiK2(ToolFormat):
     <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>``.
     The header is the model's own call id and is passed through."""
 
-    _call = fmap(
+    _call = call(
         seq(
             lit("<|tool_call_begin|>"),
-            take_until("<|tool_call_argument_begin|>"),
+            tag(
+                "name",
+                fmap(
+                    take_until("<|tool_call_argument_begin|>"),
+                    lambda h: (_kimi_name(h), h.strip()),
+                ),
+            ),
             lit("<|tool_call_argument_begin|>"),
             ws(),
-            json_value("{"),
+            json_args(),
             ws(),
             lit("<|tool_call_end|>"),
         ),
-        lambda v: Call(name=_kimi_name(v[1]), arguments=v[4], id=v[1].strip()),
+        lambda v: Call(name=v[1][0], arguments=v[4], id=v[1][1]),
     )
     _section = Section(
         body=fmap(seq(ws(), many(_call, sep=ws(), minimum=1), ws()), lambda v: v[1]),

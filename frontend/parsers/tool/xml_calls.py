@@ -8,17 +8,24 @@ other formats leave it to the tool's schema (`coerce_params`), as vLLM does.
 
 from __future__ import annotations
 
-import json
-from typing import Any, Sequence
+import re
+from typing import Any, Callable, Sequence
 
 from vllm_pyfrontend.parsers.combinators import (
+    NEED,
+    Fail,
+    Ok,
     P,
+    Result,
     choice,
+    find_first,
     fmap,
     lit,
     many,
     opt,
+    partial_tail,
     seq,
+    tag,
     take_until,
     ws,
 )
@@ -26,19 +33,190 @@ from vllm_pyfrontend.parsers.tool.base import (
     Call,
     Section,
     ToolFormat,
-    coerce_params,
-    dumps_args,
+    coerce_value,
+    is_string_param,
+    loads_strict,
     tool_properties,
+)
+from vllm_pyfrontend.parsers.tool.streaming import (
+    ArgsPrefix,
+    XmlStringTail,
+    dumps_value,
+    escape,
+    min_open,
+    xml_args_text,
 )
 
 DSML = "｜DSML｜"
 
 
+_BAD_NAME = re.compile(r"[\s<>\"']")
+
+
 def _name(text: str) -> str:
     name = text.strip()
-    if not name or any(c.isspace() or c in "<>\"'" for c in name):
+    if not name or _BAD_NAME.search(name) is not None:
         raise ValueError("bad name")
     return name
+
+
+def call_name(p: P) -> P:
+    """A function name (validated), reported to the streaming engine."""
+    return tag("name", fmap(p, _name))
+
+
+class XmlParam(P):
+    """One parameter: ``head`` (value: the key, or ``(key, meta)``), then the
+    value text up to ``close`` (consumed) or one of ``stops`` (not consumed:
+    the model forgot or misspelled the close; ``hold`` is then cut off the
+    value, e.g. a misspelled closing tag). With ``trim`` one leading and one
+    trailing newline are the template's framing. Value: ``(key, meta, text)``."""
+
+    __slots__ = ("head", "close", "stops", "trim", "hold", "ends")
+
+    def __init__(
+        self,
+        head: P,
+        close: str,
+        stops: Sequence[str] = (),
+        trim: bool = False,
+        hold: Callable[[str], int] | None = None,
+    ) -> None:
+        self.head = head
+        self.close = close
+        self.stops = tuple(stops)
+        self.trim = trim
+        self.hold = hold
+        self.ends = (close, *self.stops)
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        r = self.head.parse(s, pos, eof)
+        if not isinstance(r, Ok):
+            return r
+        key, meta = r.value if isinstance(r.value, tuple) else (r.value, None)
+        j, m = find_first(s, self.ends, r.end)
+        if j == -1:
+            return NEED if not eof else Fail(len(s))
+        value = s[r.end : j]
+        if self.trim:
+            value = _trim_newlines(value)
+        if m == self.close:
+            return Ok(j + len(m), (key, meta, value))
+        if self.hold is not None:
+            value = value[: self.hold(value)]
+        return Ok(j, (key, meta, value))
+
+    def held(self, value: str) -> int:
+        """How much of an open value can be streamed (text that the close or
+        a stop could still cut off is held)."""
+        if self.trim:
+            return len(value) - 1 if value.endswith("\n") else len(value)
+        if self.hold is not None:
+            return self.hold(value)
+        return len(value)
+
+
+#: typer(call name, key, meta) -> the parameter's schema-like description:
+#: ``is_string(...)`` decides streaming, ``convert(...)`` the final value.
+class XmlTyping:
+    def is_string(self, name: str, key: str, meta: Any) -> bool:  # pragma: no cover
+        raise NotImplementedError
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+
+class SchemaTyping(XmlTyping):
+    """Values typed by the request's tool schemas (qwen3_coder, glm45, minimax_m2)."""
+
+    def __init__(self, tools: Sequence[Any]) -> None:
+        self.tools = list(tools)
+        self._props: dict[str, dict[str, Any]] = {}
+
+    def props(self, name: str) -> dict[str, Any]:
+        got = self._props.get(name)
+        if got is None:
+            got = self._props[name] = tool_properties(self.tools, name) if self.tools else {}
+        return got
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return is_string_param(self.props(name).get(key))
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        return coerce_value(text, self.props(name).get(key))
+
+
+class XmlArgs(P):
+    """``param`` repeated (separated by whitespace): the arguments of a call,
+    streamed parameter by parameter (reported to the engine as ``"args"``)."""
+
+    __slots__ = ("param", "typing", "_many")
+
+    def __init__(self, param: XmlParam, typing: XmlTyping) -> None:
+        self.param = param
+        self.typing = typing
+        self._many = many(param, sep=ws())
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        return self._many.parse(s, pos, eof)
+
+    def partial(self, s: str, pos: int, events: list) -> ArgsPrefix | None:
+        name = next((v for k, _, e, v in reversed(events) if k == "name" and e != -1), None)
+        if not isinstance(name, str):
+            return None
+        typing = self.typing
+        param = self.param
+        least = min_open()
+        parts: list[str] = []
+        seen: set[str] = set()
+        i = pos
+        n = len(s)
+        while True:
+            if parts or i > pos:
+                while i < n and s[i].isspace():
+                    i += 1
+            r = param.parse(s, i, False)
+            if isinstance(r, Ok):
+                key, meta, text = r.value
+                if key not in seen:
+                    seen.add(key)
+                    value = typing.convert(name, key, meta, text)
+                    parts.append(f"{dumps_value(key)}: {dumps_value(value)}")
+                i = r.end
+                continue
+            break
+        text = "{" + ", ".join(parts)
+        # the open parameter: streamed when its value is text
+        h = param.head.parse(s, i, False)
+        if isinstance(h, Ok):
+            key, meta = h.value if isinstance(h.value, tuple) else (h.value, None)
+            raw = s[h.end :]
+            if key not in seen and len(raw) >= least and typing.is_string(name, key, meta):
+                if param.trim and raw.startswith("\n"):
+                    raw = raw[1:]
+                cut = partial_tail(raw, param.ends)
+                keep = param.held(raw[:cut])
+                if keep >= least:
+                    sep = ", " if parts else ""
+                    text += f"{sep}{dumps_value(key)}: \"" + escape(raw[:keep])
+                    tail = XmlStringTail(param, raw[keep:], False)
+                    return ArgsPrefix(text, '"}', tail)
+        if not parts and least:
+            return ArgsPrefix("", "")  # "{" goes out with the first parameter
+        return ArgsPrefix(text, "}")
+
+
+def xml_args(param: XmlParam, typing: XmlTyping) -> P:
+    node = XmlArgs(param, typing)
+    return tag("args", node, node.partial)
+
+
+def xml_call(typing: XmlTyping) -> Callable[[str, list[tuple[str, Any, str]]], Call]:
+    def make(name: str, params: list[tuple[str, Any, str]]) -> Call:
+        items = [(key, typing.convert(name, key, meta, text)) for key, meta, text in params]
+        return Call(name=name, arguments=xml_args_text(items))
+
+    return make
 
 
 class XmlFormat(ToolFormat):
@@ -46,18 +224,48 @@ class XmlFormat(ToolFormat):
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
         self.tools = list(tools)
+        self.typing = SchemaTyping(self.tools)
         self.sections = self.build()
 
     def build(self) -> dict[str, Section]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def make_call(self, name: str, params: list[tuple[str, str]]) -> Call:
-        props = tool_properties(self.tools, name) if self.tools else {}
-        return Call(name=name, arguments=dumps_args(coerce_params(dict(params), props)))
+        """A call from ``(key, text)`` pairs, typed by the schema (for formats
+        that build their own grammar; they stream only with `xml_args`)."""
+        return xml_call(self.typing)(name, [(k, None, v) for k, v in params])
 
 
 # ---------------------------------------------------------------------- DSML
-class Dsml(XmlFormat):
+def _dsml_hold(value: str) -> int:
+    """Where a DSML value's droppable end starts: trailing whitespace and a
+    (misspelled) closing tag the model wrote instead of the real one."""
+    k = len(value.rstrip())
+    lt = value.rfind("<", 0, k)
+    if lt != -1:
+        tag_text = value[lt:k]
+        if tag_text == "<" or (tag_text.startswith("</") and ">" not in tag_text[:-1]):
+            return len(value[:lt].rstrip())
+    return k
+
+
+class DsmlTyping(XmlTyping):
+    """DSML says per parameter whether its value is a string (``string="true"``)
+    or JSON (anything else: decoded when it is JSON, else kept as text)."""
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return meta == "true"
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        if meta == "true":
+            return text
+        try:
+            return loads_strict(text)
+        except ValueError:
+            return text
+
+
+class Dsml(ToolFormat):
     """DeepSeek V3.2 / V4::
 
         <｜DSML｜tool_calls>
@@ -67,7 +275,9 @@ class Dsml(XmlFormat):
         </｜DSML｜invoke>
         </｜DSML｜tool_calls>
 
-    V3.2 wraps calls in ``function_calls`` instead of ``tool_calls``.
+    V3.2 wraps calls in ``function_calls`` instead of ``tool_calls``. A value
+    whose closing tag is missing or misspelled ends where the next parameter
+    or the invoke's end begins (the misspelled tag is not part of the value).
     """
 
     def __init__(
@@ -79,10 +289,11 @@ class Dsml(XmlFormat):
         self.wrappers = tuple(wrappers)
         # misspelt openings seen in production, closed by the first wrapper's end
         self.variants = tuple(variants)
-        super().__init__(tools)
+        self.tools = list(tools)
+        self.sections = self.build()
 
     def _invoke(self) -> P:
-        param = fmap(
+        head = fmap(
             seq(
                 lit(f"<{DSML}parameter"),
                 ws(1),
@@ -92,36 +303,31 @@ class Dsml(XmlFormat):
                 opt(fmap(seq(ws(1), lit('string="'), take_until('"'), lit('"')), lambda v: v[2])),
                 ws(),
                 lit(">"),
-                take_until(f"</{DSML}parameter>"),
-                lit(f"</{DSML}parameter>"),
             ),
-            lambda v: (_name(v[3]), v[5], v[8]),
+            lambda v: (_name(v[3]), v[5]),
         )
-
-        def build(v: list[Any]) -> Call:
-            name = _name(v[1])
-            args: dict[str, Any] = {}
-            for key, is_str, value in v[4]:
-                if is_str == "true":
-                    args[key] = value
-                else:
-                    try:
-                        args[key] = json.loads(value)
-                    except ValueError:
-                        args[key] = value
-            return Call(name=name, arguments=dumps_args(args))
-
-        return fmap(
-            seq(
-                lit(f'<{DSML}invoke name="'),
-                take_until('"'),
-                lit('">'),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit(f"</{DSML}invoke>"),
+        param = XmlParam(
+            head,
+            f"</{DSML}parameter>",
+            stops=(f"<{DSML}parameter", f"</{DSML}invoke>"),
+            hold=_dsml_hold,
+        )
+        typing = DsmlTyping()
+        make = xml_call(typing)
+        return tag(
+            "call",
+            fmap(
+                seq(
+                    lit(f'<{DSML}invoke name="'),
+                    call_name(take_until('"')),
+                    lit('">'),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit(f"</{DSML}invoke>"),
+                ),
+                lambda v: make(v[1], v[4]),
             ),
-            build,
         )
 
     def build(self) -> dict[str, Section]:
@@ -158,27 +364,26 @@ class Qwen3Coder(XmlFormat):
     """
 
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit("<parameter="),
-                take_until(">"),
-                lit(">"),
-                take_until("</parameter>"),
-                lit("</parameter>"),
-            ),
-            lambda v: (_name(v[1]), _trim_newlines(v[3])),
+        param = XmlParam(
+            fmap(seq(lit("<parameter="), take_until(">"), lit(">")), lambda v: _name(v[1])),
+            "</parameter>",
+            trim=True,
         )
-        function = fmap(
-            seq(
-                lit("<function="),
-                take_until(">"),
-                lit(">"),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</function>"),
+        make = xml_call(self.typing)
+        function = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<function="),
+                    call_name(take_until(">")),
+                    lit(">"),
+                    ws(),
+                    xml_args(param, self.typing),
+                    ws(),
+                    lit("</function>"),
+                ),
+                lambda v: make(v[1], v[4]),
             ),
-            lambda v: self.make_call(_name(v[1]), v[4]),
         )
         body = fmap(seq(ws(), many(function, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
@@ -195,26 +400,30 @@ class Glm45(XmlFormat):
     """
 
     def build(self) -> dict[str, Section]:
-        arg = fmap(
-            seq(
-                lit("<arg_key>"),
-                take_until("</arg_key>"),
-                lit("</arg_key>"),
-                ws(),
-                lit("<arg_value>"),
-                take_until("</arg_value>"),
-                lit("</arg_value>"),
+        param = XmlParam(
+            fmap(
+                seq(lit("<arg_key>"), take_until("</arg_key>"), lit("</arg_key>"), ws(), lit("<arg_value>")),
+                lambda v: _name(v[1]),
             ),
-            lambda v: (_name(v[1]), v[5]),
+            "</arg_value>",
         )
+        make = xml_call(self.typing)
         body = fmap(
             seq(
                 ws(),
-                take_until("<arg_key>", at_eof=True, minimum=1),
-                many(arg, sep=ws()),
+                tag(
+                    "call",
+                    fmap(
+                        seq(
+                            call_name(take_until("<arg_key>", at_eof=True, minimum=1)),
+                            xml_args(param, self.typing),
+                        ),
+                        lambda v: make(v[0], v[1]),
+                    ),
+                ),
                 ws(),
             ),
-            lambda v: [self.make_call(_name(v[1]), v[2])],
+            lambda v: [v[1]],
         )
         return {"<tool_call>": Section(body=body, ends=("</tool_call>",), eof_closes=False)}
 
@@ -240,34 +449,44 @@ class MinimaxM2(XmlFormat):
     """
 
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit("<parameter"),
-                ws(1),
-                lit("name="),
-                _attr_value(),
-                ws(),
-                lit(">"),
-                take_until("</parameter>"),
-                lit("</parameter>"),
+        param = XmlParam(
+            fmap(
+                seq(lit("<parameter"), ws(1), lit("name="), _attr_value(), ws(), lit(">")),
+                lambda v: _name(v[3]),
             ),
-            lambda v: (_name(v[3]), v[6]),
+            "</parameter>",
         )
-        invoke = fmap(
-            seq(
-                lit("<invoke"),
-                ws(1),
-                lit("name="),
-                _attr_value(),
-                ws(),
-                lit(">"),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</invoke>"),
+        make = xml_call(self.typing)
+        invoke = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<invoke"),
+                    ws(1),
+                    lit("name="),
+                    call_name(_attr_value()),
+                    ws(),
+                    lit(">"),
+                    ws(),
+                    xml_args(param, self.typing),
+                    ws(),
+                    lit("</invoke>"),
+                ),
+                lambda v: make(v[3], v[7]),
             ),
-            lambda v: self.make_call(_name(v[3]), v[7]),
         )
         body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {"<minimax:tool_call>": Section(body=body, ends=("</minimax:tool_call>",))}
 
+
+class Qwen3Xml(Qwen3Coder):
+    """``qwen3_xml``: vLLM's Python server means the `Qwen3Coder` XML format,
+    vllm-rs means JSON inside ``<tool_call>`` (hermes): both are accepted, so
+    either launcher's flags work (the two bodies begin differently)."""
+
+    def build(self) -> dict[str, Section]:
+        from vllm_pyfrontend.parsers.tool.json_calls import Hermes
+
+        xml = super().build()["<tool_call>"].body
+        json_body = Hermes.sections["<tool_call>"].body
+        return {"<tool_call>": Section(body=choice(xml, json_body), ends=("</tool_call>",))}

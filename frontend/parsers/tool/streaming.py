@@ -1,0 +1,241 @@
+"""Safe argument prefixes: what of an open call's arguments can be streamed now.
+
+A tool call's arguments reach the client as deltas whose concatenation is the
+final arguments text. While the call is still being generated, the engine
+(base.py) may only send text that is certainly a prefix of that final text.
+`ArgsPrefix` says how much that is for one open call, plus:
+
+- ``closers``: what completes the prefix into valid JSON. Used once, if the
+  section turns out malformed (or the output ends) after the call was
+  announced: the call is closed with ``text + closers``.
+- ``tail``: an object that extends the prefix cheaply while the model keeps
+  writing one string value (the long-argument case: a file's contents, a
+  command), so the section is not re-parsed per token. ``tail.extend(raw)``
+  answers the arguments text that ``raw`` adds, or None when the raw text
+  leaves the string (the engine then parses the section again).
+
+For JSON arguments (the model's own text) the prefix stops at points where
+the text can be closed: never inside a key, a number or a literal, after a
+``,`` or ``:`` waiting for what follows, or inside an escape sequence. For
+XML parameters converted to JSON (`XmlArgs`), completed parameters are
+written as ``"key": value``; an open parameter streams only when its value is
+a string (the schema or the format says so), escaped as it arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_pyfrontend.parsers.combinators import find_first, partial_tail
+
+
+@dataclass(slots=True)
+class ArgsPrefix:
+    text: str
+    closers: str
+    tail: Any = None
+
+
+_NEEDS_ESCAPE = re.compile(r'[\\"\x00-\x1f\u2028\u2029\ud800-\udfff]')
+
+
+def escape(text: str) -> str:
+    """JSON string escaping of ``text`` without the quotes (per character, so
+    the escape of a prefix is a prefix of the escape)."""
+    if _NEEDS_ESCAPE.search(text) is None:
+        return text
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+# ------------------------------------------------------------------- JSON
+_STR_CONTENT = re.compile(r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?")
+_SCALAR = frozenset("0123456789+-.eEtrufalsn")
+
+#: An open string value is sent once this many characters of it are known
+#: (before that it goes out when complete): short values (a city, a unit)
+#: cost no extra chunks, long ones (a file's contents) stream.
+MIN_OPEN = 32
+
+#: 0 while the engine closes a call whose section failed (`closing`): then
+#: every open value counts, however short.
+_min_open = MIN_OPEN
+
+
+def min_open() -> int:
+    return _min_open
+
+
+class closing:
+    """``with closing():`` prefixes include short open values (a call being
+    completed after its section failed or the output ended)."""
+
+    def __enter__(self) -> None:
+        global _min_open
+        _min_open = 0
+
+    def __exit__(self, *exc: object) -> None:
+        global _min_open
+        _min_open = MIN_OPEN
+
+
+class JsonStringTail:
+    """Extends arguments while the raw JSON stays inside one string value."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self, pending: str) -> None:
+        self.pending = pending  # an incomplete escape sequence held back
+
+    def extend(self, raw: str) -> str | None:
+        text = self.pending + raw
+        k = _STR_CONTENT.match(text).end()  # type: ignore[union-attr]
+        rest = text[k:]
+        if not rest:
+            self.pending = ""
+            return text
+        if _PARTIAL_ESCAPE.fullmatch(rest):
+            self.pending = rest
+            return text[:k]
+        return None  # the string ends (or the text is not JSON): re-parse
+
+
+def json_prefix(s: str, pos: int, end: int) -> ArgsPrefix:
+    """Safe prefix of the JSON value (an object or array) in ``s[pos:end]``.
+
+    ``s[pos:end]`` must be a prefix of valid JSON (the grammar said NEED).
+    """
+    stack: list[str] = []
+    i = pos
+    safe = pos
+    safe_closers = ""
+    safe_in_str = False
+    expect_key = False
+    while i < end:
+        c = s[i]
+        if c in " \t\r\n":
+            i += 1
+            continue
+        if c == "{" or c == "[":
+            stack.append("}" if c == "{" else "]")
+            expect_key = c == "{"
+            i += 1
+            safe, safe_closers, safe_in_str = i, "".join(reversed(stack)), False
+            continue
+        if c == "}" or c == "]":
+            stack.pop()
+            i += 1
+            expect_key = False
+            safe, safe_closers, safe_in_str = i, "".join(reversed(stack)), False
+            if not stack:
+                break
+            continue
+        if c == ",":
+            expect_key = stack[-1] == "}" if stack else False
+            i += 1
+            continue
+        if c == ":":
+            i += 1
+            continue
+        if c == '"':
+            is_key = expect_key
+            expect_key = False
+            closers = "".join(reversed(stack))
+            i += 1
+            start = i
+            open_safe = i
+            closed = False
+            while i < end:
+                c = s[i]
+                if c == '"':
+                    i += 1
+                    closed = True
+                    break
+                if c == "\\":
+                    step = 6 if i + 1 < end and s[i + 1] == "u" else 2
+                    if i + step > end:
+                        break  # an incomplete escape: held
+                    i += step
+                else:
+                    i += 1
+                open_safe = i
+            if not closed:
+                # the string is still open: a value streams once it is long
+                # enough to be worth a delta of its own
+                if not is_key and open_safe - start >= _min_open:
+                    safe, safe_closers, safe_in_str = open_safe, '"' + closers, True
+                break
+            if not is_key:
+                safe, safe_closers, safe_in_str = i, closers, False
+            continue
+        # a number or a literal: safe once something follows it
+        j = i
+        while j < end and s[j] in _SCALAR:
+            j += 1
+        if j == end:
+            break
+        i = j
+        safe, safe_closers, safe_in_str = i, "".join(reversed(stack)), False
+    tail = None
+    if safe_in_str:
+        tail = JsonStringTail(s[safe:end])
+    return ArgsPrefix(s[pos:safe], safe_closers, tail)
+
+
+def json_args_partial(s: str, pos: int, events: list) -> ArgsPrefix | None:
+    """`tag` partial for raw JSON-object arguments (whitespace before the
+    object is not part of the arguments)."""
+    n = len(s)
+    while pos < n and s[pos] in " \t\r\n":
+        pos += 1
+    if pos >= n or s[pos] != "{":
+        return None
+    return json_prefix(s, pos, n)
+
+
+# -------------------------------------------------------------------- XML
+class XmlStringTail:
+    """Extends an open XML parameter whose value is a JSON string
+    (``param``: an `XmlParam`; its ends and holding rule)."""
+
+    __slots__ = ("param", "pending", "at_start")
+
+    def __init__(self, param: Any, pending: str, at_start: bool) -> None:
+        self.param = param
+        self.pending = pending  # raw text held (a possible end, a final newline)
+        self.at_start = at_start  # a leading newline would still be framing
+
+    def extend(self, raw: str) -> str | None:
+        param = self.param
+        text = self.pending + raw
+        if find_first(text, param.ends)[0] != -1:
+            return None  # the value ends here: re-parse
+        at_start = self.at_start
+        if at_start and text:
+            if param.trim and text[0] == "\n":
+                text = text[1:]
+            at_start = False
+        cut = partial_tail(text, param.ends)
+        keep = param.held(text[:cut])
+        self.pending, self.at_start = text[keep:], at_start
+        return escape(text[:keep])
+
+
+def dumps_value(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def xml_args_text(items: list[tuple[str, Any]]) -> str:
+    """The arguments text for converted parameters (first occurrence of a
+    repeated key wins, so that text streamed for it stays valid)."""
+    seen: set[str] = set()
+    parts = []
+    for key, value in items:
+        if key in seen:
+            continue
+        seen.add(key)
+        parts.append(f"{dumps_value(key)}: {dumps_value(value)}")
+    return "{" + ", ".join(parts) + "}"
