@@ -89,3 +89,34 @@ register_tool_parser("kimi_k2", lambda tools: KimiK2())
 register_tool_parser("glm45", lambda tools: Glm45(tools))
 register_tool_parser("glm47", lambda tools: Glm45(tools))
 register_tool_parser("minimax_m2", lambda tools: MinimaxM2(tools))
+
+
+# ---- issue 15b: more tool-call formats (pythonic, JSON, XML kin) --------------------------
+from vllm_pyfrontend.parsers.tool.json_more import Longcat, Phi4MiniJson, Plamo3, Xlam  # noqa: E402
+from vllm_pyfrontend.parsers.tool.pythonic import Lfm2, Llama4Pythonic, Olmo3, Pythonic  # noqa: E402
+from vllm_pyfrontend.parsers.tool.xml_more import (  # noqa: E402
+    MiMo,
+    MiniCpm5,
+    MinimaxM3,
+    MuseGlimmer,
+    SeedOss,
+    Step3,
+)
+
+register_tool_parser("pythonic", lambda tools: Pythonic())
+register_tool_parser("llama4_pythonic", lambda tools: Llama4Pythonic())
+register_tool_parser("olmo3", lambda tools: Olmo3())
+register_tool_parser("lfm2", lambda tools: Lfm2())
+register_tool_parser("longcat", lambda tools: Longcat())
+register_tool_parser("phi4_mini_json", lambda tools: Phi4MiniJson())
+register_tool_parser("xlam", lambda tools: Xlam())
+register_tool_parser("plamo3", lambda tools: Plamo3())
+register_tool_parser("ling3", lambda tools: Glm45(tools))  # GLM-4.7's format
+register_tool_parser("poolside_v1", lambda tools: Glm45(tools))  # GLM-4's format
+register_tool_parser("step3p5", lambda tools: Qwen3Coder(tools))  # Qwen3-Coder's format
+register_tool_parser("seed_oss", lambda tools: SeedOss(tools))
+register_tool_parser("mimo", lambda tools: MiMo(tools))
+register_tool_parser("step3", lambda tools: Step3(tools))
+register_tool_parser("minicpm5", lambda tools: MiniCpm5(tools))
+register_tool_parser("minimax_m3", lambda tools: MinimaxM3(tools))
+register_tool_parser("muse_glimmer", lambda tools: MuseGlimmer(tools))
