@@ -46,8 +46,10 @@ def vllm_tool_calls(name: str, hf: Any, tools: list[dict[str, Any]], text: str) 
     """vLLM's non-streaming result: (content or "", [(name, decoded args)])."""
     from vllm.tool_parsers import ToolParserManager
 
-    parser = ToolParserManager.get_tool_parser(name)(hf, tools)
-    info = parser.extract_tool_calls(text, chat_request(tools))
+    request = chat_request(tools)
+    # vLLM's server builds the parser with the request's (pydantic) tools, not dicts
+    parser = ToolParserManager.get_tool_parser(name)(hf, request.tools)
+    info = parser.extract_tool_calls(text, request)
     calls = []
     for t in info.tool_calls:
         try:

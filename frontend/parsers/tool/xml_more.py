@@ -49,7 +49,7 @@ class SeedOss(Qwen3Coder):
 
 class MiMo(Qwen3Coder):
     """Xiaomi MiMo: Qwen3-Coder's grammar; parameter values are kept verbatim
-    as strings (no framing newlines trimmed, no schema typing)."""
+    (no framing newlines trimmed), then typed by the schema."""
 
     def build(self) -> dict[str, Section]:
         param = fmap(
@@ -72,7 +72,7 @@ class MiMo(Qwen3Coder):
                 ws(),
                 lit("</function>"),
             ),
-            lambda v: Call(name=_name(v[1]), arguments=dumps_args(dict(v[4]))),
+            lambda v: self.make_call(_name(v[1]), v[4]),
         )
         body = fmap(seq(ws(), many(function, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
