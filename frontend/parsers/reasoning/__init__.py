@@ -12,6 +12,8 @@ from typing import Any, Mapping, Sequence
 from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser, ThinkStyle
 
 _REGISTRY: dict[str, ThinkStyle] = {}
+#: name -> make(tokenizer, **options) for parsers that are not a <think> style (harmony)
+_CUSTOM: dict[str, Any] = {}
 
 
 def register_reasoning_parser(name: str, style: ThinkStyle) -> None:
@@ -31,6 +33,10 @@ def get_reasoning_parser(
     template_kwargs: Mapping[str, Any] | None = None,
     implicit_ends: Sequence[str] = (),
 ) -> ThinkReasoningParser:
+    custom = _CUSTOM.get(name)
+    if custom is not None:  # not a <think> style (gpt-oss harmony)
+        return custom(tokenizer, prompt_text=prompt_text, prompt_token_ids=prompt_token_ids,
+                      template_kwargs=template_kwargs, implicit_ends=implicit_ends)
     try:
         style = _REGISTRY[name]
     except KeyError:
@@ -72,3 +78,10 @@ register_reasoning_parser("kimi_k2", _GLM_KIMI)
 register_reasoning_parser(
     "minimax_m2", ThinkStyle(default_thinking=True, kwarg_names=(), strip_reasoning_tail=True)
 )
+
+
+# ---- issue 15b: gpt-oss (harmony channels, openai-harmony package; parsers/harmony.py) ----
+from vllm_pyfrontend.parsers import harmony as _harmony  # noqa: E402
+
+register_reasoning_parser(_harmony.HARMONY_REASONING, ThinkStyle())  # listed; built by _CUSTOM
+_CUSTOM[_harmony.HARMONY_REASONING] = _harmony.reasoning_stream

@@ -27,6 +27,8 @@ from vllm_pyfrontend.parsers.tool.xml_calls import Dsml, Glm45, MinimaxM2, Qwen3
 FormatFactory = Callable[[Sequence[Any]], ToolFormat]
 
 _REGISTRY: dict[str, FormatFactory] = {}
+#: name -> make(tokenizer, tools) for parsers that are not section grammars (harmony)
+_CUSTOM: dict[str, Callable[[Any, Sequence[Any] | None], Any]] = {}
 
 
 def register_tool_parser(name: str, factory: FormatFactory) -> None:
@@ -46,6 +48,9 @@ def get_tool_parser(
 ) -> SectionToolParser:
     """A fresh parser for one choice. ``tools``: the request's OpenAI tool dicts
     (schema-driven value types for XML formats)."""
+    custom = _CUSTOM.get(name)
+    if custom is not None:  # a parser that is not a section grammar (gpt-oss harmony)
+        return custom(tokenizer, tools)
     try:
         factory = _REGISTRY[name]
     except KeyError:
@@ -120,3 +125,10 @@ register_tool_parser("step3", lambda tools: Step3(tools))
 register_tool_parser("minicpm5", lambda tools: MiniCpm5(tools))
 register_tool_parser("minimax_m3", lambda tools: MinimaxM3(tools))
 register_tool_parser("muse_glimmer", lambda tools: MuseGlimmer(tools))
+
+# gpt-oss: harmony messages, parsed by the openai-harmony package (parsers/harmony.py); the
+# ToolFormat entry only lists the name (no section markers)
+from vllm_pyfrontend.parsers import harmony as _harmony  # noqa: E402
+
+register_tool_parser(_harmony.HARMONY_TOOL, lambda tools: ToolFormat())
+_CUSTOM[_harmony.HARMONY_TOOL] = _harmony.tool_stream
