@@ -32,6 +32,7 @@ class WorkerPolicy:
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    tool_parser_plugin: str | None = None  # a user's module registering tool parsers (tool/plugin.py)
     # Admission control (frontend/server/admission.py): deployment-wide bounds, None: unbounded.
     max_num_queued_reqs: int | None = None
     max_num_queued_tokens: int | None = None

@@ -132,3 +132,10 @@ from vllm_pyfrontend.parsers import harmony as _harmony  # noqa: E402
 
 register_tool_parser(_harmony.HARMONY_TOOL, lambda tools: ToolFormat())
 _CUSTOM[_harmony.HARMONY_TOOL] = _harmony.tool_stream
+
+
+def register_custom_tool_parser(name: str, make: Callable[[Any, Sequence[Any] | None], Any]) -> None:
+    """Register a parser that is not a section grammar (``--tool-parser-plugin``, see plugin.py):
+    ``make(tokenizer, tools)`` -> an object with ``feed``, ``finish`` and ``n_calls``."""
+    register_tool_parser(name, lambda tools: ToolFormat())  # listed, no section markers
+    _CUSTOM[name] = make
