@@ -1,0 +1,118 @@
+"""vLLM's own parser tests for the 15b names, converted to cases (model output -> calls).
+
+Sources (vllm-project/vllm): tests/tool_parsers/test_pythonic_tool_parser.py,
+test_llama4_pythonic_tool_parser.py, test_olmo3_tool_parser.py, test_openai_tool_parser.py.
+Only what checks an output -> result mapping converts (not regex timeouts, logging, structural
+tags). Case names: vllm_<test name>[_<param id>].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.parsers.cases import ToolCase
+
+SIMPLE = "get_weather(city='San Francisco', metric='celsius')"
+SIMPLE_CALL = ("get_weather", {"city": "San Francisco", "metric": "celsius"})
+MORE = ("register_user(name='John Doe', age=37, address={'city': 'San Francisco', 'state': 'CA'}, "
+        "role=None, passed_test=True, aliases=['John', 'Johnny'])")
+MORE_JSON_LITERALS = MORE.replace("None", "null").replace("True", "true")
+MORE_CALL = ("register_user", {"name": "John Doe", "age": 37, "address": {"city": "San Francisco", "state": "CA"},
+                               "role": None, "passed_test": True, "aliases": ["John", "Johnny"]})
+PARAMLESS, PARAMLESS_CALL = "get_weather()", ("get_weather", {})
+EMPTY_DICT, EMPTY_DICT_CALL = "do_something_cool(additional_data={})", ("do_something_cool", {"additional_data": {}})
+EMPTY_LIST, EMPTY_LIST_CALL = "do_something_cool(steps=[])", ("do_something_cool", {"steps": []})
+ESCAPED = r"""get_weather(city='Martha\'s Vineyard', metric='\"cool units\"')"""
+ESCAPED_CALL = ("get_weather", {"city": "Martha's Vineyard", "metric": '"cool units"'})
+
+_PY_TESTS: list[tuple[str, str, list[tuple[str, Any]]]] = [
+    ("simple", SIMPLE, [SIMPLE_CALL]),
+    ("more_types", MORE, [MORE_CALL]),
+    ("parameterless", PARAMLESS, [PARAMLESS_CALL]),
+    ("empty_dict", EMPTY_DICT, [EMPTY_DICT_CALL]),
+    ("empty_list", EMPTY_LIST, [EMPTY_LIST_CALL]),
+    ("escaped_string", ESCAPED, [ESCAPED_CALL]),
+]
+
+
+def _pythonic(parser: str) -> list[ToolCase]:
+    out = [ToolCase(parser, "vllm_test_no_tool_call", "How can I help you today?", "How can I help you today?")]
+    for name, text, calls in _PY_TESTS:
+        out.append(ToolCase(parser, f"vllm_test_tool_call_{name}", f"[{text}]", "", calls))
+    out.append(ToolCase(parser, "vllm_test_tool_call_parallel_calls", f"[{SIMPLE}, {MORE}]", "",
+                        [SIMPLE_CALL, MORE_CALL]))
+    out.append(ToolCase(parser, "vllm_test_streaming_tool_call_with_large_steps",
+                        f"[{SIMPLE}, {PARAMLESS}, {EMPTY_LIST}]", "", [SIMPLE_CALL, PARAMLESS_CALL, EMPTY_LIST_CALL]))
+    bad = f"[bad(x=b'z'), {SIMPLE}]"
+    out.append(ToolCase(parser, "vllm_test_bad_sibling_call_does_not_drop_good_calls", bad, bad))
+    return out
+
+
+def _olmo3() -> list[ToolCase]:
+    w = lambda s: f"<function_calls>{s}</function_calls>"  # noqa: E731
+    out = [ToolCase("olmo3", "vllm_test_no_tool_call", "How can I help you today?", "How can I help you today?")]
+    for name, text, calls in _PY_TESTS:
+        out.append(ToolCase("olmo3", f"vllm_test_tool_call_{name}", w(text), "", calls))
+    out += [
+        ToolCase("olmo3", "vllm_test_tool_call_more_types_json_literals", w(MORE_JSON_LITERALS), "", [MORE_CALL]),
+        ToolCase("olmo3", "vllm_test_tool_call_parallel_calls", w(f"{SIMPLE}\n{MORE}"), "", [SIMPLE_CALL, MORE_CALL]),
+        ToolCase("olmo3", "vllm_test_streaming_tool_call_with_large_steps", w(f"{SIMPLE}\n{PARAMLESS}\n{EMPTY_LIST}"),
+                 "", [SIMPLE_CALL, PARAMLESS_CALL, EMPTY_LIST_CALL]),
+        ToolCase("olmo3", "vllm_test_streaming_mismatched_brackets_reported_once", w("foo(x=1])"), w("foo(x=1])")),
+    ]
+    bad = w(f"bad(x=b'z')\n{SIMPLE}")
+    out.append(ToolCase("olmo3", "vllm_test_bad_sibling_call_does_not_drop_good_calls", bad, bad))
+    return out
+
+
+# ------------------------------------------------------------------------- openai (harmony)
+def _harmony_text(messages: list[Any]) -> str:
+    """The model's part of a rendered conversation (the prompt ends with <|start|>assistant)."""
+    from vllm_pyfrontend.parsers.harmony import harmony_encoding
+
+    enc = harmony_encoding()
+    text = "".join(enc.decode(enc.render(m)) for m in messages)
+    return text.removeprefix("<|start|>assistant")
+
+
+def _openai() -> list[ToolCase]:
+    from openai_harmony import Message, Role
+
+    A = Role.ASSISTANT
+    analysis = Message.from_role_and_content(A, 'User asks: "What is the weather in Tokyo?" We need a tool.') \
+        .with_channel("analysis")
+
+    def call(recipient: str, args: str, content_type: str | None = "json") -> Any:
+        m = Message.from_role_and_content(A, args).with_channel("commentary").with_recipient(recipient)
+        return m.with_content_type(content_type) if content_type else m
+
+    tokyo = {"location": "Tokyo"}
+    return [
+        ToolCase("openai", "vllm_test_extract_tool_calls_no_tools",
+                 _harmony_text([Message.from_role_and_content(A, "This is a test").with_channel("final")]),
+                 "This is a test"),
+        ToolCase("openai", "vllm_test_extract_tool_calls_single_tool",
+                 _harmony_text([analysis, call("functions.get_current_weather", '{"location": "Tokyo"}')]), "",
+                 [("get_current_weather", tokyo)]),
+        ToolCase("openai", "vllm_test_extract_tool_calls_single_tool_newlines",
+                 _harmony_text([analysis, call("functions.get_current_weather", '{\n"location": "Tokyo"\n}')]), "",
+                 [("get_current_weather", tokyo)]),
+        # (the test's two non-JSON arguments, "foo" and "", are left out: not JSON objects)
+        ToolCase("openai", "vllm_test_extract_tool_calls_multiple_tools",
+                 _harmony_text([analysis, call("functions.get_current_weather", '{"location": "Tokyo"}'),
+                                call("functions.get_user_location", '{"location": "Tokyo"}'),
+                                call("functions.no_content_type", '{"location": "Tokyo"}', None),
+                                call("functions.empty_args", "{}")]), "",
+                 [("get_current_weather", tokyo), ("get_user_location", tokyo), ("no_content_type", tokyo),
+                  ("empty_args", {})]),
+        ToolCase("openai", "vllm_test_extract_tool_calls_with_content",
+                 _harmony_text([analysis, call("functions.get_current_weather", '{"location": "Tokyo"}'),
+                                Message.from_role_and_content(A, "This tool call will get the weather.")
+                                .with_channel("final")]),
+                 "This tool call will get the weather.", [("get_current_weather", tokyo)]),
+    ]
+
+
+TOOL_CASES = [*_pythonic("pythonic"), *_pythonic("llama4_pythonic"), *_olmo3(), *_openai()]
+
+DIFFERENCES: dict[str, str] = {}
