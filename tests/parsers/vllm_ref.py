@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from typing import Any
@@ -126,7 +127,6 @@ def vllm_harmony(
 ) -> tuple[str, str, list[tuple[str, Any]]]:
     """vLLM's gpt-oss result (HarmonyParser over the harmony tokens of ``text``):
     (reasoning or "", content or "", [(name, decoded args)])."""
-    from openai_harmony import HarmonyEncodingName, load_harmony_encoding
     from vllm.parser.harmony import HarmonyParser
     from vllm.reasoning.gptoss_reasoning_parser import GptOssReasoningParser
     from vllm.tool_parsers.gptoss_tool_parser import GptOssToolParser
@@ -141,7 +141,7 @@ def vllm_harmony(
     )
     request = chat_request(tools)
     parser = cls(hf, request.tools)
-    enc = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+    enc = _harmony_encoding()
 
     class _GptOssTokenizer:  # vLLM decodes unparsable output with the model's (gpt-oss's) tokenizer
         decode = staticmethod(lambda ids, **_: enc.decode(list(ids)))
@@ -157,3 +157,10 @@ def vllm_harmony(
             args = ("<invalid JSON>", f.arguments)
         calls.append((f.name, args))
     return r or "", content or "", calls
+
+
+@functools.cache
+def _harmony_encoding() -> Any:
+    from openai_harmony import HarmonyEncodingName, load_harmony_encoding
+
+    return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
