@@ -58,13 +58,18 @@ class Phi4MiniJson(ToolFormat):
 
 class Xlam(ToolFormat):
     """Salesforce xLAM: the output is a JSON array of ``{"name", "arguments"}``,
-    bare, in a ```` ```json ```` block or inside ``<tool_call>`` … ``</tool_call>``. Only at the start of the output: a JSON
+    bare, after ``[TOOL_CALLS]``, in a ```` ```json ```` block or inside ``<tool_call>`` …
+    ``</tool_call>``. Only at the start of the output: a JSON
     block quoted in the middle of an answer is not a call."""
 
     only_at_start = True
     _array = call_array("arguments")
     sections = {
-        "[": Section(body=fmap(seq(_array, ws()), lambda v: v[0]), keep_start=True),
+        # "[TOOL_CALLS]" begins with "[": one section, so that no split can tell them apart early
+        "[": Section(
+            body=fmap(seq(opt(seq(lit("[TOOL_CALLS]"), ws())), _array, ws()), lambda v: v[1]),
+            keep_start=True,
+        ),
         "```": Section(
             body=fmap(seq(opt(lit("json")), ws(), _array, ws()), lambda v: v[2]), ends=("```",)
         ),

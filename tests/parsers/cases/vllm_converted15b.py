@@ -245,3 +245,47 @@ DIFFERENCES.update({
         "vLLM's seed_oss tool parser also consumes the <seed:think> markers; here they belong to the reasoning "
         "parser, so the tool parser alone leaves the thinking text (markers included) in the content"),
 })
+
+
+# --------------------------------------------------------------------------------- xlam
+_DALLAS = '{"name": "get_current_weather", "arguments": {"city": "Dallas", "state": "TX", "unit": "fahrenheit"}}'
+_ORLANDO = '{"name": "get_current_weather", "arguments": {"city": "Orlando", "state": "FL", "unit": "fahrenheit"}}'
+_DALLAS_CALL = ("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"})
+_ORLANDO_CALL = ("get_current_weather", {"city": "Orlando", "state": "FL", "unit": "fahrenheit"})
+
+
+def _xlam() -> list[ToolCase]:
+    x = "xlam"
+    think = "<think>I'll help you with that.</think>"
+    return [
+        ToolCase(x, "vllm_test_extract_tool_calls_no_tools", "This is a test", "This is a test"),
+        ToolCase(x, "vllm_test_extract_tool_calls_parallel_tool_calls", f"[{_DALLAS}, {_ORLANDO}]", "",
+                 [_DALLAS_CALL, _ORLANDO_CALL]),
+        ToolCase(x, "vllm_test_extract_tool_calls_single_tool_with_think_tag", f"{think}[{_DALLAS}]",
+                 f"{think}[{_DALLAS}]"),
+        ToolCase(x, "vllm_test_extract_tool_calls_single_tool_with_json_code_block",
+                 f"I'll help you with that.\n```json\n[{_DALLAS}]\n```", f"I'll help you with that.\n```json\n[{_DALLAS}]\n```"),
+        ToolCase(x, "vllm_test_extract_tool_calls_single_tool_with_tool_calls_tag",
+                 f"I'll check the weather for you.[TOOL_CALLS][{_DALLAS}]",
+                 f"I'll check the weather for you.[TOOL_CALLS][{_DALLAS}]"),
+        ToolCase(x, "vllm_test_extract_tool_calls_single_tool_with_tool_call_xml_tags",
+                 f"I'll help you check the weather.<tool_call>[{_DALLAS}]</tool_call>",
+                 f"I'll help you check the weather.<tool_call>[{_DALLAS}]</tool_call>"),
+        ToolCase(x, "vllm_test_extract_tool_calls_list_structure",
+                 '[{"name": "get_current_weather", "arguments": {"city": "Seattle", "state": "WA", "unit": "celsius"}}]',
+                 "", [("get_current_weather", {"city": "Seattle", "state": "WA", "unit": "celsius"})]),
+        # the streaming test's outputs (calls at the start of the output)
+        ToolCase(x, "vllm_test_streaming_single_tool_with_json_code_block", f"```json\n[{_DALLAS}]\n```", "",
+                 [_DALLAS_CALL]),
+        ToolCase(x, "vllm_test_streaming_single_tool_with_tool_calls_tag", f"[TOOL_CALLS][{_DALLAS}]", "",
+                 [_DALLAS_CALL]),
+    ]
+
+
+TOOL_CASES += _xlam()
+_XLAM_START = ("xlam calls are taken only at the start of the output (after a reasoning parser has taken "
+               "the thinking): prose or a <think> block before them leaves everything as content; vLLM also "
+               "finds a call array after text in a code block, after [TOOL_CALLS] or in <tool_call>")
+DIFFERENCES.update({f"tool:xlam:vllm_test_extract_tool_calls_{k}": _XLAM_START for k in (
+    "single_tool_with_think_tag", "single_tool_with_json_code_block", "single_tool_with_tool_calls_tag",
+    "single_tool_with_tool_call_xml_tags")})
