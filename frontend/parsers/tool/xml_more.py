@@ -281,7 +281,13 @@ def _m3_convert(value: Any, schema: Any) -> Any:
             return value
         if kind is not None and schema.get("type") != "string" and not value.strip():
             return [] if kind == "array" else {}
-        return coerce_params({"v": value}, {"v": schema})["v"]
+        out = coerce_params({"v": value}, {"v": schema})["v"]
+        if isinstance(out, str) and schema.get("type") in ("integer", "number"):
+            try:  # "018956": not JSON, still the number the schema asks for
+                return int(out.strip()) if schema["type"] == "integer" else float(out.strip())
+            except ValueError:
+                pass
+        return out
     if kind == "array":
         items = schema.get("items") if isinstance(schema, dict) else None
         return [_m3_convert(child, items) for _, child in value]

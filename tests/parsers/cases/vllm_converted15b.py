@@ -289,3 +289,28 @@ _XLAM_START = ("xlam calls are taken only at the start of the output (after a re
 DIFFERENCES.update({f"tool:xlam:vllm_test_extract_tool_calls_{k}": _XLAM_START for k in (
     "single_tool_with_think_tag", "single_tool_with_json_code_block", "single_tool_with_tool_calls_tag",
     "single_tool_with_tool_call_xml_tags")})
+
+
+# ------------------------------------------ minimax_m3: the Rust parser's documented example
+# (vllm-project/vllm rust/src/tool-parser/src/minimax_m3.rs, the doc comment's order)
+_NS = "]<]minimax[>["
+
+
+def _el(name: str, body: str) -> str:
+    return f"{_NS}<{name}>{body}{_NS}</{name}>"
+
+
+ORDER_TOOLS = [{"type": "function", "function": {"name": "create_order", "parameters": {
+    "type": "object", "properties": {
+        "user_id": {"type": "integer"},
+        "shipping": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}},
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "sku": {"type": "string"}, "qty": {"type": "integer"}}}}}}}}]
+_ORDER = (f'{_NS}<tool_call>\n{_NS}<invoke name="create_order">\n' + _el("user_id", "42") + "\n"
+          + _el("shipping", "\n" + _el("city", "Singapore") + "\n" + _el("zip", "018956") + "\n") + "\n"
+          + _el("items", "\n" + _el("item", "\n" + _el("sku", "book-001") + "\n" + _el("qty", "2") + "\n") + "\n")
+          + f"\n{_NS}</invoke>\n{_NS}</tool_call>")
+TOOL_CASES.append(ToolCase(
+    "minimax_m3", "vllm_rust_create_order_doc_example", _ORDER, "",
+    [("create_order", {"user_id": 42, "shipping": {"city": "Singapore", "zip": 18956},
+                       "items": [{"sku": "book-001", "qty": 2}]})], tools=ORDER_TOOLS))
