@@ -23,6 +23,7 @@ from vllm_pyfrontend.parsers.combinators import (
     fmap,
     lit,
     many,
+    opt,
     seq,
     take_until,
     ws,
@@ -89,13 +90,24 @@ _S3_SEP = "<｜tool_sep｜>"
 class Step3(XmlFormat):
     """StepFun Step-3::
 
-        <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>
+        <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>get_weather
         <steptml:invoke name="get_weather">
         <steptml:parameter name="city">Paris</steptml:parameter>
         </steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>
 
-    Values are stripped and typed by the schema.
+    The ``function<｜tool_sep｜>NAME`` header is optional; calls may be separated by
+    ``<｜tool_sep｜>``. String values are kept as written (whitespace is data for edit
+    tools); other values are stripped and typed by the schema.
     """
+
+    def make_call(self, name: str, params: list[tuple[str, str]]) -> Call:
+        props = tool_properties(self.tools, name) if self.tools else {}
+        typed: dict[str, str] = {}
+        for key, value in params:
+            schema = props.get(key)
+            is_string = not isinstance(schema, dict) or schema.get("type") in (None, "string")
+            typed[key] = value if is_string else value.strip()
+        return Call(name=name, arguments=dumps_args(coerce_params(typed, props)))
 
     def build(self) -> dict[str, Section]:
         param = fmap(
@@ -106,16 +118,14 @@ class Step3(XmlFormat):
                 take_until("</steptml:parameter>"),
                 lit("</steptml:parameter>"),
             ),
-            lambda v: (_name(v[1]), v[3].strip()),
+            lambda v: (_name(v[1]), v[3]),
         )
+        header = seq(lit("function"), ws(), lit(_S3_SEP), take_until("<steptml:invoke"))
         call = fmap(
             seq(
                 lit(_S3_CALL_BEGIN),
                 ws(),
-                lit("function"),
-                ws(),
-                lit(_S3_SEP),
-                ws(),
+                opt(header),
                 lit('<steptml:invoke name="'),
                 take_until('"'),
                 lit('">'),
@@ -126,9 +136,10 @@ class Step3(XmlFormat):
                 ws(),
                 lit(_S3_CALL_END),
             ),
-            lambda v: self.make_call(_name(v[7]), v[10]),
+            lambda v: self.make_call(_name(v[4]), v[7]),
         )
-        body = fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        sep = seq(ws(), opt(lit(_S3_SEP)), ws())
+        body = fmap(seq(ws(), many(call, sep=sep, minimum=1), ws()), lambda v: v[1])
         return {_S3_CALLS_BEGIN: Section(body=body, ends=(_S3_CALLS_END,))}
 
 
