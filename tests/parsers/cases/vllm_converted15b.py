@@ -375,3 +375,45 @@ DIFFERENCES.update({f"tool:step3:vllm_test_{k}": _S3_BUG for k in (
 DIFFERENCES.update({f"tool:step3:vllm_test_string_value_preserved_{i}": (
     "string values keep their whitespace, as vLLM's newer step3 test asks (TestStep3ParameterWhitespace); "
     "the installed vLLM strips them") for i in range(5)})
+
+
+# ----------------------------------------------------------------------------- minimax_m3
+# (tests/tool_parsers/test_minimax_m3_tool_parser.py)
+M3_TOOLS = [{"type": "function", "function": {"name": "create_order", "parameters": {
+    "type": "object", "properties": {
+        "user_id": {"type": "integer"}, "urgent": {"type": "boolean"}, "note": {"type": "string"},
+        "shipping": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}},
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "sku": {"type": "string"}, "qty": {"type": "integer"}}}},
+        "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+        "duplicate_demo": {"type": "object"}}}}}]
+_M3_ORDER = (
+    f"{_NS}<tool_call>\n" f'{_NS}<invoke name="create_order">'
+    + _el("user_id", "42") + _el("urgent", "true") + _el("note", "Please leave at front desk.")
+    + _el("shipping", _el("city", "Singapore") + _el("zip", "018956"))
+    + _el("items", _el("item", _el("sku", "book-001") + _el("qty", "2"))
+          + _el("item", _el("sku", "pen-007") + _el("qty", "5")))
+    + _el("metadata", _el("source", "mobile") + _el("campaign", "may-launch"))
+    + _el("duplicate_demo", _el("tag", "a") + _el("tag", "b"))
+    + f"{_NS}</invoke>\n{_NS}</tool_call>")
+_M3_ORDER_ARGS = {"user_id": 42, "urgent": True, "note": "Please leave at front desk.",
+                  "shipping": {"city": "Singapore", "zip": 18956},
+                  "items": [{"sku": "book-001", "qty": 2}, {"sku": "pen-007", "qty": 5}],
+                  "metadata": {"source": "mobile", "campaign": "may-launch"}, "duplicate_demo": {"tag": ["a", "b"]}}
+
+
+def _m3_inv(user_id: int) -> str:
+    return f'{_NS}<invoke name="create_order">' + _el("user_id", str(user_id)) + f"{_NS}</invoke>"
+
+
+TOOL_CASES += [
+    ToolCase("minimax_m3", "vllm_test_non_streaming_nested_tool_call", "I will create it.\n" + _M3_ORDER,
+             "I will create it.", [("create_order", _M3_ORDER_ARGS)], tools=M3_TOOLS),
+    ToolCase("minimax_m3", "vllm_test_non_streaming_without_tool_call_keeps_content", "plain response",
+             "plain response", tools=M3_TOOLS),
+    ToolCase("minimax_m3", "vllm_test_non_streaming_multiple_tool_calls",
+             f"{_NS}<tool_call>\n{_m3_inv(1)}\n{_m3_inv(2)}\n{_NS}</tool_call>", "",
+             [("create_order", {"user_id": 1}), ("create_order", {"user_id": 2})], tools=M3_TOOLS),
+    ToolCase("minimax_m3", "vllm_test_streaming_flushes_partial_tool_start_as_text", f"plain {_NS}<tool_ca",
+             f"plain {_NS}<tool_ca", tools=M3_TOOLS),
+]
