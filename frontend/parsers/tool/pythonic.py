@@ -72,6 +72,7 @@ class _PyString(P):
         try:
             # escape raw control characters so that literal_eval accepts them
             fixed = body.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") if not triple else body
+            fixed = fixed.replace("\x00", "\\x00")  # a NUL is not allowed in source text
             value = ast.literal_eval(delim + fixed + delim)
         except (ValueError, SyntaxError):
             return Fail(pos)
@@ -113,13 +114,15 @@ def py_value() -> P:
     pair = fmap(seq(value, ws(), lit(":"), ws(), value), lambda v: (_key(v[0]), v[4]))
     pairs = fmap(seq(many(pair, sep=sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
     dict_ = fmap(seq(lit("{"), ws(), pairs, ws(), lit("}")), lambda v: dict(v[2]))
+    # a set literal becomes a list (JSON has no sets), in the order written
+    set_ = fmap(seq(lit("{"), ws(), items, ws(), lit("}")), lambda v: v[2])
     number = fmap(
         chars_while(lambda c: c.isdigit() or c in "+-._eExXabcdefABCDEF"),
         _number,
     )
     negative = fmap(seq(lit("-"), ws(), number), lambda v: -v[2])
     word = fmap(chars_while(_ident_char), _constant)
-    return choice(_PyString(), list_, tuple_, dict_, negative, number, word)
+    return choice(_PyString(), list_, tuple_, dict_, set_, negative, number, word)
 
 
 def _key(k: Any) -> str:

@@ -417,3 +417,56 @@ TOOL_CASES += [
     ToolCase("minimax_m3", "vllm_test_streaming_flushes_partial_tool_start_as_text", f"plain {_NS}<tool_ca",
              f"plain {_NS}<tool_ca", tools=M3_TOOLS),
 ]
+
+
+# ----------------------------------------------------------------------------------- lfm2
+# (tests/tool_parsers/test_lfm2_tool_parser.py)
+def _lfm2() -> list[ToolCase]:
+    w = lambda t, after="": f"<|tool_call_start|>[{t}]<|tool_call_end|>" + (f"\n{after}" if after else "")  # noqa: E731
+    cand = ("get_candidate_status", {"candidate_id": "12345"})
+    cand_out = "get_candidate_status(candidate_id='12345')"
+    tests = [
+        ("simple", w(cand_out), [cand], ""),
+        ("more_types", w(MORE), [MORE_CALL], ""),
+        ("parameterless", w(PARAMLESS), [PARAMLESS_CALL], ""),
+        ("empty_dict", w(EMPTY_DICT), [EMPTY_DICT_CALL], ""),
+        ("empty_list", w(EMPTY_LIST), [EMPTY_LIST_CALL], ""),
+        ("escaped_string", w(ESCAPED), [ESCAPED_CALL], ""),
+        ("parallel_calls", w(f"{cand_out}, {MORE}"), [cand, MORE_CALL], ""),
+        # (the newline after the block is kept: only whitespace-only runs next to a call are framing)
+        ("content_after_tool_call", w(cand_out, "Checking the current status of candidate ID 12345."), [cand],
+         "\nChecking the current status of candidate ID 12345."),
+        ("dotted_name", w("grocery.orderIngredients(ingredientList=[{'name': 'Lasagna noodles', 'amount': 250, "
+                          "'unit': 'g'}], deliveryAddress='845 Willow Lane, Springfield, IL 62704')"),
+         [("grocery.orderIngredients", {"ingredientList": [{"name": "Lasagna noodles", "amount": 250, "unit": "g"}],
+                                        "deliveryAddress": "845 Willow Lane, Springfield, IL 62704"})], ""),
+        ("bracket_in_string", w("exec(command='grep -F \"]\" log.txt')"),
+         [("exec", {"command": 'grep -F "]" log.txt'})], ""),
+        ("multiline_string_arg", w("exec(command='cat > f.py << EOF\nimport csv\nprint(1)\nEOF')"),
+         [("exec", {"command": "cat > f.py << EOF\nimport csv\nprint(1)\nEOF"})], ""),
+        ("set_arg", w("label(tags={'urgent', 'bug'})"), [("label", {"tags": ["urgent", "bug"]})], ""),
+        ("leading_zero_int", w("set_date(month=07, day=05)"), [("set_date", {"month": 7, "day": 5})], ""),
+        ("nul_byte_string_arg", w("exec(command='printf a\x00b')"), [("exec", {"command": "printf a\x00b"})], ""),
+        ("nested_quote", w("bash(command='sed -n '360,450p' /testbed/sympy/matrices/common.py')"), None, None),
+    ]
+    out = [ToolCase("lfm2", "vllm_test_no_tool_call", "How can I help you today?", "How can I help you today?")]
+    for name, text, calls, content in tests:
+        if calls is None:  # not parsed here: given back as content
+            out.append(ToolCase("lfm2", f"vllm_test_tool_call_{name}", text, text))
+        else:
+            out.append(ToolCase("lfm2", f"vllm_test_tool_call_{name}", text, content, calls))
+    out += [
+        ToolCase("lfm2", "vllm_test_empty_tool_call_block", "<|tool_call_start|>[]<|tool_call_end|>",
+                 "<|tool_call_start|>[]<|tool_call_end|>"),
+        ToolCase("lfm2", "vllm_test_whitespace_after_start_token", f"<|tool_call_start|> [{cand_out}]<|tool_call_end|>",
+                 "", [cand]),
+        ToolCase("lfm2", "vllm_test_streaming_tool_call_with_large_steps",
+                 w(f"{cand_out}, {PARAMLESS}, {EMPTY_LIST}"), "", [cand, PARAMLESS_CALL, EMPTY_LIST_CALL]),
+    ]
+    return out
+
+
+TOOL_CASES += _lfm2()
+DIFFERENCES["tool:lfm2:vllm_test_tool_call_nested_quote"] = (
+    "unescaped quotes of the same kind inside a string are not Python: the block comes back as content; "
+    "vLLM rewrites the text, guessing where the string ends")
