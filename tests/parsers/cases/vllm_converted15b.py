@@ -470,3 +470,47 @@ TOOL_CASES += _lfm2()
 DIFFERENCES["tool:lfm2:vllm_test_tool_call_nested_quote"] = (
     "unescaped quotes of the same kind inside a string are not Python: the block comes back as content; "
     "vLLM rewrites the text, guessing where the string ends")
+
+
+# --------------------------------------------------------------------------------- plamo3
+# (tests/tool_parsers/test_plamo3_tool_parser.py; the outputs end before <|plamo:tag|>, the stop token
+# the engine ends generation at, except in the two cases about it)
+_PL = "<|plamo:"
+_PL_REQS, _PL_REQS_END = f"{_PL}begin_tool_requests:plamo|>", f"{_PL}end_tool_requests:plamo|>"
+_PL_EOT = f"{_PL}tag|>"
+
+
+def _pl_call(name: str, args: str) -> str:
+    return (f"{_PL}begin_tool_request:plamo|>{_PL}begin_tool_name:plamo|>{name}{_PL}end_tool_name:plamo|>"
+            f"{_PL}begin_tool_arguments:plamo|>{_PL}constrain|>json{_PL}msg|>{args}{_PL}end_tool_arguments:plamo|>"
+            f"{_PL}end_tool_request:plamo|>")
+
+
+def _plamo3() -> list[ToolCase]:
+    p = "plamo3"
+    incomplete = "Before tools." + _PL_REQS + f"{_PL}begin_tool_request:plamo|>{_PL}begin_tool_name:plamo|>broken"
+    return [
+        ToolCase(p, "vllm_test_extract_tool_calls_regular", "Regular response", "Regular response"),
+        ToolCase(p, "vllm_test_extract_tool_calls_eot_ignored", f"Regular response{_PL_EOT}ignored",
+                 f"Regular response{_PL_EOT}ignored"),
+        ToolCase(p, "vllm_test_extract_tool_calls_partial_marker", f"Answer{_PL}begin_", f"Answer{_PL}begin_"),
+        ToolCase(p, "vllm_test_extract_tool_calls_content_and_call",
+                 "Checking the weather." + _PL_REQS + _pl_call("get_weather", '{"city": "Tokyo"}') + _PL_REQS_END,
+                 "Checking the weather.", [("get_weather", {"city": "Tokyo"})]),
+        ToolCase(p, "vllm_test_extract_tool_calls_two_calls",
+                 _PL_REQS + _pl_call("echo", '{"text": "hi"}') + _pl_call("sum", '{"a": 1, "b": 2}') + _PL_REQS_END,
+                 "", [("echo", {"text": "hi"}), ("sum", {"a": 1, "b": 2})]),
+        ToolCase(p, "vllm_test_extract_tool_calls_rejects_incomplete_request", incomplete, incomplete),
+    ]
+
+
+TOOL_CASES += _plamo3()
+DIFFERENCES.update({
+    "tool:plamo3:vllm_test_extract_tool_calls_eot_ignored": (
+        "<|plamo:tag|> is the stop token: the engine ends generation there, so this parser never sees text "
+        "after it and does not look for it; vLLM's parser also drops what follows"),
+    "tool:plamo3:vllm_test_extract_tool_calls_partial_marker": (
+        "an unfinished marker at the very end of the output is text here; vLLM strips it"),
+    "tool:plamo3:vllm_test_extract_tool_calls_rejects_incomplete_request": (
+        "a truncated call block comes back as content; vLLM drops it (keeps only the text before)"),
+})
