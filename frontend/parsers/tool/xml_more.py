@@ -209,7 +209,8 @@ class MiniCpm5(XmlFormat):
             ),
             build_call,
         )
-        return {"<function name=": Section(body=body, ends=("</function>",))}
+        # a call cut off before </function> is not a call (the output comes back as text)
+        return {"<function name=": Section(body=body, ends=("</function>",), eof_closes=False)}
 
 
 # ----------------------------------------------------------------- minimax m3

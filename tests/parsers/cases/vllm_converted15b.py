@@ -514,3 +514,65 @@ DIFFERENCES.update({
     "tool:plamo3:vllm_test_extract_tool_calls_rejects_incomplete_request": (
         "a truncated call block comes back as content; vLLM drops it (keeps only the text before)"),
 })
+
+
+# ------------------------------------------------------------------------------- minicpm5
+# (tests/tool_parsers/test_minicpm5xml_tool_parser.py; the tokenizer-space (\u0120) and collapsed-tag
+# repairs and the alias/wrapper remapping are not converted: not done here)
+def _mc_tool(name: str, props: dict, required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": props, "required": required}}}
+
+
+MC_WEATHER = [_mc_tool("get_weather", {"city": {"type": "string"}, "date": {"type": "string"}}, ["city"])]
+MC_SUM = [_mc_tool("sum_values", {"nums": {"type": "array"}, "exact": {"type": "boolean"}}, ["nums"])]
+MC_NOOP = [_mc_tool("noop", {"note": {"type": "string"}}, [])]
+
+
+def _minicpm5() -> list[ToolCase]:
+    p = "minicpm5"
+    shanghai = ('<function name="get_weather"><param name="city">上海</param>'
+                '<param name="date">2024-06-27</param></function>')
+    interleaved = ('Head\n<function name="get_weather"><param name="city">北京</param></function>\nTXT\n'
+                   '<function name="sum_values"><param name="nums">[7,8,9]</param><param name="exact">false</param>'
+                   '</function>\nTail\n')
+    missing_end = '<function name="get_weather"><param name="city">北京</param>'
+    no_name = '<function name="get_weather"><param>北京</param><param name="date">2024-06-27</param></function>\n'
+    dup = ('<function name="get_weather"><param name="city">北京</param><param name="city">上海</param>'
+           '</function>\n')
+    return [
+        ToolCase(p, "vllm_test_no_tool_call", "How can I help you?", "How can I help you?", tools=MC_WEATHER),
+        ToolCase(p, "vllm_test_single_call_with_surrounding_text", f"Intro before.\n{shanghai}\nOutro after.\n",
+                 "Intro before.\nOutro after.\n", [("get_weather", {"city": "上海", "date": "2024-06-27"})],
+                 tools=MC_WEATHER),
+        ToolCase(p, "vllm_test_cdata_multiline",
+                 '<function name="get_weather"><param name="city"><![CDATA[北\n京]]></param>'
+                 '<param name="date">2024-06-27</param></function>\n', "",
+                 [("get_weather", {"city": "北\n京", "date": "2024-06-27"})], tools=MC_WEATHER),
+        ToolCase(p, "vllm_test_non_string_types",
+                 '<function name="sum_values"><param name="nums">[1, 2, 3]</param><param name="exact">true</param>'
+                 '</function>\n', "", [("sum_values", {"nums": [1, 2, 3], "exact": True})], tools=MC_SUM),
+        ToolCase(p, "vllm_test_multiple_calls_interleaved_text", interleaved, "Head\nTXT\nTail\n",
+                 [("get_weather", {"city": "北京"}), ("sum_values", {"nums": [7, 8, 9], "exact": False})],
+                 tools=MC_WEATHER + MC_SUM),
+        ToolCase(p, "vllm_test_incomplete_missing_function_end", missing_end, missing_end, tools=MC_WEATHER),
+        ToolCase(p, "vllm_test_param_missing_name_invalid", no_name, no_name, tools=MC_WEATHER),
+        ToolCase(p, "vllm_test_duplicate_param_names_invalid", dup, dup, tools=MC_WEATHER),
+        ToolCase(p, "vllm_test_no_required_and_zero_param_valid", '<function name="noop"></function>\n', "",
+                 [("noop", {})], tools=MC_NOOP),
+        ToolCase(p, "vllm_test_unknown_tool_block_preserved",
+                 '<function name="unknown"><param name="x">1</param></function>\n', "", [("unknown", {"x": 1})],
+                 tools=MC_WEATHER),
+    ]
+
+
+TOOL_CASES += _minicpm5()
+DIFFERENCES.update({
+    "tool:minicpm5:vllm_test_single_call_with_surrounding_text": "we keep the text around calls; vLLM returns "
+                                                                 "no content when there are calls",
+    "tool:minicpm5:vllm_test_multiple_calls_interleaved_text": "we keep the text around calls; vLLM returns "
+                                                               "no content when there are calls",
+    "tool:minicpm5:vllm_test_unknown_tool_block_preserved": "a call to a function the request did not list is "
+                                                            "still a call here (as for every format); vLLM's "
+                                                            "minicpm5 parser gives it back as text",
+})
