@@ -576,3 +576,47 @@ DIFFERENCES.update({
                                                             "still a call here (as for every format); vLLM's "
                                                             "minicpm5 parser gives it back as text",
 })
+
+
+# ---------------------------------------------------------------------------- poolside_v1
+# (tests/tool_parsers/test_poolside_v1_tool_parser.py: the output -> call tests)
+PS_WRITE = [{"type": "function", "function": {"name": "write_file", "parameters": {
+    "type": "object", "properties": {"content": {"type": "string"}, "mode": {"type": "integer"}},
+    "required": ["content"]}}}]
+PS_WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def _poolside() -> list[ToolCase]:
+    p = "poolside_v1"
+    code = "    def f():\n        return 1\n"
+    padded = "<tool_call>" + " " * 4096 + "<x</tool_call>"
+    spaced = "<tool_call>  get weather  <arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"
+    return [
+        ToolCase(p, "vllm_test_string_arg_preserves_whitespace",
+                 f"<tool_call>write_file\n<arg_key>content</arg_key>\n<arg_value>{code}</arg_value>\n</tool_call>",
+                 "", [("write_file", {"content": code})], tools=PS_WRITE),
+        ToolCase(p, "vllm_test_non_string_arg_still_deserialized",
+                 "<tool_call>write_file\n<arg_key>content</arg_key>\n<arg_value>hi</arg_value>\n"
+                 "<arg_key>mode</arg_key>\n<arg_value> 420 </arg_value>\n</tool_call>", "",
+                 [("write_file", {"content": "hi", "mode": 420})], tools=PS_WRITE),
+        ToolCase(p, "vllm_test_no_newline_after_name_non_streaming",
+                 "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>", "",
+                 [("get_weather", {"city": "Paris"})], tools=PS_WEATHER),
+        ToolCase(p, "vllm_test_newline_after_name_still_parses_non_streaming",
+                 "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>", "",
+                 [("get_weather", {"city": "Paris"})], tools=PS_WEATHER),
+        ToolCase(p, "vllm_test_whitespace_padded_tool_call_is_not_quadratic", padded, padded, tools=PS_WEATHER),
+        ToolCase(p, "vllm_test_whitespace_only_tool_call_name_is_rejected", "<tool_call>   </tool_call>",
+                 "<tool_call>   </tool_call>", tools=PS_WEATHER),
+        ToolCase(p, "vllm_test_function_name_with_internal_whitespace_still_parses", spaced, spaced,
+                 tools=PS_WEATHER),
+    ]
+
+
+TOOL_CASES += _poolside()
+DIFFERENCES["tool:poolside_v1:vllm_test_function_name_with_internal_whitespace_still_parses"] = (
+    "a function name with spaces is not a name here (the call comes back as text); vLLM calls 'get weather'")
+DIFFERENCES["tool:poolside_v1:vllm_test_whitespace_only_tool_call_name_is_rejected"] = (
+    "a call without a name comes back as text (vLLM's newer test asks the same); the installed vLLM emits a "
+    "call with an empty name")
