@@ -34,6 +34,7 @@ class WorkerPolicy:
     reasoning_parser: str | None = None
     # a user's module registering reasoning parsers (frontend/parsers/reasoning/plugin.py)
     reasoning_parser_plugin: str = ""
+    tool_parser_plugin: str | None = None  # a user's module registering tool parsers (tool/plugin.py)
     # Admission control (frontend/server/admission.py): deployment-wide bounds, None: unbounded.
     max_num_queued_reqs: int | None = None
     max_num_queued_tokens: int | None = None

@@ -166,6 +166,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool-call-parser", default=None,
                    help="hermes, qwen3_xml, qwen3_coder, deepseek_v3, deepseek_v31, deepseek_v32, "
                         "deepseek_v4, llama3_json, mistral, kimi_k2, glm45, minimax_m2, or auto")
+    p.add_argument("--tool-parser-plugin", default=None, metavar="FILE",
+                   help="a Python file that registers tool parsers (frontend/parsers/tool/plugin.py); "
+                        "the names it registers can be given to --tool-call-parser")
     p.add_argument("--reasoning-parser", default=None,
                    help="deepseek_r1, qwen3, deepseek_v3, deepseek_v4, glm45, kimi_k2, minimax_m2, or auto")
     p.add_argument("--reasoning-parser-plugin", default="",
@@ -450,6 +453,10 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
     try:
         check_tls_files(policy)
         parse_lora_modules(policy.lora_modules)  # a malformed --lora-modules stops the start
+        if policy.tool_parser_plugin:  # a broken plugin or an unknown parser name stops the start
+            from vllm_pyfrontend.parsers.tool.plugin import check_tool_parser_plugin
+
+            check_tool_parser_plugin(policy.tool_parser_plugin, policy.tool_call_parser)
     except ValueError as e:
         parser.error(str(e))
 

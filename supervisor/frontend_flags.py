@@ -87,8 +87,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--response-role": "refused: the role is always `assistant`",
     "--enable-auto-tool-choice": "implemented by frontend/chat/tools.py",
     "--tool-call-parser": "implemented by frontend/parsers/tool (registry)",
-    "--tool-parser-plugin": "refused: tool parsers are built-in plug-ins (frontend/parsers/tool), "
-                            "not loaded from a file",
+    "--tool-parser-plugin": "implemented by frontend/parsers/tool/plugin.py (loaded by the supervisor "
+                            "and every worker)",
     "--tool-strict-level": "refused: not supported (tools are constrained per request's `strict`)",
     "--tool-server": "refused: built-in tools (Responses API tool servers) are not supported",
     "--exclude-tools-when-tool-choice-none": "refused: not supported; tools are always given to the template",
@@ -131,7 +131,7 @@ VLLM_DEFAULTS: dict[str, Any] = {
     "--dp-supervisor-probe-interval-s": 5.0, "--dp-supervisor-probe-timeout-s": 5.0,
     "--dp-supervisor-probe-failure-threshold": 3, "--enable-scale-out": False, "--enable-log-outputs": False,
     "--enable-log-deltas": True, "--log-error-stack": False, "--chat-template-content-format": "auto",
-    "--default-chat-template-kwargs": None, "--response-role": "assistant", "--tool-parser-plugin": "",
+    "--default-chat-template-kwargs": None, "--response-role": "assistant",
     "--tool-strict-level": "auto", "--tool-server": None, "--exclude-tools-when-tool-choice-none": False,
     "--cohere-is-reasoning-model": True, "--cohere-format": "cmd4", "--anthropic-disabled-thinking-effort": "auto",
     "--lora-modules": None, "--trust-request-mm-kwargs": False, "--return-tokens-as-token-ids": False,

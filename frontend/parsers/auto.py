@@ -121,3 +121,43 @@ def auto_reasoning_parser(chat_template: str | None, model_type: str | None = No
     if chat_template and "enable_thinking" in chat_template:
         return "qwen3"
     return None
+
+
+# ---- issue 15b: formats recognisable from the template / model_type (checked before the
+# generic ones above: their markers are more specific) ----------------------------------------
+_TOOL_BY_TEMPLATE = (
+    (("<|channel|>", "<|constrain|>"), "openai"),  # gpt-oss harmony
+    (("<seed:tool_call>",), "seed_oss"),
+    (("<longcat_tool_call>",), "longcat"),
+    (("<|tool_call_start|>",), "lfm2"),
+    (("<|plamo:begin_tool_requests:plamo|>",), "plamo3"),
+    (("]<]minimax[>[",), "minimax_m3"),
+    (("<steptml:invoke",), "step3"),
+    (("<atem:function_calls>",), "muse_glimmer"),
+    (("<function_calls>",), "olmo3"),
+    (("functools[",), "phi4_mini_json"),
+    (("<|python_start|>",), "llama4_pythonic"),
+) + _TOOL_BY_TEMPLATE
+_TOOL_BY_MODEL_TYPE.update({
+    "gpt_oss": "openai",
+    "seed_oss": "seed_oss",
+    "lfm2": "lfm2",
+    "lfm2_moe": "lfm2",
+    "olmo3": "olmo3",
+    "step3": "step3",
+    "minimax_m3": "minimax_m3",
+    "longcat_flash": "longcat",
+    "mimo": "mimo",
+    "minicpm5": "minicpm5",
+    "plamo3": "plamo3",
+})
+_REASONING_BY_MODEL_TYPE.setdefault("gpt_oss", "openai_gptoss")
+_auto_reasoning_before_15b = auto_reasoning_parser
+
+
+def auto_reasoning_parser(chat_template: str | None, model_type: str | None = None) -> str | None:  # noqa: F811
+    """gpt-oss speaks harmony channels, not ``<think>``."""
+    if model_type == "gpt_oss" or (chat_template and "<|channel|>" in chat_template
+                                   and "<|constrain|>" in chat_template):
+        return "openai_gptoss"
+    return _auto_reasoning_before_15b(chat_template, model_type)

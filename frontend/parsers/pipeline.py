@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
+from vllm_pyfrontend.parsers.harmony import is_harmony, make_harmony_pipeline
 from vllm_pyfrontend.parsers.reasoning import get_reasoning_parser
 from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser
 from vllm_pyfrontend.parsers.tool import get_tool_parser
@@ -110,6 +111,8 @@ def make_assistant_stream(
     ``tools``: the request's tools as OpenAI dicts (None or empty with a tool
     parser still parses calls the model makes, as vLLM does).
     """
+    if is_harmony(reasoning, tool):  # gpt-oss: one harmony stream does both (parsers/harmony.py)
+        return make_harmony_pipeline(reasoning, tool)  # type: ignore[return-value]
     tool_parser = get_tool_parser(tool, tokenizer, tools) if tool else None
     reasoning_parser = None
     if reasoning:

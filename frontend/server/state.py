@@ -16,6 +16,7 @@ from vllm_pyfrontend.metrics import WorkerMetrics
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin
+from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
 from vllm_pyfrontend.server.admission import REASONS as ADMISSION_REASONS, Admission
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -49,6 +50,8 @@ class ServerState:
         self.trust_request_chat_template = config.policy.trust_request_chat_template
         self._token_text: dict[int, str] = {}
         load_reasoning_parser_plugin(config.policy.reasoning_parser_plugin)
+        if config.policy.tool_parser_plugin:  # registers its tool parsers before the name is looked up
+            load_tool_parser_plugin(config.policy.tool_parser_plugin)
         self.parsers = ParserSelection.resolve(
             config.policy.tool_call_parser, config.policy.reasoning_parser, model_type=model_config.model_type,
             template_source=template.source if template is not None else None, tokenizer=tokenizer,

@@ -200,12 +200,16 @@ def test_responses_and_messages_images_as_vllm(mm):
     same prompt length and greedy text as vLLM's server for the same image."""
     pair, urls = mm
     b64 = urls["data"].split(",", 1)[1]
+    chat = _post(pair.ours, _body([_image(urls["data"]), {"type": "text", "text": "What is this?"}]))
+    chat_prompt = chat.json()["usage"]["prompt_tokens"]
+    text_only = _post(pair.ours, _body([{"type": "text", "text": "What is this?"}])).json()["usage"]["prompt_tokens"]
+    assert chat_prompt >= text_only + IMAGE_TOKENS  # the image's tokens are in
     responses = {"model": MODEL, "max_output_tokens": 6, "temperature": 0, "input": [{"role": "user", "content": [
         {"type": "input_image", "image_url": urls["data"]}, {"type": "input_text", "text": "What is this?"}]}]}
     got = [httpx.post(base + "/v1/responses", json=responses, timeout=120) for base in (pair.ours, pair.vllm)]
     assert [g.status_code for g in got] == [200, 200], [g.text for g in got]
     ours, theirs = (g.json() for g in got)
-    assert ours["usage"]["input_tokens"] == theirs["usage"]["input_tokens"] > 64
+    assert ours["usage"]["input_tokens"] == theirs["usage"]["input_tokens"] == chat_prompt
     assert ours["output"][-1]["content"][0]["text"] == theirs["output"][-1]["content"][0]["text"]
 
     messages = {"model": MODEL, "max_tokens": 6, "temperature": 0, "messages": [{"role": "user", "content": [
@@ -214,5 +218,5 @@ def test_responses_and_messages_images_as_vllm(mm):
     got = [httpx.post(base + "/v1/messages", json=messages, timeout=120) for base in (pair.ours, pair.vllm)]
     assert [g.status_code for g in got] == [200, 200], [g.text for g in got]
     ours, theirs = (g.json() for g in got)
-    assert ours["usage"]["input_tokens"] == theirs["usage"]["input_tokens"] > 64
+    assert ours["usage"]["input_tokens"] == theirs["usage"]["input_tokens"] == chat_prompt
     assert [b.get("text") for b in ours["content"]] == [b.get("text") for b in theirs["content"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from typing import Any
@@ -46,6 +47,9 @@ def vllm_tool_calls(name: str, hf: Any, tools: list[dict[str, Any]], text: str) 
     """vLLM's non-streaming result: (content or "", [(name, decoded args)])."""
     from vllm.tool_parsers import ToolParserManager
 
+    if name == "openai":  # gpt-oss: vLLM's parser is a stub, HarmonyParser does the work
+        _, content, calls = vllm_harmony(hf, tools, text, reasoning=False, tools_on=True)
+        return content, calls
     request = chat_request(tools)
     cls = ToolParserManager.get_tool_parser(name)
     preset = getattr(cls, "melody_preset", None)
@@ -85,6 +89,9 @@ def vllm_reasoning(
     """vLLM's non-streaming split: (reasoning or "", content or "")."""
     from vllm.reasoning import ReasoningParserManager
 
+    if name == "openai_gptoss":  # gpt-oss: vLLM's parser is a stub, HarmonyParser does the work
+        reasoning, content, _ = vllm_harmony(hf, None, text, reasoning=True, tools_on=False)
+        return reasoning, content
     if name in COMPOSED_REASONING:
         return _vllm_composed_reasoning(name, hf, text, kwargs)
     cls = ReasoningParserManager.get_reasoning_parser(name)
@@ -150,3 +157,47 @@ def vllm_tool_calls_streaming(
     if finish is not None:
         take(finish())
     return content, [(n, a) for _, (n, a) in sorted(calls.items())]
+
+
+def vllm_harmony(
+    hf: Any, tools: list[dict[str, Any]] | None, text: str, *, reasoning: bool, tools_on: bool
+) -> tuple[str, str, list[tuple[str, Any]]]:
+    """vLLM's gpt-oss result (HarmonyParser over the harmony tokens of ``text``):
+    (reasoning or "", content or "", [(name, decoded args)])."""
+    from vllm.parser.harmony import HarmonyParser
+    from vllm.reasoning.gptoss_reasoning_parser import GptOssReasoningParser
+    from vllm.tool_parsers.gptoss_tool_parser import GptOssToolParser
+
+    cls = type(
+        "HarmonyRef",
+        (HarmonyParser,),
+        {
+            "reasoning_parser_cls": GptOssReasoningParser if reasoning else None,
+            "tool_parser_cls": GptOssToolParser if tools_on else None,
+        },
+    )
+    request = chat_request(tools)
+    parser = cls(hf, request.tools)
+    enc = _harmony_encoding()
+
+    class _GptOssTokenizer:  # vLLM decodes unparsable output with the model's (gpt-oss's) tokenizer
+        decode = staticmethod(lambda ids, **_: enc.decode(list(ids)))
+
+    parser.model_tokenizer = _GptOssTokenizer()
+    ids = enc.encode(text, allowed_special="all")
+    r, content, fcalls = parser.parse(text, request, model_output_token_ids=ids)
+    calls = []
+    for f in fcalls or []:
+        try:
+            args = json.loads(f.arguments)
+        except ValueError:
+            args = ("<invalid JSON>", f.arguments)
+        calls.append((f.name, args))
+    return r or "", content or "", calls
+
+
+@functools.cache
+def _harmony_encoding() -> Any:
+    from openai_harmony import HarmonyEncodingName, load_harmony_encoding
+
+    return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)

@@ -14,6 +14,8 @@ from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser, ThinkS
 #: name -> a ThinkStyle, or a maker with get_reasoning_parser's signature
 #: (tokenizer, *, prompt_text, prompt_token_ids, template_kwargs, implicit_ends)
 _REGISTRY: dict[str, ThinkStyle | Callable[..., Any]] = {}
+#: name -> make(tokenizer, **options) for parsers that are not a <think> style (harmony)
+_CUSTOM: dict[str, Any] = {}
 
 
 def register_reasoning_parser(name: str, style: ThinkStyle | Callable[..., Any]) -> None:
@@ -33,6 +35,10 @@ def get_reasoning_parser(
     template_kwargs: Mapping[str, Any] | None = None,
     implicit_ends: Sequence[str] = (),
 ) -> ThinkReasoningParser:
+    custom = _CUSTOM.get(name)
+    if custom is not None:  # not a <think> style (gpt-oss harmony)
+        return custom(tokenizer, prompt_text=prompt_text, prompt_token_ids=prompt_token_ids,
+                      template_kwargs=template_kwargs, implicit_ends=implicit_ends)
     try:
         style = _REGISTRY[name]
     except KeyError:
@@ -147,3 +153,9 @@ for _name, _family in {
     "muse_glimmer": _f.MUSE_GLIMMER,
 }.items():
     register_reasoning_parser(_name, _f.family_parser_maker(_family))
+
+# ---- issue 15b: gpt-oss (harmony channels, openai-harmony package; parsers/harmony.py) ----
+from vllm_pyfrontend.parsers import harmony as _harmony  # noqa: E402
+
+register_reasoning_parser(_harmony.HARMONY_REASONING, ThinkStyle())  # listed; built by _CUSTOM
+_CUSTOM[_harmony.HARMONY_REASONING] = _harmony.reasoning_stream

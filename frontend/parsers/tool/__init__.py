@@ -27,6 +27,8 @@ from vllm_pyfrontend.parsers.tool.xml_calls import Dsml, Glm45, MinimaxM2, Qwen3
 FormatFactory = Callable[[Sequence[Any]], ToolFormat]
 
 _REGISTRY: dict[str, FormatFactory] = {}
+#: name -> make(tokenizer, tools) for parsers that are not section grammars (harmony)
+_CUSTOM: dict[str, Callable[[Any, Sequence[Any] | None], Any]] = {}
 
 
 def register_tool_parser(name: str, factory: FormatFactory) -> None:
@@ -46,6 +48,9 @@ def get_tool_parser(
 ) -> SectionToolParser:
     """A fresh parser for one choice. ``tools``: the request's OpenAI tool dicts
     (schema-driven value types for XML formats)."""
+    custom = _CUSTOM.get(name)
+    if custom is not None:  # a parser that is not a section grammar (gpt-oss harmony)
+        return custom(tokenizer, tools)
     try:
         factory = _REGISTRY[name]
     except KeyError:
@@ -121,3 +126,47 @@ register_tool_parser("internlm", lambda tools: _jf.Internlm(tools))
 register_tool_parser("jamba", lambda tools: _jf.ToolCallsArray())
 register_tool_parser("k2_horizon", lambda tools: _tp.K2Horizon(tools))
 register_tool_parser("kimi_k3", lambda tools: _ch.KimiK3(tools))
+
+# ---- issue 15b: more tool-call formats (pythonic, JSON, XML kin) --------------------------
+from vllm_pyfrontend.parsers.tool.json_more import Longcat, Phi4MiniJson, Plamo3, Xlam  # noqa: E402
+from vllm_pyfrontend.parsers.tool.pythonic import Lfm2, Llama4Pythonic, Olmo3, Pythonic  # noqa: E402
+from vllm_pyfrontend.parsers.tool.xml_more import (  # noqa: E402
+    MiMo,
+    MiniCpm5,
+    MinimaxM3,
+    MuseGlimmer,
+    SeedOss,
+    Step3,
+)
+
+register_tool_parser("pythonic", lambda tools: Pythonic())
+register_tool_parser("llama4_pythonic", lambda tools: Llama4Pythonic())
+register_tool_parser("olmo3", lambda tools: Olmo3())
+register_tool_parser("lfm2", lambda tools: Lfm2())
+register_tool_parser("longcat", lambda tools: Longcat())
+register_tool_parser("phi4_mini_json", lambda tools: Phi4MiniJson())
+register_tool_parser("xlam", lambda tools: Xlam())
+register_tool_parser("plamo3", lambda tools: Plamo3())
+register_tool_parser("ling3", lambda tools: Glm45(tools))  # GLM-4.7's format
+register_tool_parser("poolside_v1", lambda tools: Glm45(tools))  # GLM-4's format
+register_tool_parser("step3p5", lambda tools: Qwen3Coder(tools))  # Qwen3-Coder's format
+register_tool_parser("seed_oss", lambda tools: SeedOss(tools))
+register_tool_parser("mimo", lambda tools: MiMo(tools))
+register_tool_parser("step3", lambda tools: Step3(tools))
+register_tool_parser("minicpm5", lambda tools: MiniCpm5(tools))
+register_tool_parser("minimax_m3", lambda tools: MinimaxM3(tools))
+register_tool_parser("muse_glimmer", lambda tools: MuseGlimmer(tools))
+
+# gpt-oss: harmony messages, parsed by the openai-harmony package (parsers/harmony.py); the
+# ToolFormat entry only lists the name (no section markers)
+from vllm_pyfrontend.parsers import harmony as _harmony  # noqa: E402
+
+register_tool_parser(_harmony.HARMONY_TOOL, lambda tools: ToolFormat())
+_CUSTOM[_harmony.HARMONY_TOOL] = _harmony.tool_stream
+
+
+def register_custom_tool_parser(name: str, make: Callable[[Any, Sequence[Any] | None], Any]) -> None:
+    """Register a parser that is not a section grammar (``--tool-parser-plugin``, see plugin.py):
+    ``make(tokenizer, tools)`` -> an object with ``feed``, ``finish`` and ``n_calls``."""
+    register_tool_parser(name, lambda tools: ToolFormat())  # listed, no section markers
+    _CUSTOM[name] = make

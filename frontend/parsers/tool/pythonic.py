@@ -1,0 +1,224 @@
+"""Grammars for pythonic calls: pythonic, llama4_pythonic, olmo3, lfm2.
+
+The model writes Python call syntax with keyword arguments of literal values::
+
+    [get_weather(city="Paris", days=3), search(query='x')]
+
+Values are Python literals (strings in either quote, numbers, ``True`` /
+``False`` / ``None``, lists, dicts, tuples) or their JSON spellings
+(``true`` / ``false`` / ``null``), converted to JSON. The grammar is a
+validating scanner like the JSON one: a prefix that cannot become a call
+fails at once, so malformed output goes back as content under every split.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from vllm_pyfrontend.parsers.combinators import (
+    NEED,
+    Fail,
+    Ok,
+    P,
+    Result,
+    chars_while,
+    choice,
+    fmap,
+    lazy,
+    lit,
+    many,
+    opt,
+    seq,
+    ws,
+)
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
+
+
+class _PyString(P):
+    """A Python string literal (optional r/u/b-less prefix not accepted), decoded.
+
+    Raw control characters inside are accepted (models write real newlines in
+    code arguments) and kept as they are.
+    """
+
+    __slots__ = ()
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        n = len(s)
+        if pos >= n:
+            return Fail(pos) if eof else NEED
+        q = s[pos]
+        if q not in "'\"":
+            return Fail(pos)
+        triple = s.startswith(q * 3, pos)
+        if not triple and pos + 2 >= n and not eof and s[pos:] == q * (n - pos):
+            return NEED  # '' or ''' still undecided
+        delim = q * 3 if triple else q
+        i = pos + len(delim)
+        while True:
+            if i >= n:
+                return Fail(n) if eof else NEED
+            c = s[i]
+            if c == "\\":
+                i += 2
+                continue
+            if s.startswith(delim, i):
+                raw = s[pos : i + len(delim)]
+                break
+            i += 1
+        end = i + len(delim)
+        body = raw[len(delim) : -len(delim)]
+        try:
+            # escape raw control characters so that literal_eval accepts them
+            fixed = body.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") if not triple else body
+            fixed = fixed.replace("\x00", "\\x00")  # a NUL is not allowed in source text
+            value = ast.literal_eval(delim + fixed + delim)
+        except (ValueError, SyntaxError):
+            return Fail(pos)
+        if not isinstance(value, str):
+            return Fail(pos)
+        return Ok(end, value)
+
+
+def _number(text: str) -> Any:
+    t = text.replace("_", "")
+    try:
+        if any(c in t for c in ".eE") and not t.lower().startswith(("0x", "-0x")):
+            return float(t)
+        return int(t, 0) if not t.lstrip("-+").startswith("0") or t.lstrip("-+") == "0" else int(t)
+    except ValueError:
+        raise ValueError("not a number") from None
+
+
+_CONSTANTS = {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}
+
+
+def _ident_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def _constant(word: str) -> Any:
+    if word not in _CONSTANTS:
+        raise ValueError("not a literal")
+    return _CONSTANTS[word]
+
+
+def py_value() -> P:
+    """One Python literal (JSON spellings too), decoded."""
+    sep = seq(ws(), lit(","), ws())
+    value = lazy(py_value)
+    items = fmap(seq(many(value, sep=sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
+    list_ = fmap(seq(lit("["), ws(), items, ws(), lit("]")), lambda v: v[2])
+    tuple_ = fmap(seq(lit("("), ws(), items, ws(), lit(")")), lambda v: v[2])
+    pair = fmap(seq(value, ws(), lit(":"), ws(), value), lambda v: (_key(v[0]), v[4]))
+    pairs = fmap(seq(many(pair, sep=sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
+    dict_ = fmap(seq(lit("{"), ws(), pairs, ws(), lit("}")), lambda v: dict(v[2]))
+    # a set literal becomes a list (JSON has no sets), in the order written
+    set_ = fmap(seq(lit("{"), ws(), items, ws(), lit("}")), lambda v: v[2])
+    number = fmap(
+        chars_while(lambda c: c.isdigit() or c in "+-._eExXabcdefABCDEF"),
+        _number,
+    )
+    negative = fmap(seq(lit("-"), ws(), number), lambda v: -v[2])
+    word = fmap(chars_while(_ident_char), _constant)
+    return choice(_PyString(), list_, tuple_, dict_, set_, negative, number, word)
+
+
+def _key(k: Any) -> str:
+    if isinstance(k, str):
+        return k
+    if isinstance(k, (int, float, bool)) or k is None:
+        import json
+
+        return json.dumps(k)
+    raise ValueError("unhashable key")
+
+
+def _name(text: str) -> str:
+    parts = text.split(".")
+    if not all(p and (p[0].isalpha() or p[0] == "_") for p in parts):
+        raise ValueError("bad function name")
+    return text
+
+
+def py_call() -> P:
+    """``name(key=value, ...)`` -> Call (dotted names kept, as vLLM does)."""
+    kwarg = fmap(
+        seq(chars_while(_ident_char), ws(), lit("="), ws(), py_value()),
+        lambda v: (v[0], v[4]),
+    )
+    kwargs = fmap(
+        seq(many(kwarg, sep=seq(ws(), lit(","), ws())), opt(seq(ws(), lit(",")))),
+        lambda v: v[0],
+    )
+    return fmap(
+        seq(
+            fmap(chars_while(lambda c: _ident_char(c) or c == "."), _name),
+            lit("("),
+            ws(),
+            kwargs,
+            ws(),
+            lit(")"),
+        ),
+        lambda v: Call(name=v[0], arguments=dumps_args(dict(v[3]))),
+    )
+
+
+def call_list() -> P:
+    """``[call, call, ...]`` (at least one call)."""
+    return fmap(
+        seq(
+            lit("["),
+            ws(),
+            many(py_call(), sep=seq(ws(), lit(","), ws()), minimum=1),
+            opt(seq(ws(), lit(","))),
+            ws(),
+            lit("]"),
+        ),
+        lambda v: v[2],
+    )
+
+
+class Pythonic(ToolFormat):
+    """Llama 3.2 / ToolACE: the output *is* ``[f(a=1), g(b="x")]``."""
+
+    only_at_start = True
+    sections = {"[": Section(body=fmap(seq(call_list(), ws()), lambda v: v[0]), keep_start=True)}
+
+
+class Llama4Pythonic(ToolFormat):
+    """Llama 4: the pythonic list, optionally wrapped in
+    ``<|python_start|>`` … ``<|python_end|>``."""
+
+    only_at_start = True
+    sections = {
+        "[": Pythonic.sections["["],
+        "<|python_start|>": Section(
+            body=fmap(seq(ws(), call_list(), ws()), lambda v: v[1]), ends=("<|python_end|>",)
+        ),
+    }
+
+
+class Olmo3(ToolFormat):
+    """Olmo 3: ``<function_calls>`` one call per line ``</function_calls>``."""
+
+    sections = {
+        "<function_calls>": Section(
+            body=fmap(
+                seq(ws(), many(py_call(), sep=ws(1), minimum=1), ws()),
+                lambda v: v[1],
+            ),
+            ends=("</function_calls>",),
+        )
+    }
+
+
+class Lfm2(ToolFormat):
+    """LiquidAI LFM2 / LFM2.5: ``<|tool_call_start|>[f(a=1)]<|tool_call_end|>``."""
+
+    sections = {
+        "<|tool_call_start|>": Section(
+            body=fmap(seq(ws(), call_list(), ws()), lambda v: v[1]), ends=("<|tool_call_end|>",)
+        )
+    }

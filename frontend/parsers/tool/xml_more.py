@@ -1,0 +1,414 @@
+"""More XML-style call formats: the Qwen3-Coder kin (mimo, seed_oss, step3p5),
+step3 (steptml), minicpm5, minimax_m3 (namespaced, nested elements) and
+muse_glimmer (ATEM).
+
+Parameters arrive as text and the arguments JSON is built from them, typed by
+the tool's schema where the format leaves it to the schema.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import json
+from dataclasses import replace
+from typing import Any
+
+from vllm_pyfrontend.parsers.combinators import (
+    NEED,
+    Fail,
+    Ok,
+    P,
+    Result,
+    fmap,
+    lit,
+    many,
+    opt,
+    seq,
+    take_until,
+    ws,
+)
+from vllm_pyfrontend.parsers.tool.base import (
+    Call,
+    Section,
+    ToolFormat,
+    coerce_params,
+    dumps_args,
+    tool_properties,
+)
+from vllm_pyfrontend.parsers.tool.xml_calls import Qwen3Coder, XmlFormat, _attr_value, _name
+
+
+# ------------------------------------------------------------ qwen3-coder kin
+class SeedOss(Qwen3Coder):
+    """ByteDance Seed-OSS: Qwen3-Coder's grammar inside ``<seed:tool_call>``."""
+
+    def build(self) -> dict[str, Section]:
+        sec = super().build()["<tool_call>"]
+        return {"<seed:tool_call>": replace(sec, ends=("</seed:tool_call>",))}
+
+
+class MiMo(Qwen3Coder):
+    """Xiaomi MiMo: Qwen3-Coder's grammar; parameter values are kept verbatim
+    (no framing newlines trimmed), then typed by the schema."""
+
+    def build(self) -> dict[str, Section]:
+        param = fmap(
+            seq(
+                lit("<parameter="),
+                take_until(">"),
+                lit(">"),
+                take_until("</parameter>"),
+                lit("</parameter>"),
+            ),
+            lambda v: (_name(v[1]), v[3]),
+        )
+        function = fmap(
+            seq(
+                lit("<function="),
+                take_until(">"),
+                lit(">"),
+                ws(),
+                many(param, sep=ws()),
+                ws(),
+                lit("</function>"),
+            ),
+            lambda v: self.make_call(_name(v[1]), v[4]),
+        )
+        body = fmap(seq(ws(), many(function, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
+
+
+# ---------------------------------------------------------------------- step3
+_S3_CALLS_BEGIN = "<｜tool_calls_begin｜>"
+_S3_CALLS_END = "<｜tool_calls_end｜>"
+_S3_CALL_BEGIN = "<｜tool_call_begin｜>"
+_S3_CALL_END = "<｜tool_call_end｜>"
+_S3_SEP = "<｜tool_sep｜>"
+
+
+class Step3(XmlFormat):
+    """StepFun Step-3::
+
+        <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>get_weather
+        <steptml:invoke name="get_weather">
+        <steptml:parameter name="city">Paris</steptml:parameter>
+        </steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>
+
+    The ``function<｜tool_sep｜>NAME`` header is optional; calls may be separated by
+    ``<｜tool_sep｜>``. String values are kept as written (whitespace is data for edit
+    tools); other values are stripped and typed by the schema.
+    """
+
+    def make_call(self, name: str, params: list[tuple[str, str]]) -> Call:
+        props = tool_properties(self.tools, name) if self.tools else {}
+        typed: dict[str, str] = {}
+        for key, value in params:
+            schema = props.get(key)
+            is_string = not isinstance(schema, dict) or schema.get("type") in (None, "string")
+            typed[key] = value if is_string else value.strip()
+        return Call(name=name, arguments=dumps_args(coerce_params(typed, props)))
+
+    def build(self) -> dict[str, Section]:
+        param = fmap(
+            seq(
+                lit('<steptml:parameter name="'),
+                take_until('"'),
+                lit('">'),
+                take_until("</steptml:parameter>"),
+                lit("</steptml:parameter>"),
+            ),
+            lambda v: (_name(v[1]), v[3]),
+        )
+        header = seq(lit("function"), ws(), lit(_S3_SEP), take_until("<steptml:invoke"))
+        call = fmap(
+            seq(
+                lit(_S3_CALL_BEGIN),
+                ws(),
+                opt(header),
+                lit('<steptml:invoke name="'),
+                take_until('"'),
+                lit('">'),
+                ws(),
+                many(param, sep=ws()),
+                ws(),
+                lit("</steptml:invoke>"),
+                ws(),
+                lit(_S3_CALL_END),
+            ),
+            lambda v: self.make_call(_name(v[4]), v[7]),
+        )
+        sep = seq(ws(), opt(lit(_S3_SEP)), ws())
+        body = fmap(seq(ws(), many(call, sep=sep, minimum=1), ws()), lambda v: v[1])
+        return {_S3_CALLS_BEGIN: Section(body=body, ends=(_S3_CALLS_END,))}
+
+
+# ------------------------------------------------------------------- minicpm5
+def _minicpm_value(text: str, schema: Any) -> Any:
+    """A ``<param>`` text: XML entities and CDATA undone; typed unless the
+    schema says string (JSON, else a Python literal, else the text)."""
+    if text.startswith("<![CDATA[") and text.endswith("]]>"):
+        text = text[len("<![CDATA[") : -len("]]>")]
+    else:
+        text = html.unescape(text)
+    if isinstance(schema, dict) and schema.get("type") == "string":
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        value = ast.literal_eval(text)
+        json.dumps(value)
+        return value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+class MiniCpm5(XmlFormat):
+    """MiniCPM 5::
+
+        <function name="get_weather">
+        <param name="city">Paris</param>
+        </function>
+    """
+
+    def build(self) -> dict[str, Section]:
+        param = fmap(
+            seq(
+                lit("<param"),
+                ws(1),
+                lit("name="),
+                _attr_value(),
+                ws(),
+                lit(">"),
+                take_until("</param>"),
+                lit("</param>"),
+            ),
+            lambda v: (_name(v[3]), v[6]),
+        )
+
+        def build_call(v: list[Any]) -> list[Call]:
+            name = _name(v[0])
+            props = tool_properties(self.tools, name) if self.tools else {}
+            args: dict[str, Any] = {}
+            for key, value in v[4]:
+                if key in args:
+                    raise ValueError("repeated parameter")
+                args[key] = _minicpm_value(value, props.get(key))
+            return [Call(name=name, arguments=dumps_args(args))]
+
+        body = fmap(
+            seq(
+                _attr_value(),
+                take_until(">"),
+                lit(">"),
+                ws(),
+                many(param, sep=ws()),
+                ws(),
+            ),
+            build_call,
+        )
+        # a call cut off before </function> is not a call (the output comes back as text)
+        return {"<function name=": Section(body=body, ends=("</function>",), eof_closes=False)}
+
+
+# ----------------------------------------------------------------- minimax m3
+NS = "]<]minimax[>["
+
+
+class _M3Element(P):
+    """``NS<name>`` text or child elements ``NS</name>`` -> (name, str | list)."""
+
+    __slots__ = ("depth",)
+
+    def __init__(self, depth: int = 0) -> None:
+        self.depth = depth
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        if self.depth > 64:
+            return Fail(pos)
+        head = seq(lit(NS + "<"), take_until(">"), lit(">")).parse(s, pos, eof)
+        if not isinstance(head, Ok):
+            return head
+        name = head.value[1]
+        if not name.strip() or name.startswith("/") or any(c in name for c in "<[]"):
+            return Fail(pos)
+        close = f"{NS}</{name}>"
+        i = head.end
+        texts: list[str] = []
+        children: list[tuple[str, Any]] = []
+        child = _M3Element(self.depth + 1)
+        while True:
+            j = s.find(NS, i)
+            if j == -1:
+                # text so far may still be followed by the closing tag
+                if eof:
+                    return Fail(len(s))
+                return NEED
+            texts.append(s[i:j])
+            r = lit(close).parse(s, j, eof)
+            if isinstance(r, Ok):
+                i = r.end
+                break
+            if r is NEED:
+                return NEED
+            r = child.parse(s, j, eof)
+            if not isinstance(r, Ok):
+                return r
+            children.append(r.value)
+            i = r.end
+        text = "".join(texts)
+        if not children:
+            return Ok(i, (name, text))
+        if text.strip():
+            children.append(("$text", text))
+        return Ok(i, (name, children))
+
+
+def _m3_container(schema: Any) -> str | None:
+    if not isinstance(schema, dict):
+        return None
+    t = schema.get("type")
+    for kind in ("array", "object"):
+        if t == kind or (isinstance(t, list) and kind in t):
+            return kind
+    if t is None:
+        if "items" in schema:
+            return "array"
+        if "properties" in schema or "additionalProperties" in schema:
+            return "object"
+    for key in ("anyOf", "oneOf"):
+        for alt in schema.get(key) or ():
+            found = _m3_container(alt)
+            if found:
+                return found
+    return None
+
+
+def _m3_convert(value: Any, schema: Any) -> Any:
+    kind = _m3_container(schema)
+    if isinstance(value, str):
+        if not isinstance(schema, dict):
+            return value
+        if kind is not None and schema.get("type") != "string" and not value.strip():
+            return [] if kind == "array" else {}
+        out = coerce_params({"v": value}, {"v": schema})["v"]
+        if isinstance(out, str) and schema.get("type") in ("integer", "number"):
+            try:  # "018956": not JSON, still the number the schema asks for
+                return int(out.strip()) if schema["type"] == "integer" else float(out.strip())
+            except ValueError:
+                pass
+        return out
+    if kind == "array":
+        items = schema.get("items") if isinstance(schema, dict) else None
+        return [_m3_convert(child, items) for _, child in value]
+    return _m3_object(value, schema if isinstance(schema, dict) else None)
+
+
+def _m3_object(elements: list[tuple[str, Any]], schema: dict[str, Any] | None) -> dict[str, Any]:
+    props = (schema or {}).get("properties") or {}
+    extra = (schema or {}).get("additionalProperties")
+    out: dict[str, Any] = {}
+    repeated: set[str] = set()
+    for name, element in elements:
+        converted = _m3_convert(element, props.get(name, extra))
+        if name not in out:
+            out[name] = converted
+        elif name in repeated:
+            out[name].append(converted)
+        else:
+            out[name] = [out[name], converted]
+            repeated.add(name)
+    return out
+
+
+class MinimaxM3(XmlFormat):
+    """MiniMax M3: every tag prefixed by ``]<]minimax[>[``; parameters are
+    elements named after the argument, nested for objects, ``<item>`` for
+    array elements, typed by the schema::
+
+        ]<]minimax[>[<tool_call>
+        ]<]minimax[>[<invoke name="create_order">
+        ]<]minimax[>[<user_id>42]<]minimax[>[</user_id>
+        ]<]minimax[>[</invoke>
+        ]<]minimax[>[</tool_call>
+    """
+
+    def build(self) -> dict[str, Section]:
+        def make(v: list[Any]) -> Call:
+            name = _name(v[3])
+            props = tool_properties(self.tools, name) if self.tools else {}
+            return Call(name=name, arguments=dumps_args(_m3_object(v[6], {"properties": props})))
+
+        invoke = fmap(
+            seq(
+                lit(f"{NS}<invoke"),
+                ws(1),
+                lit("name="),
+                _attr_value(),
+                ws(),
+                lit(">"),
+                many(fmap(seq(ws(), _M3Element()), lambda v: v[1])),
+                ws(),
+                lit(f"{NS}</invoke>"),
+            ),
+            make,
+        )
+        body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        return {f"{NS}<tool_call>": Section(body=body, ends=(f"{NS}</tool_call>",))}
+
+
+# --------------------------------------------------------------- muse glimmer
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class MuseGlimmer(XmlFormat):
+    """MuseGlimmer (ATEM)::
+
+        <atem:function_calls>
+        <atem:invoke name="get_weather">
+        <atem:parameter name="city">Paris</atem:parameter>
+        </atem:invoke>
+        </atem:function_calls>
+
+    Values are JSON where they parse, else text. Only the ATEM block; the
+    channel framing (``<|start|>assistant to=…<|message|>``) is not parsed here.
+    """
+
+    def build(self) -> dict[str, Section]:
+        param = fmap(
+            seq(
+                lit("<atem:parameter"),
+                ws(1),
+                lit("name="),
+                _attr_value(),
+                take_until(">"),
+                lit(">"),
+                take_until("</atem:parameter>"),
+                lit("</atem:parameter>"),
+            ),
+            lambda v: (_name(v[3]), _json_or_text(v[6])),
+        )
+        invoke = fmap(
+            seq(
+                lit("<atem:invoke"),
+                ws(1),
+                lit("name="),
+                _attr_value(),
+                take_until(">"),
+                lit(">"),
+                ws(),
+                many(param, sep=ws()),
+                ws(),
+                lit("</atem:invoke>"),
+            ),
+            lambda v: Call(name=_name(v[3]), arguments=dumps_args(dict(v[7]))),
+        )
+        body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        return {"<atem:function_calls>": Section(body=body, ends=("</atem:function_calls>",))}
+
