@@ -28,12 +28,17 @@ PY = sys.executable
 SERVED_NAME = "m"
 MAX_MODEL_LEN = 16384
 VLLM_RS_DEFAULT = REPO / ".cache" / "vllm033" / "vllm-rs"
+# where .ci/install extracts it
+VLLM_RS_CI = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm-pyfrontend" / "vllm-rs-0.33.0" / "vllm-rs"
 
 
 def vllm_rs_binary() -> Path:
-    """The `vllm-rs` binary: $VLLM_RS, else .cache/vllm033/vllm-rs (see bench/README.md for
+    """The `vllm-rs` binary: $VLLM_RS, else .cache/vllm033/vllm-rs, else where .ci/install puts
+    it (~/.cache/vllm-pyfrontend/vllm-rs-0.33.0/vllm-rs) (see bench/README.md for
     how it is extracted from the wheel without installing the wheel's dependencies)."""
     path = Path(os.environ.get("VLLM_RS", VLLM_RS_DEFAULT))
+    if not path.exists() and "VLLM_RS" not in os.environ and VLLM_RS_CI.exists():
+        path = VLLM_RS_CI
     if not path.exists():
         raise FileNotFoundError(
             f"{path} missing: pip download --no-deps vllm==0.33.0 -d .cache/vllm033 && "
