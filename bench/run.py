@@ -296,7 +296,7 @@ def ratios(rows: list[dict]) -> dict:
         ours = by.get((wl, "ours"))
         if not ours:
             continue
-        for peer in ("vllm-rust", "vllm-python"):
+        for peer in ("vllm-rust", "vllm-python", "ours-base"):
             p = by.get((wl, peer))
             if not p:
                 continue
@@ -330,7 +330,7 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
               ("cpu_ms_per_request", "frontend CPU ms per request (lower is better)"),
               ("peak_pss_mib", "frontend peak PSS of the process tree, MiB (lower is better)")]
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
-    colors = {"ours": "#2b8a3e", "vllm-python": "#1c7ed6", "vllm-rust": "#e8590c"}
+    colors = {"ours": "#2b8a3e", "ours-base": "#8ce99a", "vllm-python": "#1c7ed6", "vllm-rust": "#e8590c"}
     width = 0.8 / max(len(fes), 1)
     for ax, (key, label) in zip(axes.flat, panels):
         for i, fe in enumerate(fes):

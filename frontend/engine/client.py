@@ -61,12 +61,19 @@ class OutputClock:
     per engine step, not per token, and every output of one step stamped alike."""
 
     now = 0.0
+    last = 0.0  # the last batch's `now` (kept after its delivery)
 
 
 log = logging.getLogger(__name__)
 
 # Messages handled per reader callback before yielding to the event loop.
 _DRAIN_BUDGET = 512
+# ... and seconds: a worker far behind an engine (a burst of new streams, an engine that steps
+# faster than the worker can stream) must still accept, parse and submit new requests between
+# drains, or their time to first token grows with the backlog (a 512-step drain of 500 streams
+# is ~1 s of work). One drain still gathers every step that fits, so a stream's steps of one
+# drain go out in one write.
+_DRAIN_SECONDS = 0.01
 # Ids aborted locally are remembered this long (in entries) so late outputs for
 # them are dropped quietly instead of triggering another abort.
 _RECENT_ABORTS = 8192
@@ -654,6 +661,7 @@ class EngineClient:
 
     def _drain(self, sock: zmq.Socket) -> None:
         recv = sock.recv_multipart
+        deadline = time.monotonic() + _DRAIN_SECONDS
         for _ in range(_DRAIN_BUDGET):
             try:
                 frames = recv(zmq.NOBLOCK, copy=False)
@@ -668,12 +676,14 @@ class EngineClient:
                 log.exception("failed to process an engine output batch")
             if self._output is None:
                 return
+            if OutputClock.last > deadline:
+                break
         # Budget spent with messages possibly left: the FD will not fire for
         # them, so come back on the next loop iteration.
         self._schedule_drain()
 
     def _handle_message(self, frames: list) -> None:
-        OutputClock.now = time.monotonic()
+        OutputClock.now = OutputClock.last = time.monotonic()
         try:
             self._handle_batch(frames)
         finally:
