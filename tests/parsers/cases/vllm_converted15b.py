@@ -509,8 +509,6 @@ DIFFERENCES.update({
     "tool:plamo3:vllm_test_extract_tool_calls_eot_ignored": (
         "<|plamo:tag|> is the stop token: the engine ends generation there, so this parser never sees text "
         "after it and does not look for it; vLLM's parser also drops what follows"),
-    "tool:plamo3:vllm_test_extract_tool_calls_partial_marker": (
-        "an unfinished marker at the very end of the output is text here; vLLM strips it"),
     "tool:plamo3:vllm_test_extract_tool_calls_rejects_incomplete_request": (
         "a truncated call block comes back as content; vLLM drops it (keeps only the text before)"),
 })
