@@ -25,6 +25,7 @@ from vllm_pyfrontend.parsers.combinators import (
     many,
     opt,
     seq,
+    tag,
     take_until,
     ws,
 )
@@ -33,10 +34,22 @@ from vllm_pyfrontend.parsers.tool.base import (
     Section,
     ToolFormat,
     coerce_params,
+    coerce_value,
     dumps_args,
+    is_string_param,
     tool_properties,
 )
-from vllm_pyfrontend.parsers.tool.xml_calls import Qwen3Coder, XmlFormat, _attr_value, _name
+from vllm_pyfrontend.parsers.tool.xml_calls import (
+    Qwen3Coder,
+    SchemaTyping,
+    XmlFormat,
+    XmlParam,
+    _attr_value,
+    _name,
+    call_name,
+    xml_args,
+    xml_call,
+)
 
 
 # ------------------------------------------------------------ qwen3-coder kin
@@ -50,30 +63,29 @@ class SeedOss(Qwen3Coder):
 
 class MiMo(Qwen3Coder):
     """Xiaomi MiMo: Qwen3-Coder's grammar; parameter values are kept verbatim
-    (no framing newlines trimmed), then typed by the schema."""
+    (no framing newlines trimmed), then typed by the schema (streamed:
+    `xml_args`)."""
 
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit("<parameter="),
-                take_until(">"),
-                lit(">"),
-                take_until("</parameter>"),
-                lit("</parameter>"),
-            ),
-            lambda v: (_name(v[1]), v[3]),
+        param = XmlParam(
+            fmap(seq(lit("<parameter="), take_until(">"), lit(">")), lambda v: _name(v[1])),
+            "</parameter>",
         )
-        function = fmap(
-            seq(
-                lit("<function="),
-                take_until(">"),
-                lit(">"),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</function>"),
+        make = xml_call(self.typing)
+        function = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<function="),
+                    call_name(take_until(">")),
+                    lit(">"),
+                    ws(),
+                    xml_args(param, self.typing),
+                    ws(),
+                    lit("</function>"),
+                ),
+                lambda v: make(v[1], v[4]),
             ),
-            lambda v: self.make_call(_name(v[1]), v[4]),
         )
         body = fmap(seq(ws(), many(function, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
@@ -100,47 +112,53 @@ class Step3(XmlFormat):
     tools); other values are stripped and typed by the schema.
     """
 
-    def make_call(self, name: str, params: list[tuple[str, str]]) -> Call:
-        props = tool_properties(self.tools, name) if self.tools else {}
-        typed: dict[str, str] = {}
-        for key, value in params:
-            schema = props.get(key)
-            is_string = not isinstance(schema, dict) or schema.get("type") in (None, "string")
-            typed[key] = value if is_string else value.strip()
-        return Call(name=name, arguments=dumps_args(coerce_params(typed, props)))
-
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit('<steptml:parameter name="'),
-                take_until('"'),
-                lit('">'),
-                take_until("</steptml:parameter>"),
-                lit("</steptml:parameter>"),
-            ),
-            lambda v: (_name(v[1]), v[3]),
+        typing = _Step3Typing(self.tools)
+        param = XmlParam(
+            fmap(seq(lit('<steptml:parameter name="'), take_until('"'), lit('">')), lambda v: _name(v[1])),
+            "</steptml:parameter>",
         )
+        make = xml_call(typing)
         header = seq(lit("function"), ws(), lit(_S3_SEP), take_until("<steptml:invoke"))
-        call = fmap(
-            seq(
-                lit(_S3_CALL_BEGIN),
-                ws(),
-                opt(header),
-                lit('<steptml:invoke name="'),
-                take_until('"'),
-                lit('">'),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</steptml:invoke>"),
-                ws(),
-                lit(_S3_CALL_END),
+        call = tag(
+            "call",
+            fmap(
+                seq(
+                    lit(_S3_CALL_BEGIN),
+                    ws(),
+                    opt(header),
+                    lit('<steptml:invoke name="'),
+                    call_name(take_until('"')),
+                    lit('">'),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit("</steptml:invoke>"),
+                    ws(),
+                    lit(_S3_CALL_END),
+                ),
+                lambda v: make(v[4], v[7]),
             ),
-            lambda v: self.make_call(_name(v[4]), v[7]),
         )
         sep = seq(ws(), opt(lit(_S3_SEP)), ws())
         body = fmap(seq(ws(), many(call, sep=sep, minimum=1), ws()), lambda v: v[1])
         return {_S3_CALLS_BEGIN: Section(body=body, ends=(_S3_CALLS_END,))}
+
+
+class _Step3Typing(SchemaTyping):
+    """String values are kept as written (whitespace is data for edit tools);
+    other values are stripped, then typed by the schema."""
+
+    def _verbatim(self, schema: Any) -> bool:
+        return not isinstance(schema, dict) or schema.get("type") in (None, "string")
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        schema = self.props(name).get(key)
+        return self._verbatim(schema) and is_string_param(schema)
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        schema = self.props(name).get(key)
+        return coerce_value(text if self._verbatim(schema) else text.strip(), schema)
 
 
 # ------------------------------------------------------------------- minicpm5
