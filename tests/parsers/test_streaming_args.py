@@ -62,18 +62,22 @@ MORE.update({
         f'<｜tool_call_begin｜>function<｜tool_sep｜>{n}\n<steptml:invoke name="{n}">\n'
         + "".join(f'<steptml:parameter name="{k}">{_v(v)}</steptml:parameter>\n' for k, v in a.items())
         + "</steptml:invoke><｜tool_call_end｜>" for n, a in calls) + "<｜tool_calls_end｜>",
-    "hy_v3": lambda calls: "<tool_calls>" + "".join(
-        f"<tool_call>{n}<tool_sep>\n" + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{_v(v)}</arg_value>\n" for k, v in a.items())
-        + "</tool_call>" for n, a in calls) + "</tool_calls>",
-    "hy_v4": lambda calls: "<tool_calls>" + "".join(
-        f"<tool_call>{n}\n" + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{_v(v)}</arg_value>\n" for k, v in a.items())
-        + "</tool_call>" for n, a in calls) + "</tool_calls>",
 })
 P = "｜DSML｜ "
 MORE["deepseek_v41"] = lambda calls: f"<{P}calls>\n" + "".join(
     f'<{P}invoke name="{n}">\n' + "".join(
         f'<{P}parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">{_v(v)}</{P}parameter>\n' for k, v in a.items())
     + f"</{P}invoke>\n" for n, a in calls) + f"</{P}calls>"
+Q = '<|"|>'
+def _gv(v):
+    if isinstance(v, str): return Q + v + Q
+    if isinstance(v, dict): return "{" + ",".join(f"{k}:{_gv(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list): return "[" + ",".join(_gv(x) for x in v) + "]"
+    return json.dumps(v)
+MORE.update({"gemma4": lambda calls: "".join("<|tool_call>call:" + n + "{" + ",".join(f"{k}:{_gv(v)}" for k, v in a.items()) + "}<tool_call|>" for n, a in calls)})
+MORE.update({"muse_glimmer": lambda calls: "<atem:function_calls>\n" + "".join(
+    f'<atem:invoke name="{n}">\n' + "".join(f'<atem:parameter name="{k}">{_v(v)}</atem:parameter>\n' for k, v in a.items())
+    + "</atem:invoke>\n" for n, a in calls) + "</atem:function_calls>"})
 
 #: every format whose arguments stream, with its renderer
 STREAMED = {**RENDER, **MORE}

@@ -24,6 +24,7 @@ from vllm_pyfrontend.parsers.combinators import (
     lit,
     many,
     opt,
+    scan_json,
     seq,
     tag,
     take_until,
@@ -44,6 +45,7 @@ from vllm_pyfrontend.parsers.tool.xml_calls import (
     SchemaTyping,
     XmlFormat,
     XmlParam,
+    XmlTyping,
     _attr_value,
     _name,
     call_name,
@@ -399,34 +401,54 @@ class MuseGlimmer(XmlFormat):
     """
 
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit("<atem:parameter"),
-                ws(1),
-                lit("name="),
-                _attr_value(),
-                take_until(">"),
-                lit(">"),
-                take_until("</atem:parameter>"),
-                lit("</atem:parameter>"),
+        typing = JsonOrTextTyping()
+        param = XmlParam(
+            fmap(
+                seq(lit("<atem:parameter"), ws(1), lit("name="), _attr_value(), take_until(">"), lit(">")),
+                lambda v: _name(v[3]),
             ),
-            lambda v: (_name(v[3]), _json_or_text(v[6])),
+            "</atem:parameter>",
         )
-        invoke = fmap(
-            seq(
-                lit("<atem:invoke"),
-                ws(1),
-                lit("name="),
-                _attr_value(),
-                take_until(">"),
-                lit(">"),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</atem:invoke>"),
+        make = xml_call(typing)
+        invoke = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<atem:invoke"),
+                    ws(1),
+                    lit("name="),
+                    call_name(_attr_value()),
+                    take_until(">"),
+                    lit(">"),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit("</atem:invoke>"),
+                ),
+                lambda v: make(v[3], v[7]),
             ),
-            lambda v: Call(name=_name(v[3]), arguments=dumps_args(dict(v[7]))),
         )
         body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {"<atem:function_calls>": Section(body=body, ends=("</atem:function_calls>",))}
 
+
+class JsonOrTextTyping(XmlTyping):
+    """Values are JSON where they parse, else text. An open value streams once
+    its beginning shows it cannot be JSON (prose, code): the strict scanner
+    rejects it, or a complete JSON value is followed by more text. Python's
+    ``NaN`` / ``Infinity`` (accepted by the final decoding) are never streamed."""
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return False
+
+    def streams(self, name: str, key: str, meta: Any, raw: str) -> bool:
+        t = raw.lstrip(" \t\r\n")
+        if not t or t[0] in "NI" or t.startswith("-I"):
+            return False
+        r = scan_json(t, 0, False)
+        if isinstance(r, Fail):
+            return True
+        return isinstance(r, Ok) and bool(t[r.end :].strip(" \t\r\n"))
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        return _json_or_text(text)
