@@ -62,6 +62,9 @@ MORE.update({
         f'<｜tool_call_begin｜>function<｜tool_sep｜>{n}\n<steptml:invoke name="{n}">\n'
         + "".join(f'<steptml:parameter name="{k}">{_v(v)}</steptml:parameter>\n' for k, v in a.items())
         + "</steptml:invoke><｜tool_call_end｜>" for n, a in calls) + "<｜tool_calls_end｜>",
+    "hy_v3": lambda calls: "<tool_calls>" + "".join(
+        f"<tool_call>{n}<tool_sep>\n" + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{_v(v)}</arg_value>\n" for k, v in a.items())
+        + "</tool_call>" for n, a in calls) + "</tool_calls>",
 })
 P = "｜DSML｜ "
 MORE["deepseek_v41"] = lambda calls: f"<{P}calls>\n" + "".join(
@@ -358,3 +361,40 @@ def test_json_arguments_are_sent_as_written() -> None:
     for a in args:
         joined += a
         assert not joined.endswith(('"b', "tr", "\\u00", "\\"))
+
+
+@pytest.mark.parametrize(
+    "fmt, text",
+    [
+        ("qwen3_coder", "<tool_call><function=get_weather><parameter=city>X</parameter></tool_call>"),
+        (
+            "deepseek_v4",
+            f'<{DSML}tool_calls><{DSML}invoke name="get_weather"><{DSML}parameter name="city" string="true">X'
+            f"</{DSML}parameter></{DSML}tool_calls>",
+        ),
+        ("hy_v3", "<tool_calls><tool_call>get_weather<tool_sep><arg_key>city</arg_key><arg_value>X</arg_value></tool_calls>"),
+        ("gemma4", '<|tool_call>call:get_weather{city:<|"|>X<|"|><tool_call|>'),
+    ],
+)
+def test_call_without_its_end_after_complete_parameters(fmt: str, text: str) -> None:
+    """The parameters are complete, the call's own end is missing: the call was
+    announced while its parameters streamed, so it is completed with them
+    (valid JSON), whatever the split; it once kept the unclosed '{"city": "X"'
+    when a chunk ended right after the parameter."""
+    make = lambda: get_tool_parser(fmt, None, TOOLS)  # noqa: E731
+    r = run_whole(make, text)
+    assert r.decoded_calls() == [("get_weather", {"city": "X"})]
+    for k in range(1, len(text)):
+        assert run_chunks(make, [text[:k], text[k:]]).key() == r.key(), k
+
+
+def test_json_or_text_values_stream_once_they_cannot_be_json() -> None:
+    """muse_glimmer's values are JSON where they parse, else text: an open value
+    streams only once its beginning rules JSON out."""
+    from vllm_pyfrontend.parsers.tool.xml_more import JsonOrTextTyping
+
+    streams = JsonOrTextTyping().streams
+    for raw in ("Paris", "0: a line of code", '"a" and more', '{"a": 1} trailing', "tru e"):
+        assert streams("f", "k", None, raw), raw
+    for raw in ("", "  ", "123", '"open string', '{"a": 1}', "true", "NaN", "Infinity", "-Inf", "-"):
+        assert not streams("f", "k", None, raw), raw

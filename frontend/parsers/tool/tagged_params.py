@@ -58,6 +58,20 @@ class _Typed(ToolFormat):
         return typed_value(text, schema_types(param_schema(self.tools, name, key)))
 
 
+class _SchemaTyped(XmlTyping):
+    """Values typed by `schema_values.typed_value`; streamed while the schema
+    says text only."""
+
+    def __init__(self, tools: Sequence[Any]) -> None:
+        self.tools = list(tools)
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return schema_types(param_schema(self.tools, name, key)) == {"string"}
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        return typed_value(text, schema_types(param_schema(self.tools, name, key)))
+
+
 # ------------------------------------------------------------ hy_v3 / hy_v4
 class HyV3(_Typed):
     """Hunyuan (HY) V3::
@@ -73,6 +87,50 @@ class HyV3(_Typed):
     eof_closes = True
 
     def build(self) -> dict[str, Section]:
+        typing = _SchemaTyped(self.tools)
+        param = XmlParam(
+            fmap(
+                seq(lit("<arg_key>"), take_until("</arg_key>"), lit("</arg_key>"), ws(), lit("<arg_value>")),
+                lambda v: v[1],
+            ),
+            "</arg_value>",
+        )
+        if self.sep is not None:
+            head = fmap(seq(take_until(self.sep), lit(self.sep)), lambda v: v[0])
+        else:
+            head = take_until("<arg_key>", "</tool_call>")
+        make = xml_call(typing)
+        call = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<tool_call>"),
+                    tag("name", fmap(head, _name)),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit("</tool_call>"),
+                ),
+                lambda v: make(v[1], v[3]),
+            ),
+        )
+        return {
+            "<tool_calls>": Section(
+                body=_calls_body(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
+            )
+        }
+
+
+class HyV4(HyV3):
+    """Hunyuan (HY) V4: as V3 without ``<tool_sep>`` (the name runs up to the first
+    ``<arg_key>``); an unclosed block is content, as in vLLM's strict V4 parser.
+    Strict means whole: any malformed block is given back as content, so calls
+    are not announced before their block is complete (no streamed arguments)."""
+
+    sep = None
+    eof_closes = False
+
+    def build(self) -> dict[str, Section]:
         arg = fmap(
             seq(
                 lit("<arg_key>"),
@@ -85,10 +143,7 @@ class HyV3(_Typed):
             ),
             lambda v: (v[1], v[5]),
         )
-        if self.sep is not None:
-            head = fmap(seq(take_until(self.sep), lit(self.sep)), lambda v: _name(v[0]))
-        else:
-            head = fmap(take_until("<arg_key>", "</tool_call>"), _name)
+        head = fmap(take_until("<arg_key>", "</tool_call>"), _name)
 
         def build(v: list[Any]) -> Call:
             name = v[1]
@@ -99,19 +154,7 @@ class HyV3(_Typed):
             seq(lit("<tool_call>"), head, ws(), many(arg, sep=ws()), ws(), lit("</tool_call>")),
             build,
         )
-        return {
-            "<tool_calls>": Section(
-                body=_calls_body(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
-            )
-        }
-
-
-class HyV4(HyV3):
-    """Hunyuan (HY) V4: as V3 without ``<tool_sep>`` (the name runs up to the first
-    ``<arg_key>``); an unclosed block is content, as in vLLM's strict V4 parser."""
-
-    sep = None
-    eof_closes = False
+        return {"<tool_calls>": Section(body=_calls_body(call), ends=("</tool_calls>",), eof_closes=False)}
 
 
 # ---------------------------------------------------------------- k2_horizon
