@@ -81,6 +81,11 @@ MORE.update({"gemma4": lambda calls: "".join("<|tool_call>call:" + n + "{" + ","
 MORE.update({"muse_glimmer": lambda calls: "<atem:function_calls>\n" + "".join(
     f'<atem:invoke name="{n}">\n' + "".join(f'<atem:parameter name="{k}">{_v(v)}</atem:parameter>\n' for k, v in a.items())
     + "</atem:invoke>\n" for n, a in calls) + "</atem:function_calls>"})
+MORE["inkling"] = lambda calls: "".join(
+    f'<|message_model|><|content_invoke_tool_json|>{{"name": "{n}", "args": {_j(a)}}}<|end_message|>' for n, a in calls)
+MORE["cohere_command3"] = MORE["cohere_command4"] = lambda calls: "<|START_ACTION|>[" + ", ".join(
+    f'{{"tool_call_id": "{i}", "tool_name": "{n}", "parameters": {_j(a)}}}' for i, (n, a) in enumerate(calls)
+) + "]<|END_ACTION|>"
 
 #: every format whose arguments stream, with its renderer
 STREAMED = {**RENDER, **MORE}

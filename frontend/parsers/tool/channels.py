@@ -28,7 +28,7 @@ from vllm_pyfrontend.parsers.combinators import (
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, SectionToolParser, ToolFormat, dumps_args
-from vllm_pyfrontend.parsers.tool.json_calls import json_members
+from vllm_pyfrontend.parsers.tool.json_calls import call_object, json_members
 
 
 class MarkerDropParser:
@@ -195,17 +195,8 @@ class Inkling(_Dropping):
     )
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
-        def build(members: dict[str, str]) -> Call:
-            raw_name = members.get("name")
-            if raw_name is None or not raw_name.startswith('"'):
-                raise ValueError("no name")
-            name = json.loads(raw_name)
-            raw = members.get("args")
-            if not name or (raw is not None and not raw.startswith("{")):
-                raise ValueError("args must be an object")
-            return Call(name=name, arguments=raw or "{}")
-
-        body = fmap(seq(ws(), fmap(json_members(), build)), lambda v: [v[1]])
+        # streamed as written (`call_object`): args optional, an object when given
+        body = fmap(seq(ws(), call_object("args", encoded=False)), lambda v: [v[1]])
         self.sections = {"<|content_invoke_tool_json|>": Section(body=body)}
 
 
@@ -224,22 +215,16 @@ class CohereCommand(_Dropping):
     def __init__(self, tools: Sequence[Any] = (), cmd4: bool = False) -> None:
         if cmd4:  # Command A Vision / MoE also frame the answer in <|START_TEXT|>
             self.drop = self.drop + ("<|START_TEXT|>", "<|END_TEXT|>")
-        def build(members: dict[str, str]) -> Call:
-            raw_name = members.get("tool_name", members.get("name"))
-            if raw_name is None or not raw_name.startswith('"'):
-                raise ValueError("no name")
-            name = json.loads(raw_name)
-            raw = members.get("parameters", members.get("arguments"))
-            if not name or (raw is not None and not raw.startswith("{")):
-                raise ValueError("parameters must be an object")
-            return Call(name=name, arguments=raw or "{}")
-
         array = fmap(
             seq(
                 ws(),
                 lit("["),
                 ws(),
-                many(fmap(json_members(), build), sep=seq(ws(), lit(","), ws()), minimum=1),
+                many(
+                    call_object("parameters", "arguments", name_keys=("tool_name", "name"), encoded=False),
+                    sep=seq(ws(), lit(","), ws()),
+                    minimum=1,
+                ),
                 ws(),
                 lit("]"),
                 ws(),

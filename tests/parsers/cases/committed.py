@@ -55,6 +55,9 @@ COMMITTED: dict[str, tuple[str, list]] = {
     'tool:mimo:malformed_truncated': ('', [('get_weather', {'city': 'Paris'})]),
     'tool:step3:malformed_truncated': ('', [('get_weather', {'city': 'Paris'})]),
     'tool:muse_glimmer:malformed_truncated': ('', [('get_weather', {'city': 'Paris'})]),
+    'tool:cohere_command3:malformed': ('}]<|END_ACTION|>', [('get_weather', {})]),
+    'tool:cohere_command4:malformed': ('}]<|END_ACTION|>', [('get_weather', {})]),
+    'tool:inkling:malformed': ('}', [('get_weather', {})]),
 }
 
 #: ids (committed above or elsewhere) where vLLM's parser gives the same answer:
