@@ -87,6 +87,21 @@ MORE["cohere_command3"] = MORE["cohere_command4"] = lambda calls: "<|START_ACTIO
     f'{{"tool_call_id": "{i}", "tool_name": "{n}", "parameters": {_j(a)}}}' for i, (n, a) in enumerate(calls)
 ) + "]<|END_ACTION|>"
 
+def _pv(v):
+    if isinstance(v, str): return repr(v)
+    if isinstance(v, bool): return repr(v)
+    if v is None: return "None"
+    if isinstance(v, dict): return "{" + ", ".join(f"{k!r}: {_pv(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list): return "[" + ", ".join(_pv(x) for x in v) + "]"
+    return repr(v)
+def _pc(n, a): return f"{n}(" + ", ".join(f"{k}={_pv(v)}" for k, v in a.items()) + ")"
+MORE.update({
+    "pythonic": lambda calls: "[" + ", ".join(_pc(n, a) for n, a in calls) + "]",
+    "llama4_pythonic": lambda calls: "<|python_start|>[" + ", ".join(_pc(n, a) for n, a in calls) + "]<|python_end|>",
+    "olmo3": lambda calls: "<function_calls>\n" + "\n".join(_pc(n, a) for n, a in calls) + "\n</function_calls>",
+    "lfm2": lambda calls: "<|tool_call_start|>[" + ", ".join(_pc(n, a) for n, a in calls) + "]<|tool_call_end|>",
+})
+
 #: every format whose arguments stream, with its renderer
 STREAMED = {**RENDER, **MORE}
 #: formats that take one call per output
@@ -205,8 +220,9 @@ def test_long_argument_is_not_reparsed_per_token() -> None:
         calls["n"] += 1
         return real(*a, **k)
 
-    for fmt in ("hermes", "qwen3_coder", "deepseek_v4", "kimi_k2"):
-        text = RENDER[fmt]([("run_code", {"code": code})])
+    for fmt in ("hermes", "qwen3_coder", "deepseek_v4", "kimi_k2", "jamba", "apertus", "step3", "gemma4",
+                "muse_glimmer", "pythonic", "cohere_command3"):
+        text = STREAMED[fmt]([("run_code", {"code": code})])
         chunks = [text[k : k + 3] for k in range(0, len(text), 3)]
         calls["n"] = 0
         import vllm_pyfrontend.parsers.tool.base as base

@@ -58,6 +58,11 @@ COMMITTED: dict[str, tuple[str, list]] = {
     'tool:cohere_command3:malformed': ('}]<|END_ACTION|>', [('get_weather', {})]),
     'tool:cohere_command4:malformed': ('}]<|END_ACTION|>', [('get_weather', {})]),
     'tool:inkling:malformed': ('}', [('get_weather', {})]),
+    'tool:pythonic:malformed_truncated': ('', [('get_weather', {'city': 'Pari'})]),
+    'tool:llama4_pythonic:malformed_truncated': ('', [('get_weather', {'city': 'Pari'})]),
+    'tool:olmo3:malformed_truncated': ('', [('get_weather', {'city': 'Paris'})]),
+    'tool:lfm2:malformed_truncated': ('', [('get_weather', {'city': 'Paris'})]),
+    'tool:lfm2:vllm_test_tool_call_nested_quote': ("360,450p' /testbed/sympy/matrices/common.py')]<|tool_call_end|>", [('bash', {'command': 'sed -n '})]),
 }
 
 #: ids (committed above or elsewhere) where vLLM's parser gives the same answer:
