@@ -101,6 +101,9 @@ MORE.update({
     "olmo3": lambda calls: "<function_calls>\n" + "\n".join(_pc(n, a) for n, a in calls) + "\n</function_calls>",
     "lfm2": lambda calls: "<|tool_call_start|>[" + ", ".join(_pc(n, a) for n, a in calls) + "]<|tool_call_end|>",
 })
+MORE["functiongemma"] = lambda calls: "".join(
+    "<start_function_call>call:" + n + "{" + ",".join(f"{k}:<escape>{_v(v)}<escape>" for k, v in a.items())
+    + "}<end_function_call>" for n, a in calls)
 
 #: every format whose arguments stream, with its renderer
 STREAMED = {**RENDER, **MORE}

@@ -206,27 +206,31 @@ class FunctionGemma(ToolFormat):
     comma between arguments may be missing."""
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
-        def value(text: str) -> Any:
-            try:
-                return json.loads(text)
-            except ValueError:
-                return text
+        from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, xml_args, xml_call
+        from vllm_pyfrontend.parsers.tool.xml_more import JsonOrTextTyping
 
-        arg = fmap(
-            seq(chars_while(lambda c: c.isalnum() or c == "_"), lit(":<escape>"), take_until("<escape>"), lit("<escape>")),
-            lambda v: (v[0], value(v[2])),
+        # streamed as the values arrive (`xml_args`); a value streams once it
+        # cannot be JSON (`JsonOrTextTyping`)
+        typing = JsonOrTextTyping()
+        param = XmlParam(
+            fmap(seq(chars_while(lambda c: c.isalnum() or c == "_"), lit(":<escape>")), lambda v: v[0]),
+            "<escape>",
         )
-        call = fmap(
-            seq(
-                lit("call:"),
-                chars_while(lambda c: c.isalnum() or c == "_"),
-                lit("{"),
-                ws(),
-                many(arg, sep=seq(ws(), opt(lit(",")), ws())),
-                ws(),
-                lit("}"),
+        make = xml_call(typing)
+        call = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("call:"),
+                    tag("name", chars_while(lambda c: c.isalnum() or c == "_")),
+                    lit("{"),
+                    ws(),
+                    xml_args(param, typing, sep=seq(ws(), opt(lit(",")), ws())),
+                    ws(),
+                    lit("}"),
+                ),
+                lambda v: [make(v[1], v[4])],
             ),
-            lambda v: [Call(name=v[1], arguments=dumps_args(dict(v[4])))],
         )
         self.sections = {
             "<start_function_call>": Section(body=call, ends=("<end_function_call>",))

@@ -157,12 +157,13 @@ class XmlArgs(P):
     """``param`` repeated (separated by whitespace): the arguments of a call,
     streamed parameter by parameter (reported to the engine as ``"args"``)."""
 
-    __slots__ = ("param", "typing", "_many")
+    __slots__ = ("param", "typing", "_many", "sep")
 
-    def __init__(self, param: XmlParam, typing: XmlTyping) -> None:
+    def __init__(self, param: XmlParam, typing: XmlTyping, sep: P | None = None) -> None:
         self.param = param
         self.typing = typing
-        self._many = many(param, sep=ws())
+        self.sep = sep  # between parameters (default: whitespace)
+        self._many = many(param, sep=sep if sep is not None else ws())
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         r = self._many.parse(s, pos, eof)
@@ -186,7 +187,13 @@ class XmlArgs(P):
         i = pos
         n = len(s)
         while True:
-            if parts or i > pos:
+            if self.sep is not None:
+                if parts or i > pos:
+                    r = self.sep.parse(s, i, False)
+                    if not isinstance(r, Ok):
+                        break
+                    i = r.end
+            elif parts or i > pos:
                 while i < n and s[i].isspace():
                     i += 1
             r = param.parse(s, i, False)
@@ -220,8 +227,8 @@ class XmlArgs(P):
         return ArgsPrefix(text, "}")
 
 
-def xml_args(param: XmlParam, typing: XmlTyping) -> P:
-    node = XmlArgs(param, typing)
+def xml_args(param: XmlParam, typing: XmlTyping, sep: P | None = None) -> P:
+    node = XmlArgs(param, typing, sep)
     return tag("args", node, node.partial)
 
 
