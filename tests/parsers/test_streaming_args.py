@@ -104,6 +104,11 @@ MORE.update({
 MORE["functiongemma"] = lambda calls: "".join(
     "<start_function_call>call:" + n + "{" + ",".join(f"{k}:<escape>{_v(v)}<escape>" for k, v in a.items())
     + "}<end_function_call>" for n, a in calls)
+O, S, C = "<|open|>", "<|sep|>", "<|close|>"  # kimi_k3
+def _t(v): return "string" if isinstance(v, str) else "object"
+MORE.update({"kimi_k3": lambda calls: f"{O}tools{S}" + "".join(
+    f'{O}call tool="{n}" index="{i}"{S}' + "".join(f'{O}argument key="{k}" type="{_t(v)}"{S}{_v(v)}{C}argument{S}' for k, v in a.items())
+    + f"{C}call{S}" for i, (n, a) in enumerate(calls)) + f"{C}tools{S}"})
 
 #: every format whose arguments stream, with its renderer
 STREAMED = {**RENDER, **MORE}

@@ -120,7 +120,7 @@ class _Gemma4Args(P):
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         r = self._many.parse(s, pos, eof)
-        if isinstance(r, Ok):
+        if isinstance(r, Ok) and r.value:  # (no members: not begun)
             name = probe_name()
             if name:  # under a probe: the text too (`ParsedArgs`)
                 text = xml_args_text([(k, self.typed_member(name, k, v)) for k, v in r.value])

@@ -245,7 +245,7 @@ class _PyArgs(P):
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         r = self._p.parse(s, pos, eof)
-        if isinstance(r, Ok) and probe_name() is not None:
+        if isinstance(r, Ok) and r.value and probe_name() is not None:
             return Ok(r.end, ParsedArgs(r.value, xml_args_text(r.value)))
         return r
 

@@ -167,7 +167,7 @@ class XmlArgs(P):
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         r = self._many.parse(s, pos, eof)
-        if isinstance(r, Ok):
+        if isinstance(r, Ok) and r.value:  # (no parameters: not begun)
             name = probe_name()
             if name is not None:  # under a probe: the text too (`ParsedArgs`)
                 typing = self.typing

@@ -35,7 +35,6 @@ COMMITTED: dict[str, tuple[str, list]] = {
     'tool:qwen3_json:malformed_truncated': ('', [('get_weather', {'city': 'P'})]),
     'tool:qwen3_json:malformed_broken': (',}}\n</tool_call> tail', [('f', {'a': 1})]),
     'tool:apertus:malformed': ('}]<|tools_suffix|>', [('get_weather', {})]),
-    'tool:deepseek_v41:malformed': ('calls>', [('get_weather', {})]),
     'tool:ernie45:malformed': ('}\n</tool_call>', [('get_weather', {})]),
     'tool:gigachat3:malformed': ('}', [('get_weather', {})]),
     'tool:granite:malformed': ('}]', [('get_weather', {})]),
