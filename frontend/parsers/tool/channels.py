@@ -28,8 +28,8 @@ from vllm_pyfrontend.parsers.combinators import (
     take_until,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import Call, Section, SectionToolParser, ToolFormat, dumps_args
-from vllm_pyfrontend.parsers.tool.json_calls import call_object, json_members
+from vllm_pyfrontend.parsers.tool.base import Section, SectionToolParser, ToolFormat
+from vllm_pyfrontend.parsers.tool.json_calls import call_object
 
 
 class MarkerDropParser:

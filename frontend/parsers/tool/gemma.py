@@ -9,7 +9,6 @@ the schema says nothing it stays text, as vLLM does.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from vllm_pyfrontend.parsers.combinators import (
@@ -29,7 +28,7 @@ from vllm_pyfrontend.parsers.combinators import (
     take_until,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.streaming import (
     ArgsPrefix,
     ParsedArgs,

@@ -33,7 +33,6 @@ from vllm_pyfrontend.parsers.combinators import (
 from vllm_pyfrontend.parsers.tool.base import (
     Call,
     Section,
-    ToolFormat,
     coerce_params,
     coerce_value,
     dumps_args,
