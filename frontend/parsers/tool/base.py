@@ -142,6 +142,8 @@ def calls_of_events(events: list[tuple[str, int, int, Any]]) -> list[_Info]:
                 args = value
             elif isinstance(value, str):
                 args = ArgsPrefix(value, "")
+            elif getattr(value, "args_text", None) is not None:
+                args = ArgsPrefix(value.args_text, "")  # streaming.ParsedArgs
             else:
                 args = None  # complete, but its text comes with the call
         elif kind == "call":

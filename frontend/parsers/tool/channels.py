@@ -24,11 +24,12 @@ from vllm_pyfrontend.parsers.combinators import (
     many,
     partial_tail,
     seq,
+    tag,
     take_until,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import Call, Section, SectionToolParser, ToolFormat, dumps_args
-from vllm_pyfrontend.parsers.tool.json_calls import json_members
+from vllm_pyfrontend.parsers.tool.base import Section, SectionToolParser, ToolFormat
+from vllm_pyfrontend.parsers.tool.json_calls import call_object
 
 
 class MarkerDropParser:
@@ -114,6 +115,24 @@ def _attrs(text: str) -> dict[str, str]:
     return out
 
 
+class _K3Typing:
+    """``type="string"`` values are the raw text; other types JSON (raw text when not)."""
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return meta == "string"
+
+    def streams(self, name: str, key: str, meta: Any, raw: str) -> bool:
+        return meta == "string"
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        if meta == "string":
+            return text
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+
 class KimiK3(_Dropping):
     """Kimi K3 (XTML)::
 
@@ -131,45 +150,41 @@ class KimiK3(_Dropping):
     drop = (f"{O}response{S}", f"{C}response{S}", f"{C}message{S}")
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
-        arg = fmap(
-            seq(
-                lit(f"{O}argument"),
-                ws(1),
-                take_until(S),
-                lit(S),
-                take_until(f"{C}argument{S}"),
-                lit(f"{C}argument{S}"),
-            ),
-            lambda v: (_attrs(v[2]), v[4]),
+        # streamed as the arguments arrive (`xml_args`): string-typed values as text
+        from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, xml_args, xml_call
+
+        def head(v: list[Any]) -> tuple[str, str]:
+            attrs = _attrs(v[2])
+            return attrs.get("key", ""), attrs.get("type", "string")
+
+        param = XmlParam(
+            fmap(seq(lit(f"{O}argument"), ws(1), take_until(S), lit(S)), head),
+            f"{C}argument{S}",
         )
 
-        def build(v: list[Any]) -> Call:
-            name = _attrs(v[2]).get("tool", "")
+        def tool_name(v: list[Any]) -> str:
+            name = _attrs(v).get("tool", "")
             if not name:
                 raise ValueError("no tool name")
-            args: dict[str, Any] = {}
-            for attrs, raw in v[5]:
-                if attrs.get("type", "string") == "string":
-                    args[attrs.get("key", "")] = raw
-                else:
-                    try:
-                        args[attrs.get("key", "")] = json.loads(raw)
-                    except ValueError:
-                        args[attrs.get("key", "")] = raw
-            return Call(name=name, arguments=dumps_args(args))
+            return name
 
-        call = fmap(
-            seq(
-                lit(f"{O}call"),
-                ws(1),
-                take_until(S),
-                lit(S),
-                ws(),
-                many(arg, sep=ws()),
-                ws(),
-                lit(f"{C}call{S}"),
+        typing = _K3Typing()
+        make = xml_call(typing)
+        call = tag(
+            "call",
+            fmap(
+                seq(
+                    lit(f"{O}call"),
+                    ws(1),
+                    tag("name", fmap(take_until(S), tool_name)),
+                    lit(S),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit(f"{C}call{S}"),
+                ),
+                lambda v: make(v[2], v[5]),
             ),
-            build,
         )
         self.sections = {f"{O}tools{S}": Section(body=_calls_body(call), ends=(f"{C}tools{S}",))}
 
@@ -195,17 +210,8 @@ class Inkling(_Dropping):
     )
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
-        def build(members: dict[str, str]) -> Call:
-            raw_name = members.get("name")
-            if raw_name is None or not raw_name.startswith('"'):
-                raise ValueError("no name")
-            name = json.loads(raw_name)
-            raw = members.get("args")
-            if not name or (raw is not None and not raw.startswith("{")):
-                raise ValueError("args must be an object")
-            return Call(name=name, arguments=raw or "{}")
-
-        body = fmap(seq(ws(), fmap(json_members(), build)), lambda v: [v[1]])
+        # streamed as written (`call_object`): args optional, an object when given
+        body = fmap(seq(ws(), call_object("args", encoded=False)), lambda v: [v[1]])
         self.sections = {"<|content_invoke_tool_json|>": Section(body=body)}
 
 
@@ -224,22 +230,16 @@ class CohereCommand(_Dropping):
     def __init__(self, tools: Sequence[Any] = (), cmd4: bool = False) -> None:
         if cmd4:  # Command A Vision / MoE also frame the answer in <|START_TEXT|>
             self.drop = self.drop + ("<|START_TEXT|>", "<|END_TEXT|>")
-        def build(members: dict[str, str]) -> Call:
-            raw_name = members.get("tool_name", members.get("name"))
-            if raw_name is None or not raw_name.startswith('"'):
-                raise ValueError("no name")
-            name = json.loads(raw_name)
-            raw = members.get("parameters", members.get("arguments"))
-            if not name or (raw is not None and not raw.startswith("{")):
-                raise ValueError("parameters must be an object")
-            return Call(name=name, arguments=raw or "{}")
-
         array = fmap(
             seq(
                 ws(),
                 lit("["),
                 ws(),
-                many(fmap(json_members(), build), sep=seq(ws(), lit(","), ws()), minimum=1),
+                many(
+                    call_object("parameters", "arguments", name_keys=("tool_name", "name"), encoded=False),
+                    sep=seq(ws(), lit(","), ws()),
+                    minimum=1,
+                ),
                 ws(),
                 lit("]"),
                 ws(),

@@ -9,11 +9,12 @@ the schema says nothing it stays text, as vLLM does.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from vllm_pyfrontend.parsers.combinators import (
+    Ok,
     P,
+    Result,
     chars_while,
     choice,
     fmap,
@@ -21,11 +22,23 @@ from vllm_pyfrontend.parsers.combinators import (
     lit,
     many,
     opt,
+    partial_tail,
     seq,
+    tag,
     take_until,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
+from vllm_pyfrontend.parsers.tool.streaming import (
+    ArgsPrefix,
+    ParsedArgs,
+    XmlStringTail,
+    dumps_value,
+    escape,
+    min_open,
+    probe_name,
+    xml_args_text,
+)
 from vllm_pyfrontend.parsers.tool.schema_values import schema_types, tool_schema, typed_value
 
 Q = '<|"|>'
@@ -62,8 +75,9 @@ def _typed(value: Any, schema: Any) -> Any:
     return value
 
 
-def _gemma4_values() -> tuple[P, P]:
-    """(object members parser -> dict, value parser)."""
+def _gemma4_values() -> tuple[P, P, P, P]:
+    """(object members parser -> dict, value parser, member parser -> (key,
+    value), member head parser ``key:<|"|>`` -> key)."""
     sep = seq(ws(), lit(","), ws())
     string = fmap(seq(lit(Q), take_until(Q), lit(Q)), lambda v: v[1])
     bare = fmap(chars_while(lambda c: c not in ",}]" and not c.isspace()), _Bare)
@@ -73,7 +87,81 @@ def _gemma4_values() -> tuple[P, P]:
     members = fmap(many(member, sep=sep), dict)
     obj = fmap(seq(lit("{"), ws(), members, ws(), lit("}")), lambda v: v[2])
     arr = fmap(seq(lit("["), ws(), many(value, sep=sep), ws(), lit("]")), lambda v: v[2])
-    return members, value
+    string_head = fmap(seq(key, ws(), lit(":"), ws(), lit(Q)), lambda v: v[0])
+    return members, value, member, string_head
+
+
+class _QuoteParam:
+    """What `XmlStringTail` needs of a ``<|"|>`` string value: its end."""
+
+    ends = (Q,)
+    trim = False
+
+    @staticmethod
+    def held(value: str) -> int:
+        return len(value)
+
+
+class _Gemma4Args(P):
+    """The top-level members of a call, ``key:value`` separated by commas ->
+    ``[(key, value)]``; streamed member by member (reported as ``"args"``):
+    completed members typed by the schema, an open ``<|"|>`` string as it
+    arrives (a delimited string is text whatever the schema says)."""
+
+    __slots__ = ("member", "head", "typed_member", "_many", "_sep")
+
+    def __init__(self, member: P, head: P, typed_member) -> None:
+        self.member = member
+        self.head = head
+        self.typed_member = typed_member  # (call name, key, value) -> JSON value
+        self._sep = seq(ws(), lit(","), ws())
+        self._many = many(member, sep=self._sep)
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        r = self._many.parse(s, pos, eof)
+        if isinstance(r, Ok) and r.value:  # (no members: not begun)
+            name = probe_name()
+            if name:  # under a probe: the text too (`ParsedArgs`)
+                text = xml_args_text([(k, self.typed_member(name, k, v)) for k, v in r.value])
+                return Ok(r.end, ParsedArgs(r.value, text))
+        return r
+
+    def partial(self, s: str, pos: int, events: list) -> ArgsPrefix | None:
+        name = next((v for k, _, e, v in reversed(events) if k == "name" and e != -1), None)
+        if not isinstance(name, str) or not name:
+            return None
+        least = min_open()
+        parts: list[str] = []
+        seen: set[str] = set()
+        i = pos
+        while True:
+            j = i
+            if parts:
+                r = self._sep.parse(s, i, False)
+                if not isinstance(r, Ok):
+                    break
+                j = r.end
+            r = self.member.parse(s, j, False)
+            if not isinstance(r, Ok):
+                i = j
+                break
+            key, value = r.value
+            if key not in seen:
+                seen.add(key)
+                parts.append(f"{dumps_value(key)}: {dumps_value(self.typed_member(name, key, value))}")
+            i = r.end
+        text = "{" + ", ".join(parts)
+        h = self.head.parse(s, i, False)
+        if isinstance(h, Ok) and h.value not in seen:
+            raw = s[h.end :]
+            cut = partial_tail(raw, (Q,))
+            if cut >= least and Q not in raw:
+                sep = ", " if parts else ""
+                text += f"{sep}{dumps_value(h.value)}: \"" + escape(raw[:cut])
+                return ArgsPrefix(text, '"}', XmlStringTail(_QuoteParam, raw[cut:], False))
+        if not parts and least:
+            return ArgsPrefix("", "")
+        return ArgsPrefix(text, "}")
 
 
 class Gemma4(ToolFormat):
@@ -81,16 +169,31 @@ class Gemma4(ToolFormat):
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
         self.tools = list(tools)
-        members, _ = _gemma4_values()
+        _, _, member, head = _gemma4_values()
+
+        def typed_member(name: str, key: str, value: Any) -> Any:
+            props = (tool_schema(self.tools, name) or {}).get("properties")
+            return _typed(value, props.get(key) if isinstance(props, dict) else None)
+
+        node = _Gemma4Args(member, head, typed_member)
 
         def build(v: list[Any]) -> Call:
             name = v[1]
-            schema = tool_schema(self.tools, name) or {}
-            return Call(name=name, arguments=dumps_args(_typed(v[4], schema)))
+            return Call(name=name, arguments=xml_args_text([(k, typed_member(name, k, x)) for k, x in v[4]]))
 
-        call = fmap(
-            seq(lit("call:"), chars_while(_ident), ws(), lit("{"), fmap(seq(ws(), members, ws()), lambda v: v[1]), lit("}")),
-            lambda v: build([v[0], v[1], None, None, v[4]]),
+        call = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("call:"),
+                    tag("name", chars_while(_ident)),
+                    ws(),
+                    lit("{"),
+                    fmap(seq(ws(), tag("args", node, node.partial), ws()), lambda v: v[1]),
+                    lit("}"),
+                ),
+                lambda v: build([v[0], v[1], None, None, v[4]]),
+            ),
         )
         body = fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
         self.sections = {"<|tool_call>": Section(body=body, ends=("<tool_call|>",))}
@@ -102,27 +205,31 @@ class FunctionGemma(ToolFormat):
     comma between arguments may be missing."""
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
-        def value(text: str) -> Any:
-            try:
-                return json.loads(text)
-            except ValueError:
-                return text
+        from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, xml_args, xml_call
+        from vllm_pyfrontend.parsers.tool.xml_more import JsonOrTextTyping
 
-        arg = fmap(
-            seq(chars_while(lambda c: c.isalnum() or c == "_"), lit(":<escape>"), take_until("<escape>"), lit("<escape>")),
-            lambda v: (v[0], value(v[2])),
+        # streamed as the values arrive (`xml_args`); a value streams once it
+        # cannot be JSON (`JsonOrTextTyping`)
+        typing = JsonOrTextTyping()
+        param = XmlParam(
+            fmap(seq(chars_while(lambda c: c.isalnum() or c == "_"), lit(":<escape>")), lambda v: v[0]),
+            "<escape>",
         )
-        call = fmap(
-            seq(
-                lit("call:"),
-                chars_while(lambda c: c.isalnum() or c == "_"),
-                lit("{"),
-                ws(),
-                many(arg, sep=seq(ws(), opt(lit(",")), ws())),
-                ws(),
-                lit("}"),
+        make = xml_call(typing)
+        call = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("call:"),
+                    tag("name", chars_while(lambda c: c.isalnum() or c == "_")),
+                    lit("{"),
+                    ws(),
+                    xml_args(param, typing, sep=seq(ws(), opt(lit(",")), ws())),
+                    ws(),
+                    lit("}"),
+                ),
+                lambda v: [make(v[1], v[4])],
             ),
-            lambda v: [Call(name=v[1], arguments=dumps_args(dict(v[4])))],
         )
         self.sections = {
             "<start_function_call>": Section(body=call, ends=("<end_function_call>",))

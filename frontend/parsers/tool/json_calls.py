@@ -68,12 +68,27 @@ class _CallObject(P):
     """``{"name": "...", "<arg key>": {...}, ...}`` -> Call, scanning member by
     member so that a partial object reports its name and arguments so far
     (the first ``name`` member and the first member named by ``arg_keys``
-    count; other members are ignored)."""
+    count; other members are ignored). ``strict``: the arguments member is
+    required and must be an object as written (no double-encoded string);
+    ``check(name)`` rejects a name (raises ValueError) before it is announced;
+    ``name_keys``: the members that may hold the name; without ``encoded`` the
+    arguments must be an object as written (optional unless ``strict``)."""
 
-    __slots__ = ("arg_keys",)
+    __slots__ = ("arg_keys", "strict", "check", "name_keys", "encoded")
 
-    def __init__(self, arg_keys: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        arg_keys: tuple[str, ...],
+        strict: bool = False,
+        check=None,
+        name_keys: tuple[str, ...] = ("name",),
+        encoded: bool = True,
+    ) -> None:
         self.arg_keys = arg_keys
+        self.strict = strict
+        self.check = check
+        self.name_keys = name_keys
+        self.encoded = encoded and not strict
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         n = len(s)
@@ -116,14 +131,21 @@ class _CallObject(P):
                 return self._need(s, name, args_raw, i if is_args else -1, eof)
             if isinstance(r, Fail):
                 return r
-            if key == "name" and name is None:
+            if key in self.name_keys and name is None:
                 if not r.value.startswith('"'):
                     return Fail(i)
                 name = json.loads(r.value)
                 if not name:
                     return Fail(i)
+                if self.check is not None:
+                    try:
+                        self.check(name)
+                    except ValueError:
+                        return Fail(i)
             elif is_args:
                 args_raw = r.value
+                if not self.encoded and not args_raw.startswith("{"):
+                    return Fail(i)
                 try:
                     _args_from_raw(args_raw)
                 except ValueError:
@@ -139,7 +161,7 @@ class _CallObject(P):
             if s[i] != ",":
                 return Fail(i)
             i += 1
-        if name is None:
+        if name is None or (self.strict and args_raw is None):
             return Fail(pos)
         return Ok(i, Call(name=name, arguments=_args_from_raw(args_raw)))
 
@@ -157,9 +179,15 @@ class _CallObject(P):
         return NEED
 
 
-def call_object(*arg_keys: str) -> P:
+def call_object(
+    *arg_keys: str,
+    strict: bool = False,
+    check=None,
+    name_keys: tuple[str, ...] = ("name",),
+    encoded: bool = True,
+) -> P:
     """``{"name": "...", "<arg_key>": {...}}`` -> Call (streamed: see `_CallObject`)."""
-    return tag("call", _CallObject(tuple(arg_keys)))
+    return tag("call", _CallObject(tuple(arg_keys), strict, check, name_keys, encoded))
 
 
 def json_args() -> P:

@@ -14,14 +14,16 @@ from typing import Any, Sequence
 from vllm_pyfrontend.parsers.combinators import (
     P,
     fmap,
+    json_value,
     lit,
     many,
     opt,
     seq,
+    tag,
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
-from vllm_pyfrontend.parsers.tool.json_calls import call_object, json_members
+from vllm_pyfrontend.parsers.tool.json_calls import call, call_object, json_args
 from vllm_pyfrontend.parsers.tool.schema_values import tool_names
 
 
@@ -40,19 +42,9 @@ def call_array(*arg_keys: str) -> P:
 
 
 def _strict_call(*arg_keys: str) -> P:
-    """A call object that must carry one of ``arg_keys`` holding an object."""
-
-    def build(members: dict[str, str]) -> Call:
-        name_raw = members.get("name")
-        if name_raw is None or not name_raw.startswith('"'):
-            raise ValueError("no name")
-        name = json.loads(name_raw)
-        raw = next((members[k] for k in arg_keys if k in members), None)
-        if not name or raw is None or not raw.startswith("{"):
-            raise ValueError("needs a name and an arguments object")
-        return Call(name=name, arguments=raw)
-
-    return fmap(json_members(), build)
+    """A call object that must carry one of ``arg_keys`` holding an object
+    (streamed as written: `call_object`)."""
+    return call_object(*arg_keys, strict=True)
 
 
 def _strict_array(*arg_keys: str) -> P:
@@ -117,18 +109,30 @@ class ToolCallsArray(ToolFormat):
 
 
 # -------------------------------------------------------------------- apertus
+def _apertus_name(raw: str) -> str:
+    name = json.loads(raw)
+    if not name:
+        raise ValueError("empty name")
+    return name
+
+
 def _apertus_call() -> P:
-    """``{"get_weather": {...}}``: a one-member object, the key is the name."""
-
-    def build(members: dict[str, str]) -> Call:
-        if len(members) != 1:
-            raise ValueError("one function per object")
-        ((name, raw),) = members.items()
-        if not name or not raw.startswith("{"):
-            raise ValueError("arguments must be an object")
-        return Call(name=name, arguments=raw)
-
-    return fmap(json_members(), build)
+    """``{"get_weather": {...}}``: a one-member object, the key is the name
+    (streamed: the name is announced once the arguments object begins)."""
+    return call(
+        seq(
+            lit("{"),
+            ws(),
+            tag("name", fmap(json_value('"'), _apertus_name)),
+            ws(),
+            lit(":"),
+            ws(),
+            json_args(),
+            ws(),
+            lit("}"),
+        ),
+        lambda v: Call(name=v[2], arguments=v[6]),
+    )
 
 
 class Apertus(ToolFormat):
@@ -155,14 +159,13 @@ class Internlm(ToolFormat):
     def __init__(self, tools: Sequence[Any] = ()) -> None:
         known = tool_names(tools)
 
-        def check(call: Call) -> Call:
-            if known and call.name not in known:
+        def check(name: str) -> None:
+            if known and name not in known:
                 raise ValueError("not one of the request's tools")
-            return call
 
         self.sections = {
             "<|action_start|><|plugin|>": Section(
-                body=_padded(_one(fmap(call_object("parameters", "arguments"), check))),
+                body=_padded(_one(call_object("parameters", "arguments", check=check))),
                 ends=("<|action_end|>",),
             )
         }

@@ -9,16 +9,16 @@ from __future__ import annotations
 from vllm_pyfrontend.parsers.combinators import (
     P,
     fmap,
-    json_value,
     lit,
     many,
     opt,
     seq,
+    tag,
     take_until,
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
-from vllm_pyfrontend.parsers.tool.json_calls import _name_ok, call_object
+from vllm_pyfrontend.parsers.tool.json_calls import _name_ok, call, call_object, json_args
 
 
 def call_array(*arg_keys: str) -> P:
@@ -99,17 +99,17 @@ class Plamo3(ToolFormat):
         <|plamo:end_tool_requests:plamo|>
     """
 
-    _call = fmap(
+    _call = call(
         seq(
             lit(PLAMO_BEGIN_REQUEST),
             ws(),
             lit(PLAMO_BEGIN_NAME),
-            fmap(take_until(PLAMO_END_NAME), _name_ok),
+            tag("name", fmap(take_until(PLAMO_END_NAME), _name_ok)),
             lit(PLAMO_END_NAME),
             ws(),
             lit(PLAMO_BEGIN_ARGS),
             ws(),
-            opt(json_value("{")),
+            opt(json_args()),
             ws(),
             lit(PLAMO_END_ARGS),
             ws(),

@@ -30,9 +30,19 @@ from vllm_pyfrontend.parsers.combinators import (
     many,
     opt,
     seq,
+    tag,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
+from vllm_pyfrontend.parsers.tool.streaming import (
+    ArgsPrefix,
+    ParsedArgs,
+    dumps_value,
+    escape,
+    min_open,
+    probe_name,
+    xml_args_text,
+)
 
 
 class _PyString(P):
@@ -142,26 +152,173 @@ def _name(text: str) -> str:
     return text
 
 
+_HEX = {"x": 2, "u": 4, "U": 8}
+
+
+def _py_safe(t: str, q: str, triple: bool) -> int | None:
+    """How much of ``t`` (string body text starting outside an escape) can be
+    decoded now: not an incomplete escape, not quotes that may begin the
+    closing delimiter. None: the string ends in ``t``."""
+    n = len(t)
+    i = 0
+    while i < n:
+        c = t[i]
+        if c == "\\":
+            if i + 1 >= n:
+                return i
+            d = t[i + 1]
+            if d in "01234567":
+                k = i + 2
+                while k < n and k < i + 4 and t[k] in "01234567":
+                    k += 1
+                if k < i + 4 and k == n:
+                    return i  # more octal digits may follow
+                i = k
+            elif d in _HEX:
+                if i + 2 + _HEX[d] > n:
+                    return i
+                i += 2 + _HEX[d]
+            elif d == "N":
+                close = t.find("}", i)
+                if close == -1:
+                    return i
+                i = close + 1
+            else:
+                i += 2
+            continue
+        if c == q:
+            if not triple or t.startswith(q * 3, i):
+                return None
+            if t[i:] == q * (n - i):
+                return i  # may be the closing delimiter
+        i += 1
+    return n
+
+
+def _py_decode(t: str, q: str, triple: bool) -> str:
+    """Decode a safe segment of a string body as `_PyString` decodes the whole."""
+    delim = q * 3 if triple else q
+    fixed = t.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") if not triple else t
+    fixed = fixed.replace("\x00", "\\x00")
+    value = ast.literal_eval(delim + fixed + delim)
+    if not isinstance(value, str):
+        raise ValueError("not a string")
+    return value
+
+
+class _PyStringTail:
+    """Extends an open string keyword argument (see streaming.py's tails)."""
+
+    __slots__ = ("q", "triple", "pending")
+
+    def __init__(self, q: str, triple: bool, pending: str) -> None:
+        self.q, self.triple, self.pending = q, triple, pending
+
+    def extend(self, raw: str) -> str | None:
+        t = self.pending + raw
+        cut = _py_safe(t, self.q, self.triple)
+        if cut is None:
+            return None
+        try:
+            out = escape(_py_decode(t[:cut], self.q, self.triple))
+        except (ValueError, SyntaxError):
+            return None
+        self.pending = t[cut:]
+        return out
+
+
+class _PyArgs(P):
+    """Keyword arguments ``key=value, ...`` -> ``[(key, value)]``, streamed
+    argument by argument (reported as ``"args"``): completed ones as JSON, an
+    open string literal decoded as it arrives."""
+
+    __slots__ = ("kwarg", "head", "_p", "_sep")
+
+    def __init__(self) -> None:
+        self.kwarg = fmap(
+            seq(chars_while(_ident_char), ws(), lit("="), ws(), py_value()),
+            lambda v: (v[0], v[4]),
+        )
+        self.head = fmap(seq(chars_while(_ident_char), ws(), lit("="), ws()), lambda v: v[0])
+        self._sep = seq(ws(), lit(","), ws())
+        self._p = fmap(seq(many(self.kwarg, sep=self._sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        r = self._p.parse(s, pos, eof)
+        if isinstance(r, Ok) and r.value and probe_name() is not None:
+            return Ok(r.end, ParsedArgs(r.value, xml_args_text(r.value)))
+        return r
+
+    def partial(self, s: str, pos: int, events: list) -> ArgsPrefix | None:
+        if probe_name() is None:
+            return None
+        least = min_open()
+        parts: list[str] = []
+        seen: set[str] = set()
+        i = pos
+        while True:
+            j = i
+            if parts:
+                r = self._sep.parse(s, i, False)
+                if not isinstance(r, Ok):
+                    break
+                j = r.end
+            r = self.kwarg.parse(s, j, False)
+            if not isinstance(r, Ok):
+                i = j
+                break
+            key, value = r.value
+            if key not in seen:
+                seen.add(key)
+                parts.append(f"{dumps_value(key)}: {dumps_value(value)}")
+            i = r.end
+        text = "{" + ", ".join(parts)
+        h = self.head.parse(s, i, False)
+        open_str = isinstance(h, Ok) and h.end < len(s) and s[h.end] in "'\""
+        if open_str and h.value not in seen:
+            q = s[h.end]
+            rest = s[h.end :]
+            if len(rest) >= 3 or rest != q * len(rest):  # '' / ''' decided
+                triple = rest.startswith(q * 3)
+                body = rest[3 if triple else 1 :]
+                cut = _py_safe(body, q, triple)
+                decoded = None
+                if cut is not None:
+                    try:
+                        decoded = _py_decode(body[:cut], q, triple)
+                    except (ValueError, SyntaxError):
+                        decoded = None
+                if decoded is not None and len(decoded) >= least:
+                    sep = ", " if parts else ""
+                    text += f'{sep}{dumps_value(h.value)}: "' + escape(decoded)
+                    return ArgsPrefix(text, '"}', _PyStringTail(q, triple, body[cut:]))
+        if not parts:
+            # the arguments have begun (the call is committed) with a complete
+            # argument or an open string; ``bad(x=b'z')`` is not a call yet
+            if not open_str:
+                return None
+            if least:
+                return ArgsPrefix("", "")
+        return ArgsPrefix(text, "}")
+
+
 def py_call() -> P:
-    """``name(key=value, ...)`` -> Call (dotted names kept, as vLLM does)."""
-    kwarg = fmap(
-        seq(chars_while(_ident_char), ws(), lit("="), ws(), py_value()),
-        lambda v: (v[0], v[4]),
-    )
-    kwargs = fmap(
-        seq(many(kwarg, sep=seq(ws(), lit(","), ws())), opt(seq(ws(), lit(",")))),
-        lambda v: v[0],
-    )
-    return fmap(
-        seq(
-            fmap(chars_while(lambda c: _ident_char(c) or c == "."), _name),
-            lit("("),
-            ws(),
-            kwargs,
-            ws(),
-            lit(")"),
+    """``name(key=value, ...)`` -> Call (dotted names kept, as vLLM does),
+    streamed: the name, then the arguments as they are written (`_PyArgs`)."""
+    args = _PyArgs()
+    return tag(
+        "call",
+        fmap(
+            seq(
+                tag("name", fmap(chars_while(lambda c: _ident_char(c) or c == "."), _name)),
+                lit("("),
+                ws(),
+                tag("args", args, args.partial),
+                ws(),
+                lit(")"),
+            ),
+            lambda v: Call(name=v[0], arguments=xml_args_text(v[3])),
         ),
-        lambda v: Call(name=v[0], arguments=dumps_args(dict(v[3]))),
     )
 
 

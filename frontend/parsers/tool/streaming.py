@@ -224,6 +224,32 @@ class XmlStringTail:
         return escape(text[:keep])
 
 
+class ParsedArgs(list):
+    """A complete arguments parser's value (e.g. XML parameters) that also
+    carries its arguments text, set while a probe runs: a call whose
+    arguments are complete but whose own end is not yet (or never) written
+    is then committed with those arguments, as when they were still open."""
+
+    __slots__ = ("args_text",)
+
+    def __init__(self, items: Any, args_text: str | None) -> None:
+        super().__init__(items)
+        self.args_text = args_text
+
+
+def probe_name() -> str | None:
+    """The last complete call name reported to the active probe, if any."""
+    from vllm_pyfrontend.parsers import combinators
+
+    pr = combinators._probe
+    if pr is None:
+        return None
+    for kind, _, stop, value in reversed(pr.events):
+        if kind == "name" and stop != -1:
+            return value if isinstance(value, str) else None
+    return None
+
+
 def dumps_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 

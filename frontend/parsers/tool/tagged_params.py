@@ -19,11 +19,13 @@ from vllm_pyfrontend.parsers.combinators import (
     many,
     opt,
     seq,
+    tag,
     take_until,
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
 from vllm_pyfrontend.parsers.tool.json_calls import json_members
+from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, xml_args, xml_call
 from vllm_pyfrontend.parsers.tool.schema_values import (
     param_schema,
     schema_types,
@@ -56,6 +58,20 @@ class _Typed(ToolFormat):
         return typed_value(text, schema_types(param_schema(self.tools, name, key)))
 
 
+class _SchemaTyped(XmlTyping):
+    """Values typed by `schema_values.typed_value`; streamed while the schema
+    says text only."""
+
+    def __init__(self, tools: Sequence[Any]) -> None:
+        self.tools = list(tools)
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return schema_types(param_schema(self.tools, name, key)) == {"string"}
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        return typed_value(text, schema_types(param_schema(self.tools, name, key)))
+
+
 # ------------------------------------------------------------ hy_v3 / hy_v4
 class HyV3(_Typed):
     """Hunyuan (HY) V3::
@@ -71,6 +87,50 @@ class HyV3(_Typed):
     eof_closes = True
 
     def build(self) -> dict[str, Section]:
+        typing = _SchemaTyped(self.tools)
+        param = XmlParam(
+            fmap(
+                seq(lit("<arg_key>"), take_until("</arg_key>"), lit("</arg_key>"), ws(), lit("<arg_value>")),
+                lambda v: v[1],
+            ),
+            "</arg_value>",
+        )
+        if self.sep is not None:
+            head = fmap(seq(take_until(self.sep), lit(self.sep)), lambda v: v[0])
+        else:
+            head = take_until("<arg_key>", "</tool_call>")
+        make = xml_call(typing)
+        call = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<tool_call>"),
+                    tag("name", fmap(head, _name)),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit("</tool_call>"),
+                ),
+                lambda v: make(v[1], v[3]),
+            ),
+        )
+        return {
+            "<tool_calls>": Section(
+                body=_calls_body(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
+            )
+        }
+
+
+class HyV4(HyV3):
+    """Hunyuan (HY) V4: as V3 without ``<tool_sep>`` (the name runs up to the first
+    ``<arg_key>``); an unclosed block is content, as in vLLM's strict V4 parser.
+    Strict means whole: any malformed block is given back as content, so calls
+    are not announced before their block is complete (no streamed arguments)."""
+
+    sep = None
+    eof_closes = False
+
+    def build(self) -> dict[str, Section]:
         arg = fmap(
             seq(
                 lit("<arg_key>"),
@@ -83,10 +143,7 @@ class HyV3(_Typed):
             ),
             lambda v: (v[1], v[5]),
         )
-        if self.sep is not None:
-            head = fmap(seq(take_until(self.sep), lit(self.sep)), lambda v: _name(v[0]))
-        else:
-            head = fmap(take_until("<arg_key>", "</tool_call>"), _name)
+        head = fmap(take_until("<arg_key>", "</tool_call>"), _name)
 
         def build(v: list[Any]) -> Call:
             name = v[1]
@@ -97,19 +154,7 @@ class HyV3(_Typed):
             seq(lit("<tool_call>"), head, ws(), many(arg, sep=ws()), ws(), lit("</tool_call>")),
             build,
         )
-        return {
-            "<tool_calls>": Section(
-                body=_calls_body(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
-            )
-        }
-
-
-class HyV4(HyV3):
-    """Hunyuan (HY) V4: as V3 without ``<tool_sep>`` (the name runs up to the first
-    ``<arg_key>``); an unclosed block is content, as in vLLM's strict V4 parser."""
-
-    sep = None
-    eof_closes = False
+        return {"<tool_calls>": Section(body=_calls_body(call), ends=("</tool_calls>",), eof_closes=False)}
 
 
 # ---------------------------------------------------------------- k2_horizon
@@ -373,7 +418,7 @@ class DsmlSpaced(_Typed):
 
     def build(self) -> dict[str, Section]:
         p = self.prefix
-        param = fmap(
+        head = fmap(
             seq(
                 lit(f"<{p}parameter"),
                 ws(1),
@@ -383,36 +428,42 @@ class DsmlSpaced(_Typed):
                 opt(fmap(seq(ws(1), lit('string="'), take_until('"'), lit('"')), lambda v: v[2])),
                 ws(),
                 lit(">"),
-                take_until(f"</{p}parameter>"),
-                lit(f"</{p}parameter>"),
             ),
-            lambda v: (_name(v[3]), v[5], v[8]),
+            lambda v: (_name(v[3]), v[5]),
         )
-
-        def build(v: list[Any]) -> Call:
-            args: dict[str, Any] = {}
-            for key, is_str, text in v[4]:
-                if is_str == "true":
-                    args[key] = text
-                else:
-                    try:
-                        args[key] = json.loads(text)
-                    except ValueError:
-                        args[key] = text
-            return Call(name=_name(v[1]), arguments=dumps_args(args))
-
-        invoke = fmap(
-            seq(
-                lit(f'<{p}invoke name="'),
-                take_until('"'),
-                lit('">'),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit(f"</{p}invoke>"),
+        param = XmlParam(head, f"</{p}parameter>")
+        typing = _DsmlTyping()
+        make = xml_call(typing)
+        invoke = tag(
+            "call",
+            fmap(
+                seq(
+                    lit(f'<{p}invoke name="'),
+                    tag("name", fmap(take_until('"'), _name)),
+                    lit('">'),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit(f"</{p}invoke>"),
+                ),
+                lambda v: make(v[1], v[4]),
             ),
-            build,
         )
         return {
             f"<{p}{self.wrapper}>": Section(body=_calls_body(invoke), ends=(f"</{p}{self.wrapper}>",))
         }
+
+
+class _DsmlTyping(XmlTyping):
+    """``string="true"``: text (streamed); else JSON where it parses, else text."""
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return meta == "true"
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        if meta == "true":
+            return text
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text

@@ -40,10 +40,12 @@ from vllm_pyfrontend.parsers.tool.base import (
 )
 from vllm_pyfrontend.parsers.tool.streaming import (
     ArgsPrefix,
+    ParsedArgs,
     XmlStringTail,
     dumps_value,
     escape,
     min_open,
+    probe_name,
     xml_args_text,
 )
 
@@ -125,6 +127,11 @@ class XmlTyping:
     def convert(self, name: str, key: str, meta: Any, text: str) -> Any:  # pragma: no cover
         raise NotImplementedError
 
+    def streams(self, name: str, key: str, meta: Any, raw: str) -> bool:
+        """Whether an open value (``raw`` so far) is certainly text: by default
+        when `is_string` says so (formats that decide by the value override)."""
+        return self.is_string(name, key, meta)
+
 
 class SchemaTyping(XmlTyping):
     """Values typed by the request's tool schemas (qwen3_coder, glm45, minimax_m2)."""
@@ -150,15 +157,23 @@ class XmlArgs(P):
     """``param`` repeated (separated by whitespace): the arguments of a call,
     streamed parameter by parameter (reported to the engine as ``"args"``)."""
 
-    __slots__ = ("param", "typing", "_many")
+    __slots__ = ("param", "typing", "_many", "sep")
 
-    def __init__(self, param: XmlParam, typing: XmlTyping) -> None:
+    def __init__(self, param: XmlParam, typing: XmlTyping, sep: P | None = None) -> None:
         self.param = param
         self.typing = typing
-        self._many = many(param, sep=ws())
+        self.sep = sep  # between parameters (default: whitespace)
+        self._many = many(param, sep=sep if sep is not None else ws())
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
-        return self._many.parse(s, pos, eof)
+        r = self._many.parse(s, pos, eof)
+        if isinstance(r, Ok) and r.value:  # (no parameters: not begun)
+            name = probe_name()
+            if name is not None:  # under a probe: the text too (`ParsedArgs`)
+                typing = self.typing
+                items = [(k, typing.convert(name, k, meta, text)) for k, meta, text in r.value]
+                return Ok(r.end, ParsedArgs(r.value, xml_args_text(items)))
+        return r
 
     def partial(self, s: str, pos: int, events: list) -> ArgsPrefix | None:
         name = next((v for k, _, e, v in reversed(events) if k == "name" and e != -1), None)
@@ -172,7 +187,13 @@ class XmlArgs(P):
         i = pos
         n = len(s)
         while True:
-            if parts or i > pos:
+            if self.sep is not None:
+                if parts or i > pos:
+                    r = self.sep.parse(s, i, False)
+                    if not isinstance(r, Ok):
+                        break
+                    i = r.end
+            elif parts or i > pos:
                 while i < n and s[i].isspace():
                     i += 1
             r = param.parse(s, i, False)
@@ -191,7 +212,7 @@ class XmlArgs(P):
         if isinstance(h, Ok):
             key, meta = h.value if isinstance(h.value, tuple) else (h.value, None)
             raw = s[h.end :]
-            if key not in seen and len(raw) >= least and typing.is_string(name, key, meta):
+            if key not in seen and len(raw) >= least and typing.streams(name, key, meta, raw[: partial_tail(raw, param.ends)]):
                 if param.trim and raw.startswith("\n"):
                     raw = raw[1:]
                 cut = partial_tail(raw, param.ends)
@@ -206,8 +227,8 @@ class XmlArgs(P):
         return ArgsPrefix(text, "}")
 
 
-def xml_args(param: XmlParam, typing: XmlTyping) -> P:
-    node = XmlArgs(param, typing)
+def xml_args(param: XmlParam, typing: XmlTyping, sep: P | None = None) -> P:
+    node = XmlArgs(param, typing, sep)
     return tag("args", node, node.partial)
 
 

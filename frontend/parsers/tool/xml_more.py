@@ -24,19 +24,33 @@ from vllm_pyfrontend.parsers.combinators import (
     lit,
     many,
     opt,
+    scan_json,
     seq,
+    tag,
     take_until,
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import (
     Call,
     Section,
-    ToolFormat,
     coerce_params,
+    coerce_value,
     dumps_args,
+    is_string_param,
     tool_properties,
 )
-from vllm_pyfrontend.parsers.tool.xml_calls import Qwen3Coder, XmlFormat, _attr_value, _name
+from vllm_pyfrontend.parsers.tool.xml_calls import (
+    Qwen3Coder,
+    SchemaTyping,
+    XmlFormat,
+    XmlParam,
+    XmlTyping,
+    _attr_value,
+    _name,
+    call_name,
+    xml_args,
+    xml_call,
+)
 
 
 # ------------------------------------------------------------ qwen3-coder kin
@@ -50,30 +64,29 @@ class SeedOss(Qwen3Coder):
 
 class MiMo(Qwen3Coder):
     """Xiaomi MiMo: Qwen3-Coder's grammar; parameter values are kept verbatim
-    (no framing newlines trimmed), then typed by the schema."""
+    (no framing newlines trimmed), then typed by the schema (streamed:
+    `xml_args`)."""
 
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit("<parameter="),
-                take_until(">"),
-                lit(">"),
-                take_until("</parameter>"),
-                lit("</parameter>"),
-            ),
-            lambda v: (_name(v[1]), v[3]),
+        param = XmlParam(
+            fmap(seq(lit("<parameter="), take_until(">"), lit(">")), lambda v: _name(v[1])),
+            "</parameter>",
         )
-        function = fmap(
-            seq(
-                lit("<function="),
-                take_until(">"),
-                lit(">"),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</function>"),
+        make = xml_call(self.typing)
+        function = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<function="),
+                    call_name(take_until(">")),
+                    lit(">"),
+                    ws(),
+                    xml_args(param, self.typing),
+                    ws(),
+                    lit("</function>"),
+                ),
+                lambda v: make(v[1], v[4]),
             ),
-            lambda v: self.make_call(_name(v[1]), v[4]),
         )
         body = fmap(seq(ws(), many(function, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
@@ -100,47 +113,53 @@ class Step3(XmlFormat):
     tools); other values are stripped and typed by the schema.
     """
 
-    def make_call(self, name: str, params: list[tuple[str, str]]) -> Call:
-        props = tool_properties(self.tools, name) if self.tools else {}
-        typed: dict[str, str] = {}
-        for key, value in params:
-            schema = props.get(key)
-            is_string = not isinstance(schema, dict) or schema.get("type") in (None, "string")
-            typed[key] = value if is_string else value.strip()
-        return Call(name=name, arguments=dumps_args(coerce_params(typed, props)))
-
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit('<steptml:parameter name="'),
-                take_until('"'),
-                lit('">'),
-                take_until("</steptml:parameter>"),
-                lit("</steptml:parameter>"),
-            ),
-            lambda v: (_name(v[1]), v[3]),
+        typing = _Step3Typing(self.tools)
+        param = XmlParam(
+            fmap(seq(lit('<steptml:parameter name="'), take_until('"'), lit('">')), lambda v: _name(v[1])),
+            "</steptml:parameter>",
         )
+        make = xml_call(typing)
         header = seq(lit("function"), ws(), lit(_S3_SEP), take_until("<steptml:invoke"))
-        call = fmap(
-            seq(
-                lit(_S3_CALL_BEGIN),
-                ws(),
-                opt(header),
-                lit('<steptml:invoke name="'),
-                take_until('"'),
-                lit('">'),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</steptml:invoke>"),
-                ws(),
-                lit(_S3_CALL_END),
+        call = tag(
+            "call",
+            fmap(
+                seq(
+                    lit(_S3_CALL_BEGIN),
+                    ws(),
+                    opt(header),
+                    lit('<steptml:invoke name="'),
+                    call_name(take_until('"')),
+                    lit('">'),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit("</steptml:invoke>"),
+                    ws(),
+                    lit(_S3_CALL_END),
+                ),
+                lambda v: make(v[4], v[7]),
             ),
-            lambda v: self.make_call(_name(v[4]), v[7]),
         )
         sep = seq(ws(), opt(lit(_S3_SEP)), ws())
         body = fmap(seq(ws(), many(call, sep=sep, minimum=1), ws()), lambda v: v[1])
         return {_S3_CALLS_BEGIN: Section(body=body, ends=(_S3_CALLS_END,))}
+
+
+class _Step3Typing(SchemaTyping):
+    """String values are kept as written (whitespace is data for edit tools);
+    other values are stripped, then typed by the schema."""
+
+    def _verbatim(self, schema: Any) -> bool:
+        return not isinstance(schema, dict) or schema.get("type") in (None, "string")
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        schema = self.props(name).get(key)
+        return self._verbatim(schema) and is_string_param(schema)
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        schema = self.props(name).get(key)
+        return coerce_value(text if self._verbatim(schema) else text.strip(), schema)
 
 
 # ------------------------------------------------------------------- minicpm5
@@ -381,34 +400,54 @@ class MuseGlimmer(XmlFormat):
     """
 
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit("<atem:parameter"),
-                ws(1),
-                lit("name="),
-                _attr_value(),
-                take_until(">"),
-                lit(">"),
-                take_until("</atem:parameter>"),
-                lit("</atem:parameter>"),
+        typing = JsonOrTextTyping()
+        param = XmlParam(
+            fmap(
+                seq(lit("<atem:parameter"), ws(1), lit("name="), _attr_value(), take_until(">"), lit(">")),
+                lambda v: _name(v[3]),
             ),
-            lambda v: (_name(v[3]), _json_or_text(v[6])),
+            "</atem:parameter>",
         )
-        invoke = fmap(
-            seq(
-                lit("<atem:invoke"),
-                ws(1),
-                lit("name="),
-                _attr_value(),
-                take_until(">"),
-                lit(">"),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</atem:invoke>"),
+        make = xml_call(typing)
+        invoke = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<atem:invoke"),
+                    ws(1),
+                    lit("name="),
+                    call_name(_attr_value()),
+                    take_until(">"),
+                    lit(">"),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit("</atem:invoke>"),
+                ),
+                lambda v: make(v[3], v[7]),
             ),
-            lambda v: Call(name=_name(v[3]), arguments=dumps_args(dict(v[7]))),
         )
         body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {"<atem:function_calls>": Section(body=body, ends=("</atem:function_calls>",))}
 
+
+class JsonOrTextTyping(XmlTyping):
+    """Values are JSON where they parse, else text. An open value streams once
+    its beginning shows it cannot be JSON (prose, code): the strict scanner
+    rejects it, or a complete JSON value is followed by more text. Python's
+    ``NaN`` / ``Infinity`` (accepted by the final decoding) are never streamed."""
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return False
+
+    def streams(self, name: str, key: str, meta: Any, raw: str) -> bool:
+        t = raw.lstrip(" \t\r\n")
+        if not t or t[0] in "NI" or t.startswith("-I"):
+            return False
+        r = scan_json(t, 0, False)
+        if isinstance(r, Fail):
+            return True
+        return isinstance(r, Ok) and bool(t[r.end :].strip(" \t\r\n"))
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        return _json_or_text(text)

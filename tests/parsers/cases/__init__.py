@@ -9,6 +9,9 @@ Each module in this package covers some parser names and defines any of:
 - ``DIFFERENCES: dict[str, str]``: case id -> why vLLM's installed parser answers otherwise.
   Only deliberate, explained differences; the test checks vLLM still differs there (a stale
   entry fails);
+- ``COMMITTED: dict[str, tuple[str, Calls]]``: case id -> (content, calls) replacing a
+  malformed case's expectation where the commit rule applies (see committed.py); with
+  ``WHY`` as the documented difference from vLLM, except for the ids in ``AGREES``;
 - ``EXTRA_TOKENS: list[str]``: markers vLLM's parsers look up in the vocabulary (they are
   added to the test tokenizer so that vLLM's parser classes can be built);
 - ``OVERRIDES: dict[str, tuple]``: case id -> the expected result that replaces the one its
@@ -74,6 +77,8 @@ def load() -> Loaded:
     """Every case module of this package, merged."""
     out = Loaded()
     overrides: dict[str, tuple[Any, Any]] = {}
+    committed: dict[str, Any] = {}
+    agrees: set[str] = set()
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         mod = importlib.import_module(f"{__name__}.{info.name}")
         out.tool_cases += getattr(mod, "TOOL_CASES", [])
@@ -84,6 +89,8 @@ def load() -> Loaded:
         out.extra_tokens += [t for t in getattr(mod, "EXTRA_TOKENS", []) if t not in out.extra_tokens]
         out.known_gaps.update(getattr(mod, "KNOWN_GAPS", {}))
         overrides.update(getattr(mod, "OVERRIDES", {}))
+        committed.update({k: (v, getattr(mod, "WHY", "")) for k, v in getattr(mod, "COMMITTED", {}).items()})
+        agrees |= set(getattr(mod, "AGREES", ()))
     for c in out.tool_cases:
         if c.id in overrides:
             c.content, c.calls = overrides.pop(c.id)
@@ -93,4 +100,10 @@ def load() -> Loaded:
     assert not overrides, f"overrides for unknown cases: {sorted(overrides)}"
     ids = [c.id for c in out.tool_cases + out.reasoning_cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
+    by_id = {c.id: c for c in out.tool_cases}
+    for key, ((content, calls), why) in committed.items():
+        by_id[key].content, by_id[key].calls = content, [tuple(c) for c in calls]
+        out.differences[key] = why
+    for key in agrees:
+        out.differences.pop(key, None)
     return out
