@@ -7,7 +7,6 @@ JSON text.
 from __future__ import annotations
 
 from vllm_pyfrontend.parsers.combinators import (
-    P,
     fmap,
     lit,
     many,
@@ -19,20 +18,7 @@ from vllm_pyfrontend.parsers.combinators import (
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.json_calls import _name_ok, call, call_object, json_args
-
-
-def call_array(*arg_keys: str) -> P:
-    """``[{"name": ..., "<arg_key>": {...}}, ...]`` (at least one call)."""
-    return fmap(
-        seq(
-            lit("["),
-            ws(),
-            many(call_object(*arg_keys), sep=seq(ws(), lit(","), ws()), minimum=1),
-            ws(),
-            lit("]"),
-        ),
-        lambda v: v[2],
-    )
+from vllm_pyfrontend.parsers.tool.json_families import call_array
 
 
 class Longcat(ToolFormat):
