@@ -244,7 +244,7 @@ def test_grpc_kill_one_deployment_mid_run(grpc_fleet):
                         "model": MODEL_NAME, "max_tokens": 12, "stream": False,
                         "messages": [{"role": "user", "content": f"client {i} request {k}: {TOPICS[i % 8]}"}]})
                     ok = r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
-                    detail = "" if ok else f"{r.status_code} {r.text[:200]}"
+                    detail = "" if ok else f"{r.status_code} {r.text[-300:]}"
                 except httpx.HTTPError as e:
                     ok, detail = False, repr(e)
                 results.append((start, time.monotonic(), ok, detail))
