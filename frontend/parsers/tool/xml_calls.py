@@ -384,11 +384,14 @@ class Qwen3Coder(XmlFormat):
         </tool_call>
     """
 
+    #: one framing newline on each side of a parameter value is dropped (MiMo keeps it)
+    trim_values = True
+
     def build(self) -> dict[str, Section]:
         param = XmlParam(
             fmap(seq(lit("<parameter="), take_until(">"), lit(">")), lambda v: _name(v[1])),
             "</parameter>",
-            trim=True,
+            trim=self.trim_values,
         )
         make = xml_call(self.typing)
         function = tag(

@@ -67,29 +67,7 @@ class MiMo(Qwen3Coder):
     (no framing newlines trimmed), then typed by the schema (streamed:
     `xml_args`)."""
 
-    def build(self) -> dict[str, Section]:
-        param = XmlParam(
-            fmap(seq(lit("<parameter="), take_until(">"), lit(">")), lambda v: _name(v[1])),
-            "</parameter>",
-        )
-        make = xml_call(self.typing)
-        function = tag(
-            "call",
-            fmap(
-                seq(
-                    lit("<function="),
-                    call_name(take_until(">")),
-                    lit(">"),
-                    ws(),
-                    xml_args(param, self.typing),
-                    ws(),
-                    lit("</function>"),
-                ),
-                lambda v: make(v[1], v[4]),
-            ),
-        )
-        body = fmap(seq(ws(), many(function, sep=ws(), minimum=1), ws()), lambda v: v[1])
-        return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
+    trim_values = False
 
 
 # ---------------------------------------------------------------------- step3
