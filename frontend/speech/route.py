@@ -195,7 +195,11 @@ def _submit(state: Any, request_id: str, rendered: list[Any], sampling: dict[str
     gens = []
     for i, r in enumerate(rendered):
         ext = request_id if len(rendered) == 1 else f"{request_id}-{i}"
-        gen = sub.add(i, r.prompt_ids, dict(sampling), external_id=ext, multimodal=r.processed)
+        params = dict(sampling)
+        # vLLM sends max_tokens counted without the decoder prompt (up to max_model_len) and
+        # the engine stops at max_model_len: the same output as asking for what fits.
+        params["max_tokens"] = max(1, min(params["max_tokens"], state.max_model_len - len(r.prompt_ids)))
+        gen = sub.add(i, r.prompt_ids, params, external_id=ext, multimodal=r.processed)
         chunks[i].gen = gen
         gens.append(gen)
     try:
@@ -247,7 +251,10 @@ async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
     try:
         req = parse_form(task, fields)
     except FormError as e:
-        raise APIError(422 if e.param == "file" and "file-like" in e.message else 400, e.message, e.param) from None
+        if e.param == "file":  # vLLM's model validator raises HTTPException(422) for it
+            raise APIError(422, e.message, e.param) from None
+        # pydantic's validation errors: vLLM's handler answers 400 "Bad Request"
+        raise APIError(400, e.message, e.param, "Bad Request" if (e.param or "").startswith("body.") else None) from None
     if oversize is not None:
         raise APIError(400, "Maximum file size exceeded", "audio_filesize_mb")
     sm = await speech_model(state)

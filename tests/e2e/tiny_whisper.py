@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tests.e2e.tiny_model import REPO_ROOT
 
-VERSION = "2"
+VERSION = "3"
 DEFAULT_DIR = REPO_ROOT / ".cache" / f"tiny-whisper-{VERSION}"
 _DONE_MARKER = ".complete"
 SAMPLE_RATE = 16000
@@ -100,6 +100,7 @@ def _build(dest: Path) -> None:
         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=256, decoder_ffn_dim=256,
         max_source_positions=1500, max_target_positions=448, pad_token_id=eot, bos_token_id=eot,
         eos_token_id=eot, decoder_start_token_id=sot, begin_suppress_tokens=None, suppress_tokens=None,
+        init_std=0.3,
     )
     torch.manual_seed(0)
     model = WhisperForConditionalGeneration(config).to(torch.float32)
@@ -110,7 +111,7 @@ def _build(dest: Path) -> None:
         emb = model.model.decoder.embed_tokens.weight
         scale = torch.zeros(emb.shape[0])
         scale[0x20:0x7F] = 1.0
-        scale[ids("<|0.00|>"):] = 0.6
+        scale[ids("<|0.00|>"):] = 0.85
         emb.mul_(scale[:, None])
     model.save_pretrained(str(dest), safe_serialization=True)
     GenerationConfig(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot,
