@@ -247,6 +247,11 @@ async def _detect_language(state: Any, sm: Any, chunk: Any, task: str, request_i
 # ----------------------------------------------------------------------------------- handler
 async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
     state = request.app["state"]
+    # vLLM registers these routes only for a transcription model: for any other, 404 whatever
+    # the body (decided from config.json alone on a text-only model).
+    sm = await speech_model(state)
+    if sm is None:
+        raise web.HTTPNotFound()
     fields, oversize = await read_form(request, upload_limit_bytes())
     try:
         req = parse_form(task, fields)
@@ -257,9 +262,6 @@ async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
         raise APIError(400, e.message, e.param, "Bad Request" if (e.param or "").startswith("body.") else None) from None
     if oversize is not None:
         raise APIError(400, "Maximum file size exceeded", "audio_filesize_mb")
-    sm = await speech_model(state)
-    if sm is None:  # vLLM registers these routes only for a transcription model
-        raise web.HTTPNotFound()
     model = state.check_model(req.model)
     state.check_engine()
     try:
