@@ -58,12 +58,20 @@ def upload_limit_bytes() -> int:
     return int(mb * _MiB)
 
 
-async def read_form(request: web.Request, limit: int) -> tuple[list[tuple[str, Any]], float | None]:
-    """The form's fields; the file part is read up to `limit` bytes (beyond that it is drained
-    and dropped). Returns (fields, oversize MB or None)."""
+async def read_form(request: web.Request, limit: int, body_limit: int | None = None) -> list[tuple[str, Any]]:
+    """The form's fields, the file part as `(filename, bytes)`. The file is read in chunks up
+    to `limit` bytes (vLLM's `read_upload_with_limit`: 400 "Maximum file size exceeded" as soon
+    as it is past), the whole body up to `body_limit` (413, as every route's body)."""
     fields: list[tuple[str, Any]] = []
-    oversize = None
     ctype = request.headers.get("Content-Type", "")
+    total = 0
+
+    def count(n: int) -> None:
+        nonlocal total
+        total += n
+        if body_limit is not None and total > body_limit:
+            raise APIError(413, f"Request body exceeds the limit of {body_limit} bytes.")
+
     if "multipart/form-data" in ctype:
         try:
             reader = await request.multipart()
@@ -74,29 +82,50 @@ async def read_form(request: web.Request, limit: int) -> tuple[list[tuple[str, A
                 name = part.name or ""
                 if part.filename is not None:
                     chunks: list[bytes] = []
-                    total = 0
+                    size = 0
                     while True:
                         chunk = await part.read_chunk(_READ)
                         if not chunk:
                             break
-                        total += len(chunk)
-                        if total <= limit:
-                            chunks.append(chunk)
-                    if total > limit:
-                        oversize = total / _MiB
-                        chunks = []
+                        size += len(chunk)
+                        count(len(chunk))
+                        if size > limit:
+                            raise APIError(400, "Maximum file size exceeded", "audio_filesize_mb")
+                        chunks.append(chunk)
                     fields.append((name, (part.filename, b"".join(chunks))))
                 else:
-                    raw = await part.read(decode=True)
-                    if len(raw) > _FIELD_LIMIT:
-                        raise APIError(400, f"The form field `{name}` is too large.", name)
-                    fields.append((name, raw.decode(part.get_charset("utf-8"), errors="replace")))
-        except (ValueError, AssertionError) as e:  # a malformed multipart body
+                    raw = bytearray()
+                    while True:
+                        chunk = await part.read_chunk(_READ)
+                        if not chunk:
+                            break
+                        raw += chunk
+                        count(len(chunk))
+                        if len(raw) > _FIELD_LIMIT:
+                            raise APIError(400, f"The form field `{name}` is too large.", name)
+                    value = bytes(part.decode(bytes(raw)))
+                    fields.append((name, value.decode(part.get_charset("utf-8"), errors="replace")))
+        except (ValueError, AssertionError, RuntimeError) as e:  # a malformed multipart body
             raise APIError(400, f"Invalid multipart/form-data body: {e}") from None
     elif "application/x-www-form-urlencoded" in ctype:
         post = await request.post()
         fields = [(k, v if isinstance(v, str) else str(v)) for k, v in post.items()]
-    return fields, oversize
+    return fields
+
+
+async def read_form_timed(request: web.Request, state: Any) -> list[tuple[str, Any]]:
+    """`read_form` within the body timeout every route has (`--http-body-timeout`: 408)."""
+    body_limit = state.config.max_request_body_bytes
+    if request.content_length is not None and request.content_length > body_limit:
+        raise APIError(413, f"Request body of {request.content_length} bytes exceeds the limit of {body_limit} bytes.")
+    timeout = state.config.policy.http_body_timeout
+    if timeout <= 0:
+        return await read_form(request, upload_limit_bytes(), body_limit)
+    try:
+        async with asyncio.timeout(timeout):
+            return await read_form(request, upload_limit_bytes(), body_limit)
+    except TimeoutError:
+        raise APIError(408, f"The request body did not arrive within {timeout:g} s.") from None
 
 
 # ----------------------------------------------------------------------------------- model
@@ -252,7 +281,7 @@ async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
     sm = await speech_model(state)
     if sm is None:
         raise web.HTTPNotFound()
-    fields, oversize = await read_form(request, upload_limit_bytes())
+    fields = await read_form_timed(request, state)
     try:
         req = parse_form(task, fields)
     except FormError as e:
@@ -260,8 +289,6 @@ async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
             raise APIError(422, e.message, e.param) from None
         # pydantic's validation errors: vLLM's handler answers 400 "Bad Request"
         raise APIError(400, e.message, e.param, "Bad Request" if (e.param or "").startswith("body.") else None) from None
-    if oversize is not None:
-        raise APIError(400, "Maximum file size exceeded", "audio_filesize_mb")
     model = state.check_model(req.model)
     state.check_engine()
     try:
@@ -301,7 +328,7 @@ async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
     outs, gens = _submit(state, request_id, rendered, sampling, None)
     try:
         await asyncio.gather(*(c.done for c in outs))
-    except asyncio.CancelledError:
+    except BaseException:  # the client left, or one chunk failed: the others go too
         _cancel(gens)
         raise
     if verbose:

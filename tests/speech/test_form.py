@@ -13,6 +13,7 @@ from aiohttp import FormData, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from vllm_pyfrontend.speech.form import FormError, check_request, parse_form
+from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.speech.route import read_form
 
 WAV = ("a.wav", b"RIFF....")
@@ -76,8 +77,10 @@ async def test_multipart_read_is_bounded():
     got = {}
 
     async def handler(request):
-        fields, oversize = await read_form(request, limit=1000)
-        got["fields"], got["oversize"] = fields, oversize
+        try:
+            got["fields"] = await read_form(request, limit=1000, body_limit=4000)
+        except APIError as e:
+            got["fields"] = (e.status, e.message, e.param)
         return web.Response()
 
     app = web.Application()
@@ -89,11 +92,17 @@ async def test_multipart_read_is_bounded():
         form.add_field("language", "en")
         assert (await client.post("/", data=form)).status == 200
         assert got["fields"] == [("model", "m"), ("file", ("a.wav", b"x" * 999)), ("language", "en")]
-        assert got["oversize"] is None
+        # past the file limit: vLLM's 400 as soon as it is past
         form = FormData()
-        form.add_field("file", b"x" * 5000, filename="a.wav")
+        form.add_field("file", b"x" * 1500, filename="a.wav")
         assert (await client.post("/", data=form)).status == 200
-        assert got["fields"] == [("file", ("a.wav", b""))] and got["oversize"] == 5000 / 2**20
+        assert got["fields"] == (400, "Maximum file size exceeded", "audio_filesize_mb")
+        # past the body limit in small fields
+        form = FormData(default_to_multipart=True)
+        for i in range(10):
+            form.add_field(f"f{i}", "y" * 500)
+        assert (await client.post("/", data=form)).status == 200
+        assert got["fields"][0] == 413
         # not multipart: no fields (then "file: Field required", as vLLM)
         assert (await client.post("/", json={"file": "x"})).status == 200
         assert got["fields"] == []
