@@ -60,8 +60,9 @@ def upload_limit_bytes() -> int:
 
 async def read_form(request: web.Request, limit: int, body_limit: int | None = None) -> list[tuple[str, Any]]:
     """The form's fields, the file part as `(filename, bytes)`. The file is read in chunks up
-    to `limit` bytes (vLLM's `read_upload_with_limit`: 400 "Maximum file size exceeded" as soon
-    as it is past), the whole body up to `body_limit` (413, as every route's body)."""
+    to `limit` bytes (vLLM's `read_upload_with_limit`: 400 "Maximum file size exceeded"; the
+    rest of a larger file is drained, not kept, to name its size as vLLM does), the whole body
+    up to `body_limit` (413, as every route's body)."""
     fields: list[tuple[str, Any]] = []
     ctype = request.headers.get("Content-Type", "")
     total = 0
@@ -88,10 +89,12 @@ async def read_form(request: web.Request, limit: int, body_limit: int | None = N
                         if not chunk:
                             break
                         size += len(chunk)
-                        count(len(chunk))
-                        if size > limit:
-                            raise APIError(400, "Maximum file size exceeded", "audio_filesize_mb")
-                        chunks.append(chunk)
+                        count(len(chunk))  # the body limit bounds what is drained past `limit`
+                        if size <= limit:
+                            chunks.append(chunk)
+                    if size > limit:  # vLLM's message names the file's whole size
+                        raise APIError(400, f"Maximum file size exceeded (parameter=audio_filesize_mb, "
+                                       f"value={size / _MiB})", "audio_filesize_mb")
                     fields.append((name, (part.filename, b"".join(chunks))))
                 else:
                     raw = bytearray()
