@@ -413,3 +413,17 @@ def test_nested_values_cut_at_safe_points(fmt: str) -> None:
         (name, args), = r.decoded_calls()
         assert name == "run_code" and set(args) <= {"nested"}
         assert run_chunks(make, list(full[:k])).key() == r.key()
+
+
+@pytest.mark.parametrize("fmt", ["hy_v3", "hy_v4"])
+def test_call_end_missing_before_the_section_end(fmt: str) -> None:
+    """The call's own end is missing and the section's end follows (``</tool_call``
+    reads as the start of ``</tool_calls>``): the section ends at its marker, the
+    announced call is completed, and no piece of the marker becomes content."""
+    sep = "<tool_sep>" if fmt == "hy_v3" else ""
+    text = f"<tool_calls><tool_call>get_weather{sep}<arg_key>city</arg_key><arg_value>X</arg_value></tool_calls> after"
+    make = lambda: get_tool_parser(fmt, None, TOOLS)  # noqa: E731
+    r = run_whole(make, text)
+    assert (r.content, r.decoded_calls()) == (" after", [("get_weather", {"city": "X"})])
+    for k in range(1, len(text)):
+        assert run_chunks(make, [text[:k], text[k:]]).key() == r.key(), k
