@@ -266,3 +266,73 @@ tc("deepseek_v3", "deepseek_v3_keeps_fenced_end_marker_literal_inside_json_strin
 tc("deepseek_v3", "deepseek_v3_streaming_extracts_multiple_tool_calls",
    _ds(_d3("get_weather", '{"location":"Shanghai"}'), _d3("add", '{"x":1,"y":2}')), "",
    [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})])
+
+
+# ------------------------------------------------------- deepseek_v31 (deepseek_json/deepseek_v31.rs)
+tc("deepseek_v31", "deepseek_v31_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("deepseek_v31", "deepseek_v31_parse_complete_extracts_raw_json_arguments",
+   "Let me check." + _ds(_d31("get_weather", '{ "location": "Tokyo", "days": "3" }')) + " trailing text",
+   "Let me check. trailing text", [("get_weather", {"location": "Tokyo", "days": "3"})], differs=_KEEP_AFTER)
+tc("deepseek_v31", "deepseek_v31_streaming_emits_argument_deltas", _ds(_d31("get_weather", '{"location":"Beijing"}')),
+   "", [("get_weather", {"location": "Beijing"})])
+tc("deepseek_v31", "deepseek_v31_streaming_handles_split_markers",
+   "hello " + _ds(_d31("get_weather", '{"location":"Tokyo"}')), "hello", [("get_weather", {"location": "Tokyo"})])
+tc("deepseek_v31", "deepseek_v31_keeps_end_marker_literal_inside_json_string",
+   _ds(_d31("echo", '{"text":"literal <｜tool▁call▁end｜> inside"}')), "",
+   [("echo", {"text": "literal <｜tool▁call▁end｜> inside"})],
+   differs="an end marker inside a JSON string is text (as in the Rust parser); vLLM's Python parser cuts the "
+   "arguments there")
+tc("deepseek_v31", "deepseek_v31_streaming_extracts_multiple_tool_calls",
+   _ds(_d31("get_weather", '{"location":"Shanghai"}'), _d31("add", '{"x":1,"y":2}')), "",
+   [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})])
+tc("deepseek_v31", "deepseek_v31_streaming_drops_eos_after_complete_tool_calls",
+   _ds(_d31("get_weather", '{"location":"Tokyo"}')) + "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
+   [("get_weather", {"location": "Tokyo"})],
+   differs="the end-of-sentence text after the calls is content here (the engine stops on the EOS token, "
+   "so it reaches a parser only as text written out); the Rust and Python parsers drop text after the calls")
+
+
+# ------------------------------------------------------------------- minimax_m2 (minimax_m2.rs)
+def _mm(*invokes: tuple[str, list[tuple[str, str]]]) -> str:
+    body = "".join(f'<invoke name="{n}">' + "".join(f'<parameter name="{k}">{v}</parameter>' for k, v in ps)
+                   + "</invoke>" for n, ps in invokes)
+    return f"<minimax:tool_call>{body}</minimax:tool_call>"
+
+
+tc("minimax_m2", "minimax_m2_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("minimax_m2", "minimax_m2_parse_complete_extracts_single_tool_call",
+   _mm(("get_weather", [("city", "Seattle"), ("days", "5")])), "", [("get_weather", {"city": "Seattle", "days": 5})])
+tc("minimax_m2", "minimax_m2_parse_complete_preserves_prefix_and_ignores_trailing_text",
+   "Let me check. " + _mm(("get_weather", [("city", "Seattle")])) + " This trailing text is ignored.",
+   "Let me check. This trailing text is ignored.", [("get_weather", {"city": "Seattle"})], differs=_KEEP_AFTER)
+tc("minimax_m2", "minimax_m2_parse_complete_extracts_multiple_invokes",
+   _mm(("get_weather", [("city", "Seattle")]), ("get_weather", [("city", "NYC")])), "",
+   [("get_weather", {"city": "Seattle"}), ("get_weather", {"city": "NYC"})])
+tc("minimax_m2", "minimax_m2_parse_complete_converts_schema_types",
+   _mm(("convert", [("whole", "5.0"), ("flag", "true"), ("payload", '{"nested":true}'), ("items", "[1,2]"),
+                    ("empty", "42")])), "",
+   [("convert", {"whole": 5.0, "flag": True, "payload": {"nested": True}, "items": [1, 2], "empty": "42"})])
+tc("minimax_m2", "minimax_m2_parse_complete_preserves_raw_entities_in_parameter_value",
+   _mm(("get_weather", [("city", "Tom &amp; Jerry &lt;3")])), "", [("get_weather", {"city": "Tom &amp; Jerry &lt;3"})])
+tc("minimax_m2", "minimax_m2_parse_complete_preserves_raw_closing_tag_text_in_parameter_value",
+   _mm(("get_weather", [("city", "Seattle &lt;/parameter&gt;&lt;/invoke&gt;&lt;/minimax:tool_call&gt;"), ("days", "5")])),
+   "", [("get_weather", {"city": "Seattle &lt;/parameter&gt;&lt;/invoke&gt;&lt;/minimax:tool_call&gt;", "days": 5})])
+tc("minimax_m2", "minimax_m2_parse_complete_handles_multiline_parameters",
+   '<minimax:tool_call><invoke name="calculate_area"><parameter name="shape">\nrectangle\n</parameter>'
+   '<parameter name="dimensions">{"width":10,\n"height":20}</parameter><parameter name="precision">2</parameter>'
+   "</invoke></minimax:tool_call>", "",
+   [("calculate_area", {"shape": "\nrectangle\n", "dimensions": {"width": 10, "height": 20}, "precision": 2})])
+tc("minimax_m2", "minimax_m2_streaming_extracts_single_tool_call",
+   '<minimax:tool_call><invoke name="get_weather"><parameter name="city">Seattle</parameter></invoke></minimax:tool_call>',
+   "", [("get_weather", {"city": "Seattle"})])
+tc("minimax_m2", "minimax_m2_streaming_preserves_prefix_text",
+   'Let me check. <minimax:tool_call><invoke name="get_weather"><parameter name="city">Seattle</parameter></invoke>'
+   "</minimax:tool_call>", "Let me check.", [("get_weather", {"city": "Seattle"})])
+tc("minimax_m2", "minimax_m2_streaming_without_tool_call_emits_text_incrementally", "Hello, world!", "Hello, world!")
+tc("minimax_m2", "minimax_m2_streaming_handles_template_whitespace_and_split_parameters",
+   'I will call the tools.\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Seattle</parameter>\n'
+   '</invoke>\n<invoke name="get_weather">\n<parameter name="city">NYC</parameter>\n</invoke>\n</minimax:tool_call>',
+   "I will call the tools.", [("get_weather", {"city": "Seattle"}), ("get_weather", {"city": "NYC"})])
+tc("minimax_m2", "minimax_m2_streaming_ignores_text_after_tool_block",
+   _mm(("get_weather", [("city", "Seattle")])) + " ignored", " ignored", [("get_weather", {"city": "Seattle"})],
+   differs=_KEEP_AFTER)
