@@ -336,3 +336,91 @@ tc("minimax_m2", "minimax_m2_streaming_handles_template_whitespace_and_split_par
 tc("minimax_m2", "minimax_m2_streaming_ignores_text_after_tool_block",
    _mm(("get_weather", [("city", "Seattle")])) + " ignored", " ignored", [("get_weather", {"city": "Seattle"})],
    differs=_KEEP_AFTER)
+
+
+# ---------------------------------------------------------------------- glm45 (glm_xml/mod.rs)
+def _g45(name: str, params: list[tuple[str, str]]) -> str:
+    ps = "\n".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>" for k, v in params)
+    return f"<tool_call>{name}\n{ps}\n</tool_call>"
+
+
+tc("glm45", "glm45_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("glm45", "glm45_parse_complete_extracts_single_tool_call",
+   "Let me search for that.\n" + _g45("get_weather", [("city", "Beijing"), ("date", "2024-12-25")]),
+   "Let me search for that.", [("get_weather", {"city": "Beijing", "date": "2024-12-25"})])
+tc("glm45", "glm45_streaming_extracts_multiple_tool_calls",
+   _g45("get_weather", [("city", "Shanghai")]) + "\n" + _g45("add", [("x", "1"), ("y", "2")]), "",
+   [("get_weather", {"city": "Shanghai"}), ("add", {"x": 1, "y": 2})])
+tc("glm45", "glm45_parse_complete_preserves_raw_closing_tag_text_in_arg_value",
+   _g45("get_weather", [("city", "Paris &lt;/arg_value&gt;&lt;/tool_call&gt;"), ("date", "2026-05-08")]), "",
+   [("get_weather", {"city": "Paris &lt;/arg_value&gt;&lt;/tool_call&gt;", "date": "2026-05-08"})])
+tc("glm45", "glm45_streaming_without_tool_call_emits_text_incrementally", "hello world", "hello world")
+tc("glm45", "glm45_streaming_preserves_prefix_text", "Prefix " + _g45("get_weather", [("city", "Hangzhou")]), "Prefix",
+   [("get_weather", {"city": "Hangzhou"})])
+tc("glm45", "glm45_streaming_handles_start_token_split_across_chunks",
+   "hello <tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>", "hello",
+   [("get_weather", {"city": "Paris"})])
+tc("glm45", "glm45_streaming_ignores_trailing_text_after_tool_calls",
+   _g45("get_weather", [("city", "Paris")]) + "<|endoftext|>", "<|endoftext|>", [("get_weather", {"city": "Paris"})],
+   differs="the end-of-text marker after the calls is content here (the engine stops on the EOS token, so it "
+   "reaches a parser only as text written out); the Rust and Python parsers drop text after the calls")
+
+
+# ------------------------------------------- deepseek_v32 / deepseek_v4 (deepseek_dsml/*.rs)
+_P = "｜DSML｜"
+
+
+def _dsml(wrapper: str, name: str, params: list[tuple[str, str]], string: str = "true") -> str:
+    ps = "\n".join(f'<{_P}parameter name="{k}" string="{string}">{v}</{_P}parameter>' for k, v in params)
+    return f'<{_P}{wrapper}>\n<{_P}invoke name="{name}">\n{ps}\n</{_P}invoke>\n</{_P}{wrapper}>'
+
+
+def _v32(name: str, params: list[tuple[str, str]], string: str = "true") -> str:
+    return _dsml("function_calls", name, params, string)
+
+
+_DSML_ATTR = ("a DSML parameter's string attribute decides its type (string=\"true\": the text as written, else "
+              "JSON), as in the Rust parser; vLLM's Python parser types the value by the tool's schema")
+_CONVERT = [("whole", "5.0"), ("flag", "true"), ("payload", '{"nested":true}'), ("items", "[1,2]"), ("empty", "null")]
+tc("deepseek_v32", "deepseek_v32_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("deepseek_v32", "deepseek_v32_parse_complete_extracts_single_tool_call",
+   _v32("get_weather", [("location", "SF"), ("date", "2024-01-16")]), "",
+   [("get_weather", {"location": "SF", "date": "2024-01-16"})])
+tc("deepseek_v32", "deepseek_v32_parse_complete_preserves_prefix_text",
+   "Thinking... " + _v32("get_weather", [("location", "NYC")]), "Thinking...", [("get_weather", {"location": "NYC"})])
+tc("deepseek_v32", "deepseek_v32_parse_complete_converts_schema_types", _v32("convert", _CONVERT, "false"), "",
+   [("convert", {"whole": 5.0, "flag": True, "payload": {"nested": True}, "items": [1, 2], "empty": None})],
+   differs=_DSML_ATTR)
+tc("deepseek_v32", "deepseek_v32_parse_complete_string_attr_overrides_schema_types", _v32("convert", _CONVERT), "",
+   [("convert", {"whole": "5.0", "flag": "true", "payload": '{"nested":true}', "items": "[1,2]", "empty": "null"})],
+   differs=_DSML_ATTR)
+tc("deepseek_v32", "deepseek_v32_parse_complete_unescapes_literal_closing_tags_in_parameter_value",
+   _v32("get_weather", [("location", f"Hangzhou &lt;/{_P}parameter&gt;&lt;/{_P}invoke&gt;&lt;/{_P}function_calls&gt;"),
+                        ("date", "2026-05-08")]), "",
+   # the Rust parser undoes XML escapes; vLLM's Python parser and this one keep the text as written
+   [("get_weather", {"location": f"Hangzhou &lt;/{_P}parameter&gt;&lt;/{_P}invoke&gt;&lt;/{_P}function_calls&gt;",
+                     "date": "2026-05-08"})])
+tc("deepseek_v32", "deepseek_v32_streaming_extracts_single_tool_call", _v32("get_weather", [("location", "SF")]), "",
+   [("get_weather", {"location": "SF"})])
+tc("deepseek_v32", "deepseek_v32_streaming_without_tool_call_emits_text_incrementally", "Hello, world!", "Hello, world!")
+tc("deepseek_v32", "deepseek_v32_streaming_extracts_multiple_tool_calls_in_order",
+   _v32("get_weather", [("location", "SF")])[: -len(f"</{_P}function_calls>")] + "\n"
+   + f'<{_P}invoke name="get_weather">\n<{_P}parameter name="location" string="true">NYC</{_P}parameter>\n'
+   f"</{_P}invoke>\n</{_P}function_calls>", "",
+   [("get_weather", {"location": "SF"}), ("get_weather", {"location": "NYC"})])
+tc("deepseek_v32", "deepseek_v32_streaming_drops_eos_after_complete_tool_calls",
+   _v32("get_weather", [("location", "SF")]) + "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
+   [("get_weather", {"location": "SF"})],
+   differs="the end-of-sentence text after the calls is content here (the engine stops on the EOS token, so it "
+   "reaches a parser only as text written out); the Rust and Python parsers drop text after the calls")
+tc("deepseek_v32", "deepseek_v32_streaming_ignores_text_after_complete_tool_calls",
+   _v32("get_weather", [("location", "SF")]) + "trailing text", "trailing text", [("get_weather", {"location": "SF"})],
+   differs=_KEEP_AFTER)
+tc("deepseek_v32", "deepseek_v32_streaming_matches_parse_complete", _v32("add", [("x", "3"), ("y", "4")]), "",
+   [("add", {"x": "3", "y": "4"})], differs=_DSML_ATTR)
+tc("deepseek_v4", "deepseek_v4_parse_complete_reuses_dsml_parser_with_tool_calls_token",
+   _dsml("tool_calls", "get_weather", [("location", "SF"), ("date", "2024-01-16")]), "",
+   [("get_weather", {"location": "SF", "date": "2024-01-16"})])
+tc("deepseek_v4", "deepseek_v4_streaming_handles_tool_calls_token_split_across_chunks",
+   f'Thinking... <{_P}tool_calls>\n<{_P}invoke name="get_weather">\n<{_P}parameter name="location" string="true">Beijing'
+   f"</{_P}parameter>\n</{_P}invoke>\n</{_P}tool_calls>", "Thinking...", [("get_weather", {"location": "Beijing"})])
