@@ -54,6 +54,10 @@ _FRAMING = ("whitespace next to a call is framing and is dropped (the Rust parse
             "parser keeps it")
 _KEEP_AFTER = ("text after the calls is kept as content (the Rust parser drops it and so does vLLM's Python "
                "parser): a deliberate difference")
+_KEEP_AFTER_RS = "text after the calls is kept (as in the Rust parser); vLLM's Python parser drops it"
+_KEEP_AROUND = "text around the calls is kept (as in the Rust parser); vLLM's Python parser drops it"
+_PHI_RE = ("arguments holding arrays are read whole (as in the Rust parser); vLLM's Python parser's regex stops "
+           "at the first ']' and finds no call")
 _AFTER = "text after and between calls is kept, as vLLM's Rust parser does; vLLM's Python parser drops it"
 
 
@@ -424,3 +428,177 @@ tc("deepseek_v4", "deepseek_v4_parse_complete_reuses_dsml_parser_with_tool_calls
 tc("deepseek_v4", "deepseek_v4_streaming_handles_tool_calls_token_split_across_chunks",
    f'Thinking... <{_P}tool_calls>\n<{_P}invoke name="get_weather">\n<{_P}parameter name="location" string="true">Beijing'
    f"</{_P}parameter>\n</{_P}invoke>\n</{_P}tool_calls>", "Thinking...", [("get_weather", {"location": "Beijing"})])
+
+
+# ---------------------------------------------------------------------------- hy_v3 (hy_v3.rs)
+def _hy(name: str, params: list[tuple[str, str]]) -> str:
+    ps = "\n".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in params)
+    return f"<tool_call>{name}<tool_sep>{ps}</tool_call>"
+
+
+def _hys(*calls: str) -> str:
+    return "<tool_calls>\n" + "\n".join(calls) + "\n</tool_calls>"
+
+
+_HY_TOOLS = RS_TOOLS + [_fn("get_current_date")]
+_BJ = [("city", "Beijing"), ("date", "2026-03-30")]
+tc("hy_v3", "hy_v3_parse_complete_without_tool_call_keeps_text", "This is a plain response.", "This is a plain response.",
+   tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_parse_complete_extracts_zero_arg_inline_tool_call",
+   "<tool_calls><tool_call>get_current_date<tool_sep></tool_call></tool_calls>", "", [("get_current_date", {})],
+   tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_parse_complete_extracts_zero_arg_newline_tool_call",
+   "<tool_calls>\n<tool_call>get_current_date<tool_sep>\n</tool_call>\n</tool_calls>", "", [("get_current_date", {})],
+   tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_parse_complete_extracts_arguments_on_same_line",
+   "<tool_calls><tool_call>get_weather<tool_sep><arg_key>city</arg_key><arg_value>Beijing</arg_value><arg_key>date"
+   "</arg_key><arg_value>2026-03-30</arg_value></tool_call></tool_calls>", "", [("get_weather", dict(_BJ))],
+   tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_parse_complete_extracts_arguments_with_newlines", _hys(_hy("get_weather", _BJ)), "",
+   [("get_weather", dict(_BJ))], tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_parse_complete_preserves_prefix_and_ignores_trailing_text",
+   "Checking." + _hys(_hy("get_current_date", [])) + " trailing text", "Checking. trailing text",
+   [("get_current_date", {})], tools=_HY_TOOLS, differs=_KEEP_AFTER)
+tc("hy_v3", "hy_v3_parse_complete_extracts_multiple_tool_calls_in_one_block",
+   _hys(_hy("get_weather", _BJ), _hy("get_weather", [("city", "Hangzhou"), ("date", "2026-03-30")])), "",
+   [("get_weather", dict(_BJ)), ("get_weather", {"city": "Hangzhou", "date": "2026-03-30"})], tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_parse_complete_converts_schema_types",
+   _hys(_hy("convert", [("whole", "5.3"), ("flag", "true"), ("payload", '{"k":1}'), ("items", "[1,2]")])), "",
+   [("convert", {"whole": 5.3, "flag": True, "payload": {"k": 1}, "items": [1, 2]})], tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_streaming_without_tool_call_emits_text_incrementally", "This is a plain response.",
+   "This is a plain response.", tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_streaming_extracts_zero_arg_tool_call",
+   "<tool_calls>\n<tool_call>get_current_date<tool_sep>\n</tool_call>\n</tool_calls>", "", [("get_current_date", {})],
+   tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_streaming_extracts_arguments",
+   "<tool_calls>\n<tool_call>get_weather<tool_sep>\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+   "<arg_key>date</arg_key>\n<arg_value>2026-03-30</arg_value>\n</tool_call>\n</tool_calls>", "",
+   [("get_weather", dict(_BJ))], tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_streaming_preserves_prefix_text",
+   "Checking.<tool_calls>\n<tool_call>get_current_date<tool_sep>\n</tool_call>\n</tool_calls>", "Checking.",
+   [("get_current_date", {})], tools=_HY_TOOLS)
+tc("hy_v3", "hy_v3_streaming_handles_start_marker_split_across_chunks",
+   "hello " + _hys(_hy("get_weather", [("city", "Beijing")])), "hello", [("get_weather", {"city": "Beijing"})],
+   tools=_HY_TOOLS)
+
+
+# ------------------------------------------- qwen3_xml: vllm-rs's JSON body (json/qwen.rs)
+_QX = ("qwen3_xml also reads vllm-rs's JSON body in <tool_call> (issue 15: either launcher's flags work); vLLM's "
+       "Python qwen3_xml reads only the <function=...> XML body")
+
+
+def _qx(name: str, args: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+tc("qwen3_xml", "qwen_xml_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("qwen3_xml", "qwen_xml_parse_complete_extracts_raw_json_arguments",
+   "Let me check.\n" + _qx("get_weather", '{ "location": "Tokyo", "days": "3" }'), "Let me check.",
+   [("get_weather", {"location": "Tokyo", "days": "3"})], differs=_QX)
+tc("qwen3_xml", "qwen_xml_streaming_emits_argument_deltas", _qx("get_weather", '{"location":"Beijing"}'), "",
+   [("get_weather", {"location": "Beijing"})], differs=_QX)
+tc("qwen3_xml", "qwen_xml_streaming_handles_split_markers", "hello " + _qx("get_weather", '{"location":"Tokyo"}'),
+   "hello", [("get_weather", {"location": "Tokyo"})], differs=_QX)
+tc("qwen3_xml", "qwen_xml_keeps_end_marker_literal_inside_json_string",
+   _qx("echo", '{"text":"literal </tool_call> inside"}'), "", [("echo", {"text": "literal </tool_call> inside"})],
+   differs=_QX)
+tc("qwen3_xml", "qwen_xml_decodes_escaped_function_name", '<tool_call>\n{"name":"say_\\"hi","arguments":{}}\n</tool_call>',
+   "", [('say_"hi', {})], differs=_QX)
+tc("qwen3_xml", "qwen_xml_streaming_extracts_multiple_tool_calls",
+   _qx("get_weather", '{"location":"Shanghai"}') + _qx("add", '{"x":1,"y":2}'), "",
+   [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})], differs=_QX)
+
+
+# ------------------------------------------------------------------- granite (json/granite.rs)
+tc("granite", "granite_parse_complete_without_tool_call_keeps_text",
+   "This is a regular response without any tool calls.", "This is a regular response without any tool calls.")
+tc("granite", "granite_parse_complete_extracts_token_marker_call",
+   '<|tool_call|>[{"name": "get_weather", "arguments": {"location": "Tokyo"}}]', "",
+   [("get_weather", {"location": "Tokyo"})])
+tc("granite", "granite_parse_complete_accepts_string_marker",
+   '<tool_call>[{"name":"get_weather","arguments":{"location":"Tokyo"}}]', "", [("get_weather", {"location": "Tokyo"})])
+tc("granite", "granite_accepts_leading_whitespace_and_space_after_marker",
+   '\n  <|tool_call|> [{"name":"get_weather","arguments":{}}]', "", [("get_weather", {})])
+tc("granite", "granite_handles_unicode_whitespace_after_marker",
+   '<|tool_call|>\x0c[{"name":"get_weather","arguments":{}}]', "", [("get_weather", {})],
+   differs="a form feed after the marker is whitespace (as in the Rust parser); vLLM's Python parser keeps "
+   "the output as text")
+tc("granite", "granite_parses_array_without_marker", '[{"name":"get_weather","arguments":{"location":"Tokyo"}}]',
+   # the Rust parser reads a bare array as calls; vLLM's Python parser and this one keep it as text
+   '[{"name":"get_weather","arguments":{"location":"Tokyo"}}]')
+tc("granite", "granite_handles_indented_json_arguments",
+   '<|tool_call|>[\n    {\n        "name": "get_weather",\n        "arguments": {\n            "location": "Tokyo"\n'
+   "        }\n    }\n]", "", [("get_weather", {"location": "Tokyo"})])
+tc("granite", "granite_extracts_multiple_calls",
+   '<|tool_call|>[{"name":"get_weather","arguments":{"location":"Shanghai"}},{"name":"add","arguments":{"x":1,"y":2}}]',
+   "", [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})])
+
+
+# ---------------------------------------------------------------- internlm (json/internlm2.rs)
+def _il(name: str, key: str, args: str) -> str:
+    return f'<|action_start|><|plugin|>{{"name":"{name}","{key}":{args}}}<|action_end|>'
+
+
+tc("internlm", "internlm2_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("internlm", "internlm2_parse_complete_extracts_parameters_key",
+   "Let me check.\n" + _il("get_weather", "parameters", '{"location":"Tokyo","days":"3"}'), "Let me check.",
+   [("get_weather", {"location": "Tokyo", "days": "3"})])
+tc("internlm", "internlm2_parse_complete_extracts_arguments_key_fallback",
+   _il("get_weather", "arguments", '{"location":"Tokyo"}'), "", [("get_weather", {"location": "Tokyo"})])
+tc("internlm", "internlm2_accepts_whitespace_after_plugin_marker",
+   '<|action_start|><|plugin|>\n{"name":"get_weather","parameters":{}}<|action_end|>', "", [("get_weather", {})])
+tc("internlm", "internlm2_streaming_emits_argument_deltas",
+   'preface <|action_start|><|plugin|>{"name":"get_weather","parameters":{"location":"Beijing"}}<|action_end|> suffix',
+   "preface suffix", [("get_weather", {"location": "Beijing"})], differs=_KEEP_AFTER_RS)
+tc("internlm", "internlm2_streaming_handles_split_markers",
+   "hello " + _il("get_weather", "parameters", '{"location":"Tokyo"}'), "hello", [("get_weather", {"location": "Tokyo"})])
+tc("internlm", "internlm2_streaming_extracts_multiple_blocks",
+   _il("get_weather", "parameters", '{"location":"Shanghai"}') + _il("add", "arguments", '{"x":1,"y":2}'), "",
+   [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})],
+   differs="every action block is a call (as in the Rust parser); vLLM's Python parser takes the first only")
+tc("internlm", "internlm2_keeps_end_marker_literal_inside_json_string",
+   _il("echo", "parameters", '{"text":"literal <|action_end|> inside"}'), "",
+   [("echo", {"text": "literal <|action_end|> inside"})], tools=RS_TOOLS + [_fn("echo", text=S)],
+   differs="an end marker inside a JSON string is text (as in the Rust parser); vLLM's Python parser cuts the "
+   "arguments there")
+
+
+# ---------------------------------------------------------- phi4_mini_json (json/phi4mini.rs)
+def _phi(*calls: str) -> str:
+    return "functools[" + ",".join(calls) + "]"
+
+
+def _pc(name: str, key: str, args: str) -> str:
+    return f'{{"name":"{name}","{key}":{args}}}'
+
+
+tc("phi4_mini_json", "phi4mini_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("phi4_mini_json", "phi4mini_parse_complete_extracts_arguments_key",
+   _phi(_pc("get_weather", "arguments", '{"location":"Tokyo","days":"3"}')), "",
+   [("get_weather", {"location": "Tokyo", "days": "3"})])
+tc("phi4_mini_json", "phi4mini_parse_complete_falls_back_to_parameters_key",
+   _phi(_pc("get_weather", "parameters", '{"location":"Tokyo"}')), "", [("get_weather", {"location": "Tokyo"})])
+tc("phi4_mini_json", "phi4mini_extracts_multiple_comma_delimited_calls",
+   _phi(_pc("get_weather", "arguments", '{"location":"Shanghai"}'), _pc("add", "arguments", '{"x":1,"y":2}')), "",
+   [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})])
+tc("phi4_mini_json", "phi4mini_array_valued_arguments_are_not_truncated",
+   _phi(_pc("convert", "arguments", '{"items":[1,2],"flag":true}')), "", [("convert", {"items": [1, 2], "flag": True})],
+   differs=_PHI_RE)
+tc("phi4_mini_json", "phi4mini_preserves_text_before_tool_call",
+   "Let me check.\n" + _phi(_pc("get_weather", "arguments", '{"location":"Tokyo"}')), "Let me check.",
+   [("get_weather", {"location": "Tokyo"})], differs=_KEEP_AROUND)
+tc("phi4_mini_json", "phi4mini_accepts_real_model_whitespace_format",
+   'functools[{"name": "get_weather", "arguments": {"location": "Tokyo"}}]', "", [("get_weather", {"location": "Tokyo"})])
+tc("phi4_mini_json", "phi4mini_streaming_emits_argument_deltas",
+   'preface functools[{"name":"get_weather","arguments":{"location":"Beijing"}}] suffix', "preface suffix",
+   [("get_weather", {"location": "Beijing"})], differs=_KEEP_AROUND)
+tc("phi4_mini_json", "phi4mini_streaming_handles_split_markers",
+   "hello " + _phi(_pc("get_weather", "arguments", '{"location":"Tokyo"}')), "hello",
+   [("get_weather", {"location": "Tokyo"})], differs=_KEEP_AROUND)
+tc("phi4_mini_json", "phi4mini_parses_nested_arrays_and_objects",
+   _phi(_pc("convert", "arguments", '{"array_field":["a","b","c"],"object_field":{"nested":"value"},"empty_object":{}}')),
+   "", [("convert", {"array_field": ["a", "b", "c"], "object_field": {"nested": "value"}, "empty_object": {}})],
+   differs=_PHI_RE)
+tc("phi4_mini_json", "phi4mini_parses_parallel_calls_in_template_format",
+   'functools[\n  {"name": "get_weather", "arguments": {"city": "Tokyo"}},\n  {"name": "add", "arguments": {"x": 1, "y": 2}}\n]',
+   "", [("get_weather", {"city": "Tokyo"}), ("add", {"x": 1, "y": 2})])
