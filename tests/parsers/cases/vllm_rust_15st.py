@@ -602,3 +602,41 @@ tc("phi4_mini_json", "phi4mini_parses_nested_arrays_and_objects",
 tc("phi4_mini_json", "phi4mini_parses_parallel_calls_in_template_format",
    'functools[\n  {"name": "get_weather", "arguments": {"city": "Tokyo"}},\n  {"name": "add", "arguments": {"x": 1, "y": 2}}\n]',
    "", [("get_weather", {"city": "Tokyo"}), ("add", {"x": 1, "y": 2})])
+
+
+# =============================================================== reasoning (reasoning-parser/src/tests.rs)
+# (tests that first give the parser prompt token ids, `initialize(&[...])`, do not convert: a case
+# here is the output text and the request's chat_template_kwargs)
+# the Rust parser wants <think> in the output or the prompt; vLLM's Python parser and this one split at </think>
+rc("qwen3", "qwen3_without_prompt_markers_expects_start_token", "reason</think>answer", "reason", "answer")
+rc("qwen3", "qwen3_tolerates_old_and_new_formats", "<think>reason</think>answer", "reason", "answer")
+rc("deepseek_r1", "deepseek_r1_defaults_to_reasoning_without_prompt_boundary", "reason</think>answer", "reason", "answer")
+rc("deepseek_r1", "deepseek_r1_strips_explicit_start_token", "<think>reason</think>answer", "reason", "answer")
+rc("seed_oss", "seed_oss_defaults_to_reasoning_without_prompt_boundary", "implicit reasoning</seed:think>answer",
+   "implicit reasoning", "answer")
+rc("seed_oss", "seed_oss_handles_explicit_start_token", "<seed:think>reason</seed:think>answer", "reason", "answer")
+rc("seed_oss", "seed_oss_no_tokens_treats_everything_as_reasoning", "just plain text", "just plain text", "")
+rc("seed_oss", "seed_oss_streams_explicit_start_token_across_pushes",
+   "<seed:think>Some reasoning content</seed:think>Final answer", "Some reasoning content", "Final answer")
+rc("step3p5", "step3p5_handles_no_start_token_compat_path", "This is a reasoning section</think>This is the rest",
+   "This is a reasoning section", "This is the rest")
+rc("step3p5", "step3p5_handles_unterminated_reasoning", "<think>reason without end", "reason without end", "")
+rc("step3p5", "step3p5_complex_newline_pattern_trims_only_single_framing_newline_each_side",
+   "\n This is a \n reasoning section\n\n\n</think>\n\nThis is the rest", "\n This is a \n reasoning section",
+   "\n\nThis is the rest")
+# step3p5: the Rust parser trims one framing newline on each side of </think>; vLLM's Python parser and this
+# one trim the reasoning's trailing whitespace and keep the answer as written
+rc("step3p5", "step3p5_drops_framing_newlines_in_single_push", "<think>reason\n</think>\nanswer", "reason", "\nanswer")
+rc("step3p5", "step3p5_replays_held_newline_when_more_reasoning_follows", "<think>reason\nmore reason",
+   "reason\nmore reason", "")
+rc("step3p5", "step3p5_finish_flushes_held_newline_in_unterminated_stream", "<think>reason\n", "reason\n", "",
+   differs="reasoning cut by the end of output keeps its text as written (as the Rust parser); vLLM's Python "
+   "parser strips its final newline")
+rc("step3p5", "step3p5_preserves_inner_newlines_in_reasoning", "<think>line1\nline2</think>tail", "line1\nline2", "tail")
+rc("step3p5", "step3p5_trims_only_one_trailing_reasoning_newline", "<think>reason\n\n</think>answer", "reason",
+   "answer")
+rc("step3p5", "step3p5_drops_only_first_content_newline_after_transition", "<think>reason</think>\nfirst\nsecond",
+   "reason", "\nfirst\nsecond")
+rc("step3p5", "step3p5_passes_through_clean_boundary_without_framing_newlines", "<think>reason</think>tail", "reason",
+   "tail")
+rc("step3p5", "step3p5_handles_empty_reasoning_section", "<think></think>answer", "", "answer")
