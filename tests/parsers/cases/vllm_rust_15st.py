@@ -672,3 +672,113 @@ rc("ernie45", "ernie45_forwards_text_after_response_end", "abc</think><response>
    "<response>def</response>\ntrailing", differs=_GAP_ERNIE)
 rc("ernie45", "ernie45_keeps_response_markers_inside_reasoning", "plan: emit <response> later</think>ok",
    "plan: emit <response> later", "ok")
+
+
+# -------------------------------------------------------------- granite4 (json/granite4.rs)
+tc("granite4", "granite4_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("granite4", "granite4_parse_complete_object_args",
+   '<tool_call>{"name":"get_weather","arguments":{"city":"Boston"}}</tool_call>', "", [("get_weather", {"city": "Boston"})])
+tc("granite4", "granite4_parse_complete_string_args",
+   '<tool_call>{"name":"get_weather","arguments":"{\\"city\\":\\"Boston\\"}"}</tool_call>', "",
+   [("get_weather", {"city": "Boston"})])
+tc("granite4", "granite4_extracts_interleaved_content_and_mixed_args",
+   'before <tool_call>{"name":"find_bbox","arguments":"{\\"x\\":1}"}</tool_call> middle <tool_call>{"name":"get_weather",'
+   '"arguments":{"city":"Boston"}}</tool_call> after', "before middle after",
+   [("find_bbox", {"x": 1}), ("get_weather", {"city": "Boston"})], differs=_FRAMING)
+tc("granite4", "granite4_streaming_handles_split_markers",
+   'hello <tool_call>{"name":"get_weather","arguments":{"city":"Tokyo"}}</tool_call> bye', "hello bye",
+   [("get_weather", {"city": "Tokyo"})], differs=_FRAMING)
+tc("granite4", "granite4_streaming_emits_object_argument_deltas",
+   '<tool_call>{"name":"get_weather","arguments":{"city":"Beijing"}}</tool_call>', "",
+   [("get_weather", {"city": "Beijing"})])
+tc("granite4", "granite4_string_args_split_across_chunks", '<tool_call>{"name":"f","arguments":"{\\"a\\":1}"}</tool_call>',
+   "", [("f", {"a": 1})])
+_BBOX = '{\\"coordinates\\": [[23.54, 43.1], [-12.2, 54.3], [4, 5]], \\"coordinate_type\\": \\"latlong\\"}'
+_BBOX_ARGS = {"coordinates": [[23.54, 43.1], [-12.2, 54.3], [4, 5]], "coordinate_type": "latlong"}
+tc("granite4", "granite4_streaming_handles_marker_and_json_whitespace",
+   "Here goes the bbox call: \n"
+   f'<tool_call> {{"name": "find_bbox", "arguments": "{_BBOX}"}} </tool_call>'
+   " Now the stock price call: \n "
+   '<tool_call> {"name": "get_stock_price", "arguments": {"symbol": "AAPL", "start_date": "2021-01-01", '
+   '"end_date": "2021-12-31"}} </tool_call>'
+   " Now another bbox call: \n "
+   f'<tool_call> {{"name": "find_bbox", "arguments": "{_BBOX}"}} </tool_call>'
+   " See? I'm a helpful assistant.",
+   "Here goes the bbox call: Now the stock price call: Now another bbox call: See? I'm a helpful assistant.",
+   [("find_bbox", _BBOX_ARGS),
+    ("get_stock_price", {"symbol": "AAPL", "start_date": "2021-01-01", "end_date": "2021-12-31"}),
+    ("find_bbox", _BBOX_ARGS)], differs=_FRAMING)
+
+
+# ------------------------------------------------------------------------ jamba (json/jamba.rs)
+def _jb(*calls: str) -> str:
+    return "<tool_calls>[" + ",".join(calls) + "]</tool_calls>"
+
+
+tc("jamba", "jamba_parse_complete_without_tool_call_keeps_text", "This is a test", "This is a test")
+tc("jamba", "jamba_parse_complete_extracts_single_tool_call",
+   _jb(_mc("get_current_weather", '{"city":"Dallas","state":"TX","unit":"fahrenheit"}')), "",
+   [("get_current_weather", {"city": "Dallas", "state": "TX", "unit": "fahrenheit"})])
+tc("jamba", "jamba_parse_complete_preserves_leading_content",
+   "Sure! let me call the tool for you." + _jb(_mc("get_current_weather", '{"city":"Dallas"}')),
+   "Sure! let me call the tool for you.", [("get_current_weather", {"city": "Dallas"})])
+tc("jamba", "jamba_parse_complete_extracts_pretty_multiple_tool_calls",
+   '<tool_calls>[\n    {"name": "get_current_weather", "arguments": {"city": "Dallas", "state": "TX"}},\n'
+   '    {"name": "get_current_weather", "arguments": {"city": "Orlando", "state": "FL"}}\n]</tool_calls>', "",
+   [("get_current_weather", {"city": "Dallas", "state": "TX"}), ("get_current_weather", {"city": "Orlando", "state": "FL"})])
+tc("jamba", "jamba_streaming_emits_argument_deltas",
+   'preface <tool_calls>[{"name":"get_weather","arguments":{"location":"Beijing"}}]</tool_calls> suffix',
+   "preface suffix", [("get_weather", {"location": "Beijing"})], differs=_KEEP_AFTER_RS)
+tc("jamba", "jamba_streaming_handles_split_markers", "hello " + _jb(_mc("get_weather", '{"location":"Tokyo"}')), "hello",
+   [("get_weather", {"location": "Tokyo"})])
+tc("jamba", "jamba_keeps_end_marker_literal_inside_json_string",
+   _jb(_mc("echo", '{"text":"literal ]</tool_calls> inside"}')), "", [("echo", {"text": "literal ]</tool_calls> inside"})],
+   differs="an end marker inside a JSON string is text (as in the Rust parser); vLLM's Python parser finds no "
+   "call")
+
+
+# ---------------------------------------------------------------------- longcat (json/longcat.rs)
+def _lc(name: str, args: str) -> str:
+    return f'<longcat_tool_call>{{"name":"{name}","arguments":{args}}}</longcat_tool_call>'
+
+
+tc("longcat", "longcat_parse_complete_without_tool_call_keeps_text", "Hello, world!", "Hello, world!")
+tc("longcat", "longcat_parse_complete_extracts_raw_json_arguments", _lc("get_weather", '{"city":"Tokyo"}'), "",
+   [("get_weather", {"city": "Tokyo"})])
+tc("longcat", "longcat_parse_complete_preserves_surrounding_text",
+   "Let me check.\n" + _lc("get_weather", '{"city":"Tokyo"}') + "\nDone.", "Let me check.\nDone.",
+   [("get_weather", {"city": "Tokyo"})], differs=_KEEP_AFTER_RS)
+tc("longcat", "longcat_accepts_newline_after_tool_call_start",
+   '<longcat_tool_call>\n{"name":"get_weather","arguments":{}}</longcat_tool_call>', "", [("get_weather", {})])
+_LC_TYPES = {"string_field": "hello", "int_field": 42, "float_field": 3.14, "bool_field": True, "null_field": None,
+             "array_field": ["a", "b"], "object_field": {"nested": "value"}, "empty_array": [], "empty_object": {}}
+tc("longcat", "longcat_parse_complete_handles_json_argument_types",
+   _lc("test_function", json.dumps(_LC_TYPES, separators=(",", ":"))), "", [("test_function", _LC_TYPES)])
+tc("longcat", "longcat_parse_complete_handles_escaped_strings",
+   _lc("test_function", '{"quoted":"He said \\"hello\\"","path":"C:\\\\Users\\\\file.txt","newline":"line1\\nline2"}'), "",
+   [("test_function", {"quoted": 'He said "hello"', "path": "C:\\Users\\file.txt", "newline": "line1\nline2"})])
+tc("longcat", "longcat_streaming_emits_argument_deltas",
+   'preface <longcat_tool_call>{"name":"get_weather","arguments":{"city":"Beijing"}}</longcat_tool_call> suffix',
+   "preface suffix", [("get_weather", {"city": "Beijing"})], differs=_KEEP_AFTER_RS)
+tc("longcat", "longcat_streaming_handles_split_markers", "hello " + _lc("get_weather", '{"city":"Tokyo"}'), "hello",
+   [("get_weather", {"city": "Tokyo"})])
+tc("longcat", "longcat_streaming_extracts_multiple_tool_calls",
+   _lc("get_weather", '{"city":"Tokyo"}') + "\n" + _lc("get_time", '{"timezone":"Asia/Tokyo"}'), "",
+   [("get_weather", {"city": "Tokyo"}), ("get_time", {"timezone": "Asia/Tokyo"})])
+
+
+# ---------------------------------------------------------------------- ernie45 (json/ernie45.rs)
+tc("ernie45", "ernie45_parse_complete_without_tool_call_keeps_text", "just a plain answer", "just a plain answer")
+tc("ernie45", "ernie45_parse_complete_extracts_raw_json_arguments",
+   "Let me check.\n" + _hermes("get_weather", '{ "location": "Tokyo", "days": "3" }'), "Let me check.",
+   [("get_weather", {"location": "Tokyo", "days": "3"})])
+tc("ernie45", "ernie45_accepts_newline_after_tool_call_start",
+   '<tool_call>\n{"name":"get_weather","arguments":{}}\n</tool_call>', "", [("get_weather", {})])
+tc("ernie45", "ernie45_streaming_emits_argument_deltas",
+   'preface <tool_call>{"name":"get_weather","arguments":{"location":"Beijing"}}</tool_call> suffix', "preface suffix",
+   [("get_weather", {"location": "Beijing"})], differs=_KEEP_AFTER_RS)
+tc("ernie45", "ernie45_streaming_handles_split_markers", "hello " + _hermes("get_weather", '{"location":"Tokyo"}'),
+   "hello", [("get_weather", {"location": "Tokyo"})])
+tc("ernie45", "ernie45_streaming_extracts_multiple_tool_calls",
+   _hermes("get_weather", '{"location":"Shanghai"}') + _hermes("add", '{"x":1,"y":2}'), "",
+   [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})])
