@@ -782,3 +782,34 @@ tc("ernie45", "ernie45_streaming_handles_split_markers", "hello " + _hermes("get
 tc("ernie45", "ernie45_streaming_extracts_multiple_tool_calls",
    _hermes("get_weather", '{"location":"Shanghai"}') + _hermes("add", '{"x":1,"y":2}'), "",
    [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})])
+
+
+# ---------------------------------------------------------- granite-20b-fc (json/granite_20b_fc.rs)
+_FC = "<function_call> "
+tc("granite-20b-fc", "granite_20b_fc_parse_complete_without_tool_call_keeps_text",
+   "Just a normal response, no tools here.", "Just a normal response, no tools here.")
+tc("granite-20b-fc", "granite_20b_fc_parse_complete_single_call",
+   _FC + '{"name": "get_weather", "arguments": {"city": "Tokyo"}}', "", [("get_weather", {"city": "Tokyo"})])
+tc("granite-20b-fc", "granite_20b_fc_parse_complete_parallel_calls",
+   _FC + '{"name": "get_weather", "arguments": {"city": "Tokyo"}}\n'
+   + _FC + '{"name": "get_time", "arguments": {"timezone": "Asia/Tokyo"}}', "",
+   [("get_weather", {"city": "Tokyo"}), ("get_time", {"timezone": "Asia/Tokyo"})])
+tc("granite-20b-fc", "granite_20b_fc_drops_text_between_and_after_calls",
+   _FC + '{"name": "get_weather", "arguments": {"city": "Tokyo"}} and then '
+   + _FC + '{"name": "get_time", "arguments": {}} trailing words', " and then trailing words",
+   [("get_weather", {"city": "Tokyo"}), ("get_time", {})], differs=_KEEP_AFTER)
+tc("granite-20b-fc", "granite_20b_fc_extracts_leading_content",
+   "Let me check the weather for you.\n" + _FC + '{"name": "get_weather", "arguments": {"city": "Tokyo"}}',
+   "Let me check the weather for you.", [("get_weather", {"city": "Tokyo"})])
+_CX = {"quoted": 'He said "hi" with ] and }', "i": 42, "f": 3.14, "b": True, "nothing": None, "arr": ["a", "b", "c"],
+       "obj": {"nested": "value"}, "empty_arr": [], "empty_obj": {}}
+tc("granite-20b-fc", "granite_20b_fc_parse_complete_preserves_complex_arguments_verbatim",
+   _FC + '{"name":"test_function","arguments":' + json.dumps(_CX, separators=(",", ":")) + "}", "",
+   [("test_function", _CX)])
+tc("granite-20b-fc", "granite_20b_fc_handles_multiline_json_arguments",
+   _FC + '{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Tokyo",\n    "days": 3\n  }\n}', "",
+   [("get_weather", {"city": "Tokyo", "days": 3})])
+tc("granite-20b-fc", "granite_20b_fc_parse_complete_empty_arguments", _FC + '{"name": "refresh", "arguments": {}}', "",
+   [("refresh", {})])
+tc("granite-20b-fc", "granite_20b_fc_streaming_handles_split_markers",
+   _FC + '{"name":"get_weather","arguments":{"city":"Tokyo"}}', "", [("get_weather", {"city": "Tokyo"})])
