@@ -36,9 +36,7 @@ from vllm_pyfrontend.parsers.tool.base import (
     Section,
     coerce_params,
     coerce_value,
-    dumps_args,
     is_string_param,
-    tool_properties,
 )
 from vllm_pyfrontend.parsers.tool.xml_calls import (
     Qwen3Coder,
