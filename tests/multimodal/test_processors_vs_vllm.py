@@ -138,6 +138,24 @@ def build_glmasr(d: Path) -> None:
     _save(d, tok, proc, cfg, "GlmAsrForConditionalGeneration")
 
 
+def build_gemma3n(d: Path) -> None:
+    from transformers import Gemma3nAudioFeatureExtractor, Gemma3nConfig, Gemma3nProcessor
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    names = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>",
+             "boa_token": "<start_of_audio>", "eoa_token": "<end_of_audio>", "audio_token": "<audio_soft_token>"}
+    tok = _tokenizer(list(names.values()), extra_special_tokens=names)
+    tok.add_tokens(["\n", "\n\n", "\n\n\n", "\n\n\n\n"])  # vLLM's Gemma3n merges newline runs by these
+    ids = {k.replace("_token", "_token_id"): tok.convert_tokens_to_ids(v) for k, v in names.items()}
+    proc = Gemma3nProcessor(feature_extractor=Gemma3nAudioFeatureExtractor(),
+                            image_processor=SiglipImageProcessorPil(size={"height": 32, "width": 32}),
+                            tokenizer=tok, audio_seq_length=8, image_seq_length=4)
+    text = _text(tok, "gemma3n_text", vocab_size_per_layer_input=len(tok), hidden_size_per_layer_input=8,
+                 num_kv_shared_layers=0, layer_types=["full_attention"], activation_sparsity_pattern=[0.0])
+    cfg = Gemma3nConfig(text_config=text, audio_soft_tokens_per_image=8, vision_soft_tokens_per_image=4, **ids)
+    _save(d, tok, proc, cfg, "Gemma3nForConditionalGeneration")
+
+
 # ------------------------------------------------------------------------------ media
 def _image(size, color):
     import numpy as np
@@ -154,12 +172,13 @@ def _audio(seconds: float, freq: float):
     return (np.sin(2 * np.pi * freq * t).astype(np.float32), 16000)
 
 
-# family -> (builder, modality, items)
-FAMILIES: dict[str, tuple[Callable[[Path], None], str, Callable[[], list[Any]]]] = {
-    "idefics3": (build_idefics3, "image", lambda: [_image((64, 48), 1), _image((20, 30), 2)]),
-    "qwen2_audio": (build_qwen2_audio, "audio", lambda: [_audio(1.0, 440.0), _audio(0.5, 880.0)]),
-    "audioflamingo3": (build_audioflamingo3, "audio", lambda: [_audio(0.7, 300.0)]),  # limit 1
-    "glmasr": (build_glmasr, "audio", lambda: [_audio(0.9, 500.0)]),  # limit 1
+# family -> (builder, the request's media per modality)
+FAMILIES: dict[str, tuple[Callable[[Path], None], Callable[[], dict[str, list[Any]]]]] = {
+    "idefics3": (build_idefics3, lambda: {"image": [_image((64, 48), 1), _image((20, 30), 2)]}),
+    "qwen2_audio": (build_qwen2_audio, lambda: {"audio": [_audio(1.0, 440.0), _audio(0.5, 880.0)]}),
+    "audioflamingo3": (build_audioflamingo3, lambda: {"audio": [_audio(0.7, 300.0)]}),  # limit 1
+    "gemma3n": (build_gemma3n, lambda: {"image": [_image((40, 30), 5)], "audio": [_audio(0.6, 700.0)]}),
+    "glmasr": (build_glmasr, lambda: {"audio": [_audio(0.9, 500.0)]}),  # limit 1
 }
 
 
@@ -202,7 +221,7 @@ def _vllms(model_dir: str, prompt_ids: list[int], mm_data: dict[str, list[Any]])
 def model_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("mm-families")
     dirs = {}
-    for name, (build, _, _) in FAMILIES.items():
+    for name, (build, _) in FAMILIES.items():
         d = root / name
         d.mkdir()
         build(d)
@@ -214,31 +233,32 @@ def model_dirs(tmp_path_factory):
 def test_same_prompt_ids_and_features_as_vllm(model_dirs, family):
     from transformers import AutoTokenizer
 
-    _, modality, items = FAMILIES[family]
+    _, items = FAMILIES[family]
     model_dir = model_dirs[family]
     media = items()
-    # The prompt as a worker renders it: the model's placeholder string per item (vLLM's
-    # get_placeholder_str, what the chat path puts in for a "string" template), then text.
     from vllm_pyfrontend.multimodal.model import MultimodalModel
 
     # Two workers: vLLM's processor-only cache (items always sent in full), as a default deployment.
     model = MultimodalModel(model_dir, [], num_workers=2, num_engines=1).load()
-    assert model.supported and model.supported_modalities == {modality}
-    # A model class without one (its chat template places them): the HF processor's token.
-    own = getattr(model.processor.info.get_hf_processor(), f"{modality}_token", None)
-    text = "".join(model.placeholder(modality, i + 1) or own for i in range(len(media))) + "Describe these."
+    assert model.supported and set(media) <= model.supported_modalities
+    # The prompt as a worker renders it: the model's placeholder string per item (vLLM's
+    # get_placeholder_str, what the chat path puts in for a "string" template), then text; a
+    # model class without one (its chat template places them): the HF processor's token.
+    hf = model.processor.info.get_hf_processor()
+    text = "".join(model.placeholder(modality, i + 1) or getattr(hf, f"{modality}_token")
+                   for modality, its in media.items() for i in range(len(its))) + "Describe these."
     prompt_ids = AutoTokenizer.from_pretrained(model_dir).encode(text, add_special_tokens=False)
 
-    ours, n_ours = _ours(model, prompt_ids, {modality: list(media)})
-    raw, theirs, n_theirs = _vllms(model_dir, prompt_ids, {modality: list(media)})
+    ours, n_ours = _ours(model, prompt_ids, {m: list(v) for m, v in media.items()})
+    raw, theirs, n_theirs = _vllms(model_dir, prompt_ids, {m: list(v) for m, v in media.items()})
 
     assert ours.prompt_token_ids == theirs.prompt_token_ids
     assert len(ours.prompt_token_ids) > len(prompt_ids), "placeholders were expanded"
     assert n_ours == n_theirs, "the same number of out-of-band tensor frames"
-    assert len(ours.mm_features) == len(theirs.mm_features) == len(media) >= 1
+    assert len(ours.mm_features) == len(theirs.mm_features) == sum(map(len, media.values()))
     for a, b, r in zip(ours.mm_features, theirs.mm_features, raw.mm_features):
         assert (a.modality, a.identifier, a.mm_hash) == (b.modality, b.identifier, b.mm_hash) == \
-            (modality, r.identifier, r.mm_hash)
+            (r.modality, r.identifier, r.mm_hash)
         assert (a.mm_position.offset, a.mm_position.length) == (b.mm_position.offset, b.mm_position.length)
         if b.mm_position.is_embed is None:
             assert a.mm_position.is_embed is None
@@ -262,3 +282,11 @@ def _assert_same_tensors(a, b, key):
             _assert_same_tensors(x, y, key)
     else:
         assert a == b, key
+
+
+def test_the_not_loadable_list_still_holds():
+    """NOT_LOADABLE is true only while torchvision is missing: once it is installed, those
+    families belong in FAMILIES."""
+    import importlib.util
+
+    assert importlib.util.find_spec("torchvision") is None, "torchvision is here now: test NOT_LOADABLE's families"
