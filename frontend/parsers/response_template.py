@@ -730,6 +730,7 @@ def _json_call_shape(f: Field) -> _JsonCallShape | None:
 
 
 _WS = " \t\r\n"
+_PLAIN = regex.compile(r'[^"\\\x00-\x1f]*')
 
 
 def escape(text: str) -> str:
@@ -758,9 +759,8 @@ class _JsonCallWalker:
         self._pending: list[tuple[str, Any]] = []  # members read before the name was known
         self._n_members = 0
         self._closed_args = False
-        self._str_key: str | None = None
-        self._str_at = 0  # raw position where the open string value's text starts
-        self._str_sent = 0  # raw characters of it already written
+        self._str_key: str | None = None  # the open string value streaming (state "args_str")
+        self._str_pos = 0  # where its unread text starts
 
     def _schema_types(self, key: str) -> tuple[str, ...]:
         schema = self.props.get(self.name or "", {})
@@ -871,16 +871,21 @@ class _JsonCallWalker:
                     k += 1
                 if k >= n:
                     return
+                if s[k] == '"' and self.name is not None and _keeps_strings(self._schema_types(key)):
+                    self._open_string(key, k)  # a string that is never cast: streams as it comes
+                    continue
                 r = scan_json(s, k, False)
                 if r is NEED:
-                    if s[k] == '"' and self.name is not None and _keeps_strings(self._schema_types(key)):
-                        self._stream_open_string(s, key, k)
                     return
                 if isinstance(r, Fail):
                     raise _Dead
-                self._member(key, json.loads(r.value), s, k)
+                self._member(key, json.loads(r.value))
                 self._i = r.end
                 self._state = "args_next"
+            elif st == "args_str":
+                self._string(s)
+                if self._state == "args_str":
+                    return
             elif st == "done":
                 raise _Dead  # text after the object
             else:  # pragma: no cover
@@ -917,15 +922,9 @@ class _JsonCallWalker:
         self._n_members += 1
         return sep + json.dumps(key, ensure_ascii=False) + ": "
 
-    def _member(self, key: str, value: Any, s: str, k: int) -> None:
+    def _member(self, key: str, value: Any) -> None:
         if self.name is None:
             self._pending.append((key, value))
-            return
-        if self._str_key is not None:  # the open string value completed (never cast)
-            self.args_text += escape(value)[self._str_sent :] + '"'
-            self._str_key = None
-            self._str_sent = 0
-            self.open_string = False
             return
         value = _cast_member(value, self._schema_types(key))
         self.args_text += self._head(key) + json.dumps(value, ensure_ascii=False)
@@ -941,41 +940,54 @@ class _JsonCallWalker:
     def _write_close(self) -> None:
         self.args_text += ("{}" if self._n_members == 0 else "}")
 
-    def _stream_open_string(self, s: str, key: str, k: int) -> None:
-        """Write the certain part of an open string value (escaped as json.dumps does)."""
-        raw = s[k + 1 :]
-        # cut before an incomplete escape, or a \\u high surrogate waiting for its pair
-        cut = len(raw)
-        back = raw.rfind("\\", max(0, cut - 12))
-        while back != -1:
-            # count the backslashes before it to see whether it starts an escape
-            j = back
-            while j > 0 and raw[j - 1] == "\\":
-                j -= 1
-            if (back - j) % 2 == 0:
-                seq = raw[back:]
-                if len(seq) < 2 or (seq[1] == "u" and len(seq) < 6):
-                    cut = back
-                elif seq[1] == "u" and 0xD800 <= int(seq[2:6], 16) <= 0xDBFF and len(seq) < 12:
-                    cut = back
+    def _open_string(self, key: str, k: int) -> None:
+        """A string value that streams (never cast) begins at ``s[k]`` (its quote)."""
+        self._str_key = key
+        self._str_pos = k + 1
+        self._str_parts: list[str] = []
+        self.args_text += self._head(key) + '"'
+        self.open_string = True
+        self._state = "args_str"
+
+    def _string(self, s: str) -> None:
+        """Extend the open string value as far as its text is certain (whole characters,
+        whole escapes; a \\u high surrogate with its pair); close it at its quote."""
+        n = len(s)
+        start = i = self._str_pos
+        while i < n:
+            i = _PLAIN.match(s, i).end()
+            if i >= n:
                 break
-            back = raw.rfind("\\", 0, j) if j > 0 else -1
-            if back < cut - 12:
-                break
-        try:
-            decoded = json.loads('"' + raw[:cut] + '"')
-        except ValueError:
-            return
-        if self._str_key is None:
-            if len(decoded) < 1:
+            c = s[i]
+            if c == '"':
+                self._str_piece(s[start:i])
+                self.args_text += '"'
+                self._str_key = None
+                self.open_string = False
+                self._i = i + 1
+                self._state = "args_next"
                 return
-            self._str_key = key
-            self.args_text += self._head(key) + '"'
-            self.open_string = True
-        text = escape(decoded)
-        if len(text) > self._str_sent:
-            self.args_text += text[self._str_sent :]
-            self._str_sent = len(text)
+            if c != "\\":
+                raise _Dead  # a control character: not JSON
+            if i + 1 >= n:
+                break
+            if s[i + 1] != "u":
+                if s[i + 1] not in '"\\/bfnrt':
+                    raise _Dead
+                i += 2
+                continue
+            if i + 6 > n:
+                break
+            code = int(s[i + 2 : i + 6], 16)  # ValueError: not JSON (advance() marks it dead)
+            if 0xD800 <= code <= 0xDBFF and i + 12 > n:
+                break  # wait for the low surrogate
+            i += 6
+        self._str_piece(s[start:i])
+        self._str_pos = i
+
+    def _str_piece(self, raw: str) -> None:
+        if raw:
+            self.args_text += escape(json.loads('"' + raw + '"'))
 
     def final_done(self) -> bool:
         return self._state == "done"
