@@ -274,6 +274,25 @@ def check_hf_selection(tool: str | None, reasoning: str | None, tokenizer: Any) 
         raise ValueError("--tool-call-parser hf requires a response_template with a tool_calls field")
 
 
+def check_hf_model_dir(tool: str | None, reasoning: str | None, tokenizer_dir: str) -> None:
+    """`check_hf_selection` on a model (tokenizer) directory's tokenizer_config.json, for the
+    supervisor: a start that cannot serve ``hf`` stops before any worker starts."""
+    if HF not in (tool, reasoning):
+        return
+    import os
+
+    config: Any = {}
+    path = os.path.join(tokenizer_dir, "tokenizer_config.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+
+    class _Config:
+        tokenizer_config = config if isinstance(config, dict) else {}
+
+    check_hf_selection(tool, reasoning, _Config())
+
+
 # ------------------------------------------------------------- content parsers
 def _text(text: str, args: dict) -> str:
     return text.strip() if args.get("strip", True) else text
@@ -1155,22 +1174,53 @@ class ResponseTemplateStream:
 
 
 # ------------------------------------------------------------ parsers & pipeline
+_SERVED_CACHE: dict[int, tuple[dict, Template]] = {}
+
+
 def _template_for(tokenizer: Any) -> Template:
+    """The tokenizer's template as served (compiled once per template object)."""
     spec = template_of(tokenizer)
     if spec is None:
         raise ValueError("The hf parser requires `response_template` metadata in the tokenizer configuration")
-    return serving_template(spec)
+    hit = _SERVED_CACHE.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    served = serving_template(spec)
+    if len(_SERVED_CACHE) > 64:
+        _SERVED_CACHE.clear()
+    _SERVED_CACHE[id(spec)] = (spec, served)
+    return served
 
 
-def _prefix(tokenizer: Any, prompt_text: str | None, prompt_ids: Sequence[int] | None) -> str:
+#: prompt tokens decoded first when looking for the start anchor (the whole prompt only when the
+#: anchor is not in them): a long prompt is not decoded per choice
+_PROMPT_TAIL = 512
+
+
+def _prefix(tokenizer: Any, prompt_text: str | None, prompt_ids: Sequence[int] | None,
+            template: Template | None = None) -> str:
+    """The prompt's text as the parser's prefix (vLLM decodes the prompt's ids, special tokens
+    kept); from its last start anchor on is all that counts."""
     if prompt_text is not None:
         return prompt_text
-    if prompt_ids and tokenizer is not None and hasattr(tokenizer, "decode"):
+    if not prompt_ids or tokenizer is None or not hasattr(tokenizer, "decode"):
+        return ""
+
+    def decode(ids: list[int]) -> str:
         try:
-            return tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
+            return tokenizer.decode(ids, skip_special_tokens=False)
         except TypeError:
-            return tokenizer.decode(list(prompt_ids))
-    return ""
+            return tokenizer.decode(ids)
+
+    ids = list(prompt_ids)
+    if template is not None and len(ids) > _PROMPT_TAIL:
+        tail = decode(ids[-_PROMPT_TAIL:])
+        last = None
+        for m in template.start.re.finditer(tail):
+            last = m
+        if last is not None and last.start() > 0:  # the tail's first characters may be cut
+            return tail[last.start() :]
+    return decode(ids)
 
 
 def tool_stream(tokenizer: Any = None, tools: Sequence[Any] | None = None) -> ResponseTemplateStream:
@@ -1186,9 +1236,9 @@ def reasoning_stream(
     **_: Any,
 ) -> ResponseTemplateStream:
     """``get_reasoning_parser("hf")``: reasoning and content (tool regions are content)."""
+    template = _template_for(tokenizer)
     return ResponseTemplateStream(
-        _template_for(tokenizer), reasoning=True, tools=False,
-        prefix=_prefix(tokenizer, prompt_text, prompt_token_ids),
+        template, reasoning=True, tools=False, prefix=_prefix(tokenizer, prompt_text, prompt_token_ids, template),
     )
 
 
@@ -1249,8 +1299,9 @@ def make_response_template_pipeline(
     tools: Sequence[Any] | None = None,
     prompt_text: str | None = None,
 ) -> ResponseTemplatePipeline:
+    template = _template_for(tokenizer)
     stream = ResponseTemplateStream(
-        _template_for(tokenizer), reasoning=reasoning == HF, tools=tool == HF, request_tools=tools,
-        prefix=_prefix(tokenizer, prompt_text, prompt_ids),
+        template, reasoning=reasoning == HF, tools=tool == HF, request_tools=tools,
+        prefix=_prefix(tokenizer, prompt_text, prompt_ids, template),
     )
     return ResponseTemplatePipeline(stream)

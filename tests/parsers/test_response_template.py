@@ -185,3 +185,18 @@ def test_startup_checks_as_vllm(tool, reasoning, template, message):
     with pytest.raises(ValueError, match=message.replace("`", ".")):
         check_hf_selection(tool, reasoning, _tok(template) if template is not None else SimpleNamespace())
     check_hf_selection(None, None, None)  # no hf: nothing to check
+
+
+def test_long_prompt_decodes_only_its_tail(tok):
+    """A long prompt: the prefix from the tail's last start anchor is the whole decode's."""
+    from vllm_pyfrontend.parsers.response_template import _prefix, serving_template
+
+    template = serving_template(HERMES)
+    history = "".join(f"<|im_start|>user\nquestion {i} é ✓<|im_end|>\n<|im_start|>assistant\nanswer {i}<|im_end|>\n"
+                      for i in range(60))
+    ids = tok.encode(history + "<|im_start|>user\nlast<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert len(ids) > 1000
+    whole = tok.decode(ids, skip_special_tokens=False)
+    cut = _prefix(tok, None, ids, template)
+    assert len(cut) < 100 and whole.endswith(cut) and cut.startswith("<|im_start|>assistant\n")
+    assert _ours(HERMES, "a</think>b", prompt=cut) == _ours(HERMES, "a</think>b", prompt=whole) == ("a", "b", [])

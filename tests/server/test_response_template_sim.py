@@ -114,3 +114,13 @@ def test_hf_without_template_fails_at_startup(tmp_path):
         ParserSelection("hf", None, tok)
     with pytest.raises(ValueError, match="cannot be combined"):
         ParserSelection("hermes", "hf", tok)
+
+
+def test_supervisor_stops_the_start_without_a_template(tmp_path, capfd):
+    """Checked by the supervisor before any worker starts (as vLLM checks at startup)."""
+    from vllm_pyfrontend.supervisor.cli import main
+
+    d = materialize_deepseek_v4(str(tmp_path))
+    assert main(["--engine", "sim", "--enable-auto-tool-choice", "--tool-call-parser", "hf", d]) == 2
+    out, err = capfd.readouterr()
+    assert "requires `response_template` metadata" in out + err
