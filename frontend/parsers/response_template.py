@@ -521,18 +521,31 @@ def _cast_calls(value: Any, props: dict[str, dict]) -> Any:
     return value
 
 
+def _is_object_text(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
 def _calls_of(value: Any) -> list[tuple[str, str]]:
     """(name, arguments text) of each call of a tool region's value; nothing when one is
-    incomplete."""
+    incomplete, or its arguments are not a JSON object (vLLM passes a string on as the
+    arguments text, JSON or not; here that region is given back as content)."""
     out = []
     for item in value if isinstance(value, list) else [value]:
         fn = item.get("function") if isinstance(item, dict) else None
         if not isinstance(fn, dict):
             return []
         name, arguments = fn.get("name"), fn.get("arguments")
-        if not isinstance(name, str) or not name or arguments is None:
+        if not isinstance(name, str) or not name:
             return []
-        out.append((name, arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)))
+        if isinstance(arguments, dict):
+            out.append((name, json.dumps(arguments, ensure_ascii=False)))
+        elif isinstance(arguments, str) and _is_object_text(arguments):
+            out.append((name, arguments))
+        else:
+            return []
     return out
 
 
@@ -1047,6 +1060,7 @@ class ResponseTemplateStream:
         self._announced: _JsonCallWalker | None = None  # the walker whose call was announced
         self._sent = 0  # arguments text sent for the walker's call
         self._region_start = 0
+        self._body = ""  # the open tool region's text, as its chunks are routed
         self._finished = False
         self._content: list[str] = []
         self._reasoning: list[str] = []
@@ -1102,6 +1116,7 @@ class ResponseTemplateStream:
             return
         if kind == "open":
             self._region_start = max(ev[2], self.scanner.prefix_len)
+            self._body = ""
             self._sent = 0
             self._walker = None
             if self._shape is not None:
@@ -1110,8 +1125,9 @@ class ResponseTemplateStream:
                     self._walker = _JsonCallWalker(self._shape, captured or None, self._props)
             return
         if kind == "chunk":
+            self._body += ev[2]  # (the scanner may be past this region when its events are routed)
             if self._walker is not None and not self._walker.dead:
-                self._walker.advance(self.scanner.body)
+                self._walker.advance(self._body)
                 self._stream_args()
             return
         walker, self._walker = self._walker, None
@@ -1139,7 +1155,9 @@ class ResponseTemplateStream:
 
     def _stream_args(self) -> None:
         w = self._walker
-        if w is None or w.dead or w.name is None or not w.args_begun or not w.args_text:
+        # announced once the name is known and the arguments have begun validly, even if the
+        # text turns invalid later in the same chunk: decided on the text, not on the chunking
+        if w is None or w.name is None or not w.args_begun or not w.args_text:
             return
         if self._announced is not w:
             self._announce(w.name)

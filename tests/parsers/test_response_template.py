@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import zlib
 from types import SimpleNamespace
 
 import pytest
@@ -26,7 +27,7 @@ def _ours(template, text, chunks=None, prompt="", reasoning=True, tools=True):
     make = lambda: make_assistant_stream("hf" if reasoning else None, "hf" if tools else None,  # noqa: E731
                                          _tok(template), tools=TOOLS, prompt_text=prompt)
     r = run_chunks(make, chunks if chunks is not None else [text])
-    return r.reasoning, r.content, [(n, json.loads(a)) for n, a, _ in r.calls]
+    return r.reasoning, r.content, r.decoded_calls()  # (arguments are always a JSON object)
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +201,59 @@ def test_long_prompt_decodes_only_its_tail(tok):
     cut = _prefix(tok, None, ids, template)
     assert len(cut) < 100 and whole.endswith(cut) and cut.startswith("<|im_start|>assistant\n")
     assert _ours(HERMES, "a</think>b", prompt=cut) == _ours(HERMES, "a</think>b", prompt=whole) == ("a", "b", [])
+
+
+def _pieces(template: dict) -> list[str]:
+    """Text pieces for random outputs: the template's delimiters, their prefixes, bodies."""
+    out = ["a", "b c", "\n", " ", "é✓", "<", "</", "{", "}", '"', "Assistant:", "<|end|>",
+           '{"name": "get_weather", "arguments": {"city": "Paris", "days": "2"}}', '{"city": "Rome"}',
+           "{hour:7}", "<parameter=city>Oslo</parameter>", '{"name": "f"', "not json"]
+    for f in template["fields"].values():
+        for key in ("open", "close"):
+            for lit in [f[key]] if isinstance(f.get(key), str) else f.get(key, []):
+                out += [lit, lit[: max(1, len(lit) // 2)]]
+    out += ["<|tool_call>call:set_alarm", "<|channel|>commentary to=functions.get_weather<|message|>",
+            "<tool_call><function=get_weather>", "<think>", "</think>"]
+    return out
+
+
+@pytest.mark.parametrize("name, template", [("hermes", HERMES), ("qwen3_xml", QWEN3_XML), ("gemma4", GEMMA4),
+                                            ("gpt_oss", GPT_OSS), ("ernie", ERNIE)])
+def test_random_outputs_like_vllm(hf, name, template):
+    """Random outputs built from the template's own delimiters (whole, partial) and bodies:
+    the reasoning/content split is vLLM's exactly; with tools too, unless vLLM drops a tool
+    region that does not parse (given back or completed here: the pinned difference); and
+    ours is the same under random cuts."""
+    from vllm.parser.chat_parsing import ResponseParser
+    from vllm.parser.response_template import _streaming_template
+
+    rng = random.Random(zlib.crc32(name.encode()))
+    pieces = _pieces(template)
+    served = _streaming_template(template)
+    for _ in range(60):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+        assert _ours(template, text, tools=False) == _vllm(hf, template, text, tools=False), text
+        ours = _ours(template, text)
+        assert _ours(template, text, random_char_splits(text, rng)) == ours, text
+        if ours != _vllm(hf, template, text):
+            p = ResponseParser(served, prefix="", tools=TOOLS)
+            events = p.feed(text) + p.finalize()[1]
+            tool_events = [e for e in events if e.get("field") == "tool_calls" and e["type"] != "region_chunk"]
+            assert any(e["type"] == "region_malformed" for e in tool_events) or any(
+                e["type"] == "region_close" and not _complete_calls(e["value"]) for e in tool_events
+            ), text
+
+
+def _complete_calls(value) -> bool:
+    """vLLM emits the calls of this region value, and their arguments are JSON objects."""
+    from vllm.parser.response_template import _to_tool_calls
+
+    calls = _to_tool_calls(value)
+    return bool(calls) and all(isinstance(_loads_or_none(a), dict) for _, a in calls)
+
+
+def _loads_or_none(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -148,6 +148,9 @@ TOOL_CASES = [
     # malformed: vLLM drops the region; here it is content (or, once announced, completed)
     _t(HERMES, "hermes_malformed_json", '<tool_call>{"name": "get_weather", oops}</tool_call>',
        '<tool_call>{"name": "get_weather", oops}</tool_call>'),
+    _t(HERMES, "hermes_arguments_not_an_object",
+       '<tool_call>{"name": "get_weather", "arguments": "Paris"}</tool_call>',
+       '<tool_call>{"name": "get_weather", "arguments": "Paris"}</tool_call>'),
     _t(HERMES, "hermes_truncated_in_arguments", '<tool_call>{"name": "get_weather", "arguments": {"city": "Par',
        "", [("get_weather", {"city": "Par"})]),
     # Qwen3-Coder's XML parameters
@@ -233,6 +236,8 @@ DIFFERENCES = {
     "tool:hf:hermes_truncated_in_arguments": "the call was announced while its arguments streamed; cut off, it is "
                                              "completed with valid JSON (vLLM streams nothing before the region "
                                              "closes, and drops it)",
+    "tool:hf:hermes_arguments_not_an_object": "arguments that are not a JSON object are not a call: given back as "
+                                              "content (vLLM passes the string on as the arguments text)",
     "tool:hf:vllm_drops_incomplete_call": "a tool region that does not parse is given back as content (vLLM drops it)",
     "tool:hf:vllm_grammar_excludes_hyphenated_name": "the opener does not match `get-weather`: the JSON body does "
                                                       "not parse; given back as content (vLLM drops it)",
