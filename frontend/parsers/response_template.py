@@ -67,7 +67,7 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import regex
 
@@ -568,6 +568,7 @@ class RegionScanner:
     def __init__(self, template: Template, prefix: str = "", tools: Sequence[Any] | None = None) -> None:
         self.t = template
         self.props = tool_properties(tools)
+        self._watches: dict[str | None, list[tuple[bool, Field, Anchor]]] = {}
         self.input = ""
         self._pos = 0
         self.current: str | None = template.implicit
@@ -602,15 +603,21 @@ class RegionScanner:
         return out
 
     # -- internals
-    def _watch(self) -> list[tuple[bool, Field]]:
-        """(is_open, field) delimiters that count now."""
+    def _watch(self) -> list[tuple[bool, Field, Anchor]]:
+        """(is_open, field, delimiter) that count now (per current field, built once)."""
+        out = self._watches.get(self.current)
+        if out is not None:
+            return out
         t = self.t
         if self.current is not None and self.current != t.implicit:
             f = t.fields[self.current]
-            return [(False, f)] if f.close is not None else []
-        out = [(True, f) for f in t.fields.values() if f.open is not None]
-        if t.implicit is not None and t.fields[t.implicit].close is not None:
-            out.append((False, t.fields[t.implicit]))
+            out = [(False, f, f.close)] if f.close is not None else []
+        else:
+            out = [(True, f, f.open) for f in t.fields.values() if f.open is not None]
+            if t.implicit is not None and t.fields[t.implicit].close is not None:
+                f = t.fields[t.implicit]
+                out.append((False, f, f.close))
+        self._watches[self.current] = out
         return out
 
     def _grows(self, anchor: Anchor, m: Any) -> bool:
@@ -624,8 +631,7 @@ class RegionScanner:
         best = None
         best_key = None
         hold = len(self.input)
-        for is_open, f in self._watch():
-            anchor = f.open if is_open else f.close
+        for is_open, f, anchor in self._watch():
             if eos:
                 m = anchor.re.search(self.input, self._pos)
             else:
@@ -786,7 +792,8 @@ class _JsonCallWalker:
         self.open_string = False  # args_text ends inside a string value
         self.dead = False  # the body cannot be a call of this shape
         self._i = 0
-        # states: "top" (before/inside the outer object), "args" (inside the arguments)
+        # "start"; the outer object: "top_first", "top_next", "top_key"; the arguments object:
+        # "args_first", "args_next", "args_key", "args_str" (a string value streaming); "done"
         self._state = "start"
         self._pending: list[tuple[str, Any]] = []  # members read before the name was known
         self._n_members = 0
@@ -830,7 +837,7 @@ class _JsonCallWalker:
                     raise _Dead
                 self._i = i + 1
                 if self.shape.args_key is None:
-                    self._begin_args()
+                    self.args_begun = True
                     self._state = "args_first"
                 else:
                     self._state = "top_first"
@@ -861,7 +868,7 @@ class _JsonCallWalker:
                     if s[k] != "{":
                         raise _Dead  # arguments that are not an object: whole at close
                     self._i = k + 1
-                    self._begin_args()
+                    self.args_begun = True
                     self._state = "args_first"
                     continue
                 r = scan_json(s, j, False)
@@ -946,9 +953,6 @@ class _JsonCallWalker:
             return None, i
         return json.loads(r.value), j
 
-    def _begin_args(self) -> None:
-        self.args_begun = True
-
     def _head(self, key: str) -> str:
         sep = "{" if self._n_members == 0 else ", "
         self._n_members += 1
@@ -1018,11 +1022,10 @@ class _JsonCallWalker:
         self._str_pos = i
 
     def _str_piece(self, raw: str) -> None:
-        if raw:
+        if "\\" not in raw:  # plain characters (no quote or control character): written as they are
+            self.args_text += raw
+        else:
             self.args_text += escape(json.loads('"' + raw + '"'))
-
-    def final_done(self) -> bool:
-        return self._state == "done"
 
 
 class _Dead(Exception):

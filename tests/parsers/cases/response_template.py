@@ -181,8 +181,9 @@ TOOL_CASES = [
        "", [("write_file", {"path": "p", "content": LONG})]),
     # Gemma 4 (vLLM's tests)
     _t(GEMMA4, "vllm_content", "Hello<turn|>", "Hello"),
-    _t(GEMMA4, "vllm_tool", '<|channel>thought\nplan<channel|><|tool_call>call:set_alarm{hour:7,label:<|"|>morning<|"|>}'
-       "<tool_call|>", "plan", [("set_alarm", {"hour": 7, "label": "morning"})]),
+    _t(GEMMA4, "vllm_tool",
+       '<|channel>thought\nplan<channel|><|tool_call>call:set_alarm{hour:7,label:<|"|>morning<|"|>}<tool_call|>',
+       "plan", [("set_alarm", {"hour": 7, "label": "morning"})]),
     _t(GEMMA4, "vllm_multiple_tools",
        '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,unit:<|"|>celsius<|"|>}<tool_call|>'
        '<|tool_call>call:set_alarm{hour:7,label:<|"|>morning<|"|>}<tool_call|>',
