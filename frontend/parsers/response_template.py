@@ -1266,8 +1266,10 @@ def reasoning_stream(
 class ResponseTemplatePipeline:
     """`AssistantPipeline`'s interface over one `ResponseTemplateStream` (both parsers).
 
-    ``tool``: set by the caller to a forced-call parser (tool_choice required / named): the
-    stream's content is then fed to it.
+    ``tool``: set by the caller to a forced-call parser (tool_choice required / named). The
+    engine's structured outputs then force the call's JSON from the first token, so the output
+    goes to it directly: the template's regions do not apply (a ``<think>`` the prompt opened
+    would otherwise take the forced call as reasoning). vLLM refuses these tool choices with hf.
     """
 
     def __init__(self, stream: ResponseTemplateStream) -> None:
@@ -1284,28 +1286,14 @@ class ResponseTemplatePipeline:
         return self.tool.n_calls if self.tool is not None else self.stream.n_calls
 
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
-        return self._forced(self.stream.feed(text, token_ids), final=False)
+        if self.tool is not None:  # a forced call: the output is its JSON
+            return self.tool.feed(text)
+        return self.stream.feed(text, token_ids)
 
     def finish(self) -> AssistantDelta | None:
-        return self._forced(self.stream.finish(), final=True)
-
-    def _forced(self, d: AssistantDelta | None, final: bool) -> AssistantDelta | None:
-        if self.tool is None:
-            return d
-        t = self.tool.feed(d.content or "") if d is not None and d.content else None
-        if final:
-            t2 = self.tool.finish()
-            if t2 is not None:
-                t = t2 if t is None else AssistantDelta(
-                    content=((t.content or "") + (t2.content or "")) or None,
-                    tool_calls=t.tool_calls + t2.tool_calls,
-                )
-        out = AssistantDelta(
-            content=t.content if t is not None else None,
-            reasoning=d.reasoning if d is not None else None,
-            tool_calls=t.tool_calls if t is not None else [],
-        )
-        return None if out.is_empty() else out
+        if self.tool is not None:
+            return self.tool.finish()
+        return self.stream.finish()
 
 
 def is_response_template(reasoning: str | None, tool: str | None) -> bool:

@@ -122,13 +122,20 @@ def test_arguments_stream_before_the_call_closes():
     assert p.n_tool_calls == 1
 
 
-def test_forced_tool_choice_replaces_the_tool_parser():
+def test_forced_tool_choice_replaces_the_template():
+    """tool_choice required / named (vLLM refuses them with hf): the engine forces the call's
+    JSON from the first token, so it goes to the forced parser even where the prompt opened
+    <think> (the template would take it as reasoning)."""
     from vllm_pyfrontend.parsers.tool import forced_tool_parser
 
-    p = make_assistant_stream("hf", "hf", _tok(HERMES), tools=TOOLS)
-    p.tool = forced_tool_parser("get_weather")
-    result, _ = collect([p.feed('<think>r</think>{"city": "Rome"}'), p.finish()])
-    assert (result.reasoning, result.decoded_calls()) == ("r", [("get_weather", {"city": "Rome"})])
+    for reasoning, tool in (("hf", "hf"), ("hf", None), (None, "hf")):
+        p = make_assistant_stream(reasoning, tool, _tok(HERMES), tools=TOOLS,
+                                  prompt_text="<|im_start|>assistant\n<think>\n")
+        p.tool = forced_tool_parser("get_weather")
+        result, _ = collect([p.feed('{"city": '), p.feed('"Rome"}'), p.finish()])
+        assert (result.reasoning, result.content, result.decoded_calls()) == (
+            "", "", [("get_weather", {"city": "Rome"})])
+        assert p.n_tool_calls == 1
 
 
 BAD_TEMPLATES = {

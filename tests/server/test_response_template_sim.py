@@ -106,6 +106,18 @@ def test_thinking_off_and_no_call(client):
     assert r.choices[0].finish_reason == "stop"
 
 
+def test_required_tool_choice(client):
+    """Forced by structured outputs from the first token (vLLM refuses required with hf): the call,
+    though DeepSeek V4's prompt with tools opens <think>."""
+    r = client.chat.completions.create(
+        model="m", messages=MESSAGES, tools=TOOLS, tool_choice="required", max_tokens=300,
+        extra_body={"vllm_xargs": {"sim_text": '[{"name": "write_file", "parameters": {"path": "x"}}]'}})
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in m.tool_calls] == [
+        ("write_file", {"path": "x"})]
+
+
 def test_hf_without_template_fails_at_startup(tmp_path):
     from vllm_pyfrontend.text.tokenizer import Tokenizer
 
