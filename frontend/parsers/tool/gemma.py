@@ -38,6 +38,7 @@ from vllm_pyfrontend.parsers.tool.streaming import (
     escape,
     min_open,
     probe_name,
+    substantive,
     xml_args_text,
 )
 from vllm_pyfrontend.parsers.tool.schema_values import schema_types, tool_schema, typed_value
@@ -206,11 +207,6 @@ class _Nested:
         return "{" + ", ".join(parts), "}", None
 
 
-def _substantive(text: str) -> bool:
-    """More than brackets: an item, a member or string text."""
-    return any(c not in "[{" for c in text)
-
-
 class _Gemma4Args(P):
     """The top-level members of a call, ``key:value`` separated by commas ->
     ``[(key, value)]``; streamed member by member (reported as ``"args"``):
@@ -265,7 +261,7 @@ class _Gemma4Args(P):
         h = self.head.parse(s, i, False)
         if isinstance(h, Ok) and h.value not in seen:
             sub = self.nested.prefix(s, h.end, self.schema_of(name, h.value), least)
-            if sub is not None and (parts or not least or _substantive(sub[0])):
+            if sub is not None and (parts or not least or substantive(sub[0])):
                 value, closers, tail = sub
                 sep = ", " if parts else ""
                 return ArgsPrefix(f"{text}{sep}{dumps_value(h.value)}: {value}", closers + "}", tail)

@@ -41,6 +41,7 @@ from vllm_pyfrontend.parsers.tool.streaming import (
     escape,
     min_open,
     probe_name,
+    substantive,
     xml_args_text,
 )
 
@@ -351,11 +352,6 @@ def _py_pairs(s: str, i: int, least: int, depth: int) -> tuple[str, str, Any]:
     return "{" + ", ".join(parts), "}", None
 
 
-def _substantive(text: str) -> bool:
-    """More than brackets: an item, a member or string text."""
-    return any(c not in "[{" for c in text)
-
-
 class _PyArgs(P):
     """Keyword arguments ``key=value, ...`` -> ``[(key, value)]``, streamed
     argument by argument (reported as ``"args"``): completed ones as JSON, an
@@ -405,7 +401,7 @@ class _PyArgs(P):
         h = self.head.parse(s, i, False)
         if isinstance(h, Ok) and h.value not in seen:
             sub = _py_prefix(s, h.end, least)
-            if sub is not None and (parts or not least or _substantive(sub[0])):
+            if sub is not None and (parts or not least or substantive(sub[0])):
                 value, closers, tail = sub
                 sep = ", " if parts else ""
                 return ArgsPrefix(f"{text}{sep}{dumps_value(h.value)}: {value}", closers + "}", tail)

@@ -251,6 +251,11 @@ def probe_name() -> str | None:
     return None
 
 
+def substantive(text: str) -> bool:
+    """More than brackets: an item, a member or string text (a nested value's prefix worth sending)."""
+    return any(c not in "[{" for c in text)
+
+
 def dumps_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
