@@ -102,7 +102,6 @@ from vllm_pyfrontend.parsers.reasoning import families as _f  # noqa: E402
 
 _R1_LIKE = ThinkStyle(default_thinking=True, kwarg_names=())
 register_reasoning_parser("deepseek_v41", _REGISTRY["deepseek_v4"])
-register_reasoning_parser("ernie45", _R1_LIKE)
 register_reasoning_parser("hy_v4", _R1_LIKE)
 register_reasoning_parser("step3", _R1_LIKE)
 register_reasoning_parser("olmo3", _R1_LIKE)
@@ -138,6 +137,7 @@ register_reasoning_parser("holo2", ThinkStyle(default_thinking=True, identity_wh
 for _name, _family in {
     "cohere_command3": _f.COHERE_COMMAND3,
     "cohere_command4": _f.COHERE_COMMAND4,
+    "ernie45": _f.ERNIE45,
     "gemma4": _f.GEMMA4,
     "granite": _f.GRANITE,
     "granite_thinking_parser": _f.GRANITE_THINKING,

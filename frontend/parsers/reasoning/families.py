@@ -21,7 +21,14 @@ family's own start/end markers) plus, where the format needs it:
   (K2 Horizon's ``<ifm|tool_calls>``); they stay in the content;
 - ``content_prefix``: text put before the content (MiniMax M2's
   ``append_think`` variant gives the whole output back as content with the
-  ``<think>`` its template opened).
+  ``<think>`` its template opened);
+- ``answer_wrapper``: a (start, end) pair that may wrap the answer (ERNIE 4.5's
+  ``<response>…</response>``). Only a start marker that opens the answer (after
+  the newline run following the end of reasoning) is a wrapper: that newline
+  run and the marker are dropped, the text inside is kept as written, the end
+  marker and the newline run after it are dropped, and text after them is kept.
+  A wrapper cut off by the end of output loses its start marker all the same
+  (it is structure, seen as it streams). Elsewhere the markers are text.
 
 A family may depend on the request's chat-template kwargs (Kimi K3's
 ``thinking``, K2 Horizon's ``reasoning_effort`` picks its markers): register
@@ -49,6 +56,7 @@ class Family:
     reasoning_lstrip: bool = False
     content_rstrip: bool = False
     implicit_ends: tuple[str, ...] = ()
+    answer_wrapper: tuple[str, str] | None = None
 
 
 FamilyFor = Callable[[Mapping[str, Any]], Family]
@@ -75,6 +83,49 @@ class _Rewriter:
         cut = len(buf) if eof else partial_tail(buf, self.markers)
         out.append(buf[:cut])
         self.buf = buf[cut:]
+        return "".join(out)
+
+
+class _AnswerWrapper:
+    """Streaming removal of an answer wrapper (``Family.answer_wrapper``) from the content."""
+
+    def __init__(self, start: str, end: str) -> None:
+        self.start, self.end = start, end
+        self.state = "lead"  # lead -> inside -> after -> plain (or lead -> plain)
+        self.buf = ""
+
+    def feed(self, text: str, eof: bool = False) -> str:
+        buf = self.buf + text
+        self.buf = ""
+        out: list[str] = []
+        while buf:
+            if self.state == "lead":
+                body = buf.lstrip("\n")
+                if body.startswith(self.start):
+                    buf = body[len(self.start) :]
+                    self.state = "inside"
+                    continue
+                if not eof and self.start.startswith(body):
+                    self.buf = buf  # newlines and maybe the start of the marker
+                    break
+                self.state = "plain"
+            elif self.state == "inside":
+                j = buf.find(self.end)
+                if j == -1:
+                    cut = len(buf) if eof else partial_tail(buf, (self.end,))
+                    out.append(buf[:cut])
+                    self.buf = buf[cut:]
+                    break
+                out.append(buf[:j])
+                buf = buf[j + len(self.end) :]
+                self.state = "after"
+            elif self.state == "after":
+                buf = buf.lstrip("\n")
+                if buf:
+                    self.state = "plain"
+            else:
+                out.append(buf)
+                break
         return "".join(out)
 
 
@@ -106,6 +157,7 @@ class FamilyReasoningParser:
         self._lstrip = family.content_lstrip and not self.inner.identity
         self._r_lstrip = family.reasoning_lstrip
         self._held_ws = ""  # content whitespace that may be the end of the output
+        self._wrapper = _AnswerWrapper(*family.answer_wrapper) if family.answer_wrapper else None
 
     @property
     def reasoning_tokens(self) -> int:
@@ -134,6 +186,8 @@ class FamilyReasoningParser:
     def _post(self, d: AssistantDelta | None, final: bool) -> AssistantDelta | None:
         reasoning = (d.reasoning or "") if d is not None else ""
         content = (d.content or "") if d is not None else ""
+        if self._wrapper is not None:
+            content = self._wrapper.feed(content, eof=final)
         if self.family.discard_reasoning:
             reasoning = ""
         elif self._label_buf is not None:
@@ -224,7 +278,14 @@ GEMMA4 = Family(
     _starts_in("<|channel>", "<channel|>", False, strip_reasoning_tail=True, reopen=True),
     reasoning_label="thought\n",
 )
-MISTRAL = Family(_starts_in("[THINK]", "[/THINK]", False, strip_reasoning_tail=True))
+# Mistral: a [THINK] block may follow some answer text (reopen), as in vLLM's parsers.
+MISTRAL = Family(_starts_in("[THINK]", "[/THINK]", False, strip_reasoning_tail=True, reopen=True))
+
+# ERNIE 4.5: "abc\n</think>\n\n<response>\ndef\n</response>\n" or "abc\n</think>\ndef";
+# R1-like (reasoning from the start, no switch).
+ERNIE45 = Family(
+    ThinkStyle(default_thinking=True, kwarg_names=_NO_KW), answer_wrapper=("<response>", "</response>")
+)
 
 
 def minimax_m3(kwargs: Mapping[str, Any]) -> Family:
