@@ -184,9 +184,12 @@ class _Chunk:
         self.done = asyncio.get_running_loop().create_future()
         self.queue = queue
         self.gen: Any = None
+        self.metrics: Any = None  # RequestMetrics of its engine request (frontend/metrics)
 
     # GenerationConsumer
     def on_delta(self, gen, token_ids, logprobs, finish_reason, stop_reason) -> None:
+        if token_ids and self.metrics is not None:
+            self.metrics.on_output()
         text, _ = self.text.feed(list(token_ids), finish_reason == "stop")
         if finish_reason is not None and finish_reason != "stop":
             text += self.text.finish()
@@ -222,9 +225,15 @@ class _Router:
 
 def _submit(state: Any, request_id: str, rendered: list[Any], sampling: dict[str, Any],
             queue: asyncio.Queue | None) -> tuple[list[_Chunk], list[Any]]:
+    """One engine request per audio chunk, all sent or none; admitted and counted as every
+    generation route's (server/admission.py), with per-request metrics. `_end` releases them."""
+    admission = state.admission
+    if admission is not None:
+        admission.admit(len(rendered))
     chunks = [_Chunk(state, r.prompt_ids, i, queue) for i, r in enumerate(rendered)]
     sub = Submission(state.engine, state.worker_index, _Router(chunks), "stt")
     gens = []
+    arrival = time.monotonic()
     for i, r in enumerate(rendered):
         ext = request_id if len(rendered) == 1 else f"{request_id}-{i}"
         params = dict(sampling)
@@ -233,17 +242,33 @@ def _submit(state: Any, request_id: str, rendered: list[Any], sampling: dict[str
         params["max_tokens"] = max(1, min(params["max_tokens"], state.max_model_len - len(r.prompt_ids)))
         gen = sub.add(i, r.prompt_ids, params, external_id=ext, multimodal=r.processed)
         chunks[i].gen = gen
+        chunks[i].metrics = state.metrics.start_request(arrival=arrival)
         gens.append(gen)
     try:
         sub.submit()
     except EngineDeadError:
         raise APIError(503, "The engine is not available.") from None
+    if admission is not None:
+        for gen in gens:
+            if not gen.finished:
+                admission.track(gen)
     return chunks, gens
 
 
-def _cancel(gens: list[Any]) -> None:
-    for gen in gens:
-        gen.cancel()
+def _end(chunks: list[_Chunk], failed: bool) -> None:
+    """Whatever ended the request (done, an error, the client gone): abort what still runs in
+    the engine, release the admission counts, record each engine request's metrics."""
+    for c in chunks:
+        gen = c.gen
+        if gen is None:
+            continue
+        gen.cancel()  # a no-op once finished
+        if gen.admission is not None:
+            gen.admission.on_end(gen)
+        if c.metrics is not None:
+            reason = "error" if failed else (gen.finish_reason or "abort")
+            c.metrics.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
+                                  max_tokens=None, n=1 if c.index == 0 else None)
 
 
 def _sampling(state: Any, req: SpeechRequest, *, logprobs: bool) -> dict[str, Any]:
@@ -267,18 +292,27 @@ async def _detect_language(state: Any, sm: Any, chunk: Any, task: str, request_i
     opts = SamplingOptions(max_tokens=1, temperature=0.0, allowed_token_ids=allowed)
     params = lower_sampling(opts, max_tokens=1, eos_token_id=state.limits.eos_token_id,
                             defaults=state.limits.defaults)
-    chunks, gens = _submit(state, f"{request_id}-lang_detect", [rendered], params, None)
+    chunks, _ = _submit(state, f"{request_id}-lang_detect", [rendered], params, None)
+    failed = True
     try:
         await chunks[0].done
-    except asyncio.CancelledError:
-        _cancel(gens)
-        raise
+        failed = False
+    finally:
+        _end(chunks, failed)
     return await _in_pool(state, sm.parse_detection, chunks[0].token_ids)
 
 
 # ----------------------------------------------------------------------------------- handler
 async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
     state = request.app["state"]
+    state.request_started()  # a graceful drain waits for it
+    try:
+        return await _handle_speech(request, state, task)
+    finally:
+        state.request_finished()
+
+
+async def _handle_speech(request: web.Request, state: Any, task: str) -> web.StreamResponse:
     # vLLM registers these routes only for a transcription model: for any other, 404 whatever
     # the body (decided from config.json alone on a text-only model).
     sm = await speech_model(state)
@@ -328,12 +362,13 @@ async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
     if req.stream:
         return await _stream(request, state, sm, req, model, task, request_id, rendered, sampling, duration,
                              separator)
-    outs, gens = _submit(state, request_id, rendered, sampling, None)
-    try:
+    outs, _ = _submit(state, request_id, rendered, sampling, None)
+    failed = True
+    try:  # the client left, or one chunk failed: the others go too (_end)
         await asyncio.gather(*(c.done for c in outs))
-    except BaseException:  # the client left, or one chunk failed: the others go too
-        _cancel(gens)
-        raise
+        failed = False
+    finally:
+        _end(outs, failed)
     if verbose:
         segments: list[dict[str, Any]] = []
         for c, start in zip(outs, offsets):
@@ -357,7 +392,18 @@ async def _stream(request, state, sm, req: SpeechRequest, model: str, task: str,
     continuous = include_usage and req.stream_continuous_usage_stats
     created = int(time.time())
     queue: asyncio.Queue = asyncio.Queue()
-    outs, gens = _submit(state, request_id, rendered, sampling, queue)
+    outs, _ = _submit(state, request_id, rendered, sampling, queue)
+    try:
+        return await _stream_out(request, sm, req, model, task, request_id, outs, queue, duration,
+                                 separator, object_name, include_usage, continuous, created)
+    finally:  # also when a write fails because the client left: nothing stays in the engine
+        _end(outs, any(c.done.done() and not c.done.cancelled() and c.done.exception() is not None
+                       for c in outs))
+
+
+async def _stream_out(request, sm, req: SpeechRequest, model: str, task: str, request_id: str,
+                      outs: list[_Chunk], queue: asyncio.Queue, duration: float, separator: str,
+                      object_name: str, include_usage: bool, continuous: bool, created: int):
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await resp.prepare(request)
     audio_tokens = sm.num_audio_tokens(duration, task) or 0
@@ -409,11 +455,7 @@ async def _stream(request, state, sm, req: SpeechRequest, model: str, task: str,
         if include_usage:
             await resp.write(frame([], {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion,
                                         "completion_tokens": completion}))
-    except asyncio.CancelledError:
-        _cancel(gens)
-        raise
     except APIError as e:
-        _cancel(gens)
         await resp.write(b"data: " + e.to_bytes() + b"\n\n")
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import httpx
 import numpy as np
@@ -182,3 +183,21 @@ def test_text_only_model_has_no_speech_routes(tiny_pair):
         a = httpx.post(tiny_pair.ours + path, files={"file": ("a.wav", wav)}, data={"model": MODEL}, timeout=30)
         b = httpx.post(tiny_pair.vllm + path, files={"file": ("a.wav", wav)}, data={"model": MODEL}, timeout=30)
         assert a.status_code == b.status_code == 404, (a.text, b.text)
+
+
+def _successes(base: str) -> float:
+    text = httpx.get(base + "/metrics", timeout=30).text
+    return sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+def test_speech_requests_are_counted_as_vllm_counts_them(stt):
+    # Each audio chunk is one engine request, counted in vllm:request_success_total when it ends
+    # (as vLLM's engine-side counting does); the admission counts are released afterwards.
+    ours, theirs = _clients(stt)
+    before = [_successes(stt.ours), _successes(stt.vllm)]
+    for client in (ours, theirs):
+        client.audio.transcriptions.create(model=MODEL, file=("a.wav", _wav(1.0, seed=3)), language="en",
+                                           extra_body=EXTRA)
+    after = [_successes(stt.ours), _successes(stt.vllm)]
+    assert [a - b for a, b in zip(after, before)] == [1, 1], (before, after)
+    assert httpx.get(stt.ours + "/load", timeout=30).json()["server_load"] == 0
