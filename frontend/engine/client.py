@@ -140,6 +140,9 @@ class EngineClient:
         self._in_flight = {i: 0 for i in self.engine_indices}
         self._stats: dict[int, dict] = {}
         self._stats_at: dict[int, float] = {}  # wall time each engine's stats arrived here
+        # The engine's own clock (EngineCoreOutputs.timestamp) on the batch that carried them:
+        # orders one engine's samples across workers (see scheduler_stats_engine_time).
+        self._stats_engine_at: dict[int, float] = {}
         self._rr = 0
 
         self._pending_aborts: dict[int, list[str]] = {}
@@ -358,6 +361,18 @@ class EngineClient:
     def scheduler_stats_time(self) -> dict[int, float]:
         """Wall-clock time (time.time()) at which each engine's latest stats arrived."""
         return dict(self._stats_at)
+
+    @property
+    def scheduler_stats_engine_time(self) -> dict[int, float]:
+        """The engine's own timestamp (`EngineCoreOutputs.timestamp`, its monotonic clock) of the
+        batch that carried each engine's latest stats here.
+
+        This, not the receipt time, orders one engine's samples across workers: the engine sends
+        each step's stats to one worker, and a worker that reads a batch a few milliseconds late
+        would stamp an older state with a later receipt time. When the engine then goes idle it
+        sends nothing more, so "latest by receipt" could report a stale state for good (running
+        requests that were aborted long ago)."""
+        return dict(self._stats_engine_at)
 
     def in_flight_by_engine(self) -> dict[int, int]:
         return dict(self._in_flight)
@@ -729,6 +744,7 @@ class EngineClient:
         if batch.scheduler_stats is not None:
             self._stats[engine] = batch.scheduler_stats
             self._stats_at[engine] = time.time()
+            self._stats_engine_at[engine] = batch.timestamp
         if batch.utility_output is not None:
             self._resolve_utility(batch.utility_output)
         sinks = self._sinks
