@@ -534,6 +534,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(options.log_level)
     try:
         options.model = resolve_model(options.model, options.engine)
+        from vllm_pyfrontend.parsers.response_template import check_hf_model_dir
+
+        check_hf_model_dir(options.policy.tool_call_parser, options.policy.reasoning_parser,  # `hf` parsers
+                           options.tokenizer or options.model)
     except (ValueError, OSError) as e:
         logging.getLogger("supervisor").error("%s", e)
         return 2

@@ -162,6 +162,41 @@ class ServeSettings:
     api_keys: list[str] = field(default_factory=list, repr=False)  # never printed
     # vLLM's security, request-hygiene and parser flags, same names (see WorkerPolicy).
     policy: WorkerPolicy = field(default_factory=WorkerPolicy)
+    # vLLM engine flags the workers' multimodal processor reads (WorkerConfig.engine_args).
+    engine_args: list[str] = field(default_factory=list)
+
+
+# `vllm serve` args that shape the multimodal processor and its model config: the workers build
+# vLLM's ModelConfig from them (frontend/multimodal/model.py), as vLLM's API server does from
+# the same flags. (--model and --tokenizer go as the local directories resolved here.)
+PROCESSOR_SERVE_ARGS = (
+    "limit_mm_per_prompt", "mm_processor_kwargs", "media_io_kwargs", "allowed_local_media_path",
+    "allowed_media_domains", "mm_processor_cache_gb", "mm_processor_cache_type",
+    "mm_shm_cache_max_object_size_mb", "enable_mm_embeds", "interleave_mm_strings", "trust_remote_code",
+    "tokenizer_mode", "hf_overrides", "hf_config_path", "config_format", "max_model_len", "dtype",
+)
+
+
+def processor_engine_args(args: dict[str, Any], tokenizer: str | None = None) -> list[str]:
+    """The serve args of PROCESSOR_SERVE_ARGS (as vLLM jsonified them) back as vLLM engine flags."""
+    out: list[str] = []
+    for key in PROCESSOR_SERVE_ARGS:
+        value = args.get(key)
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, dict):
+            out += [flag, json.dumps(value)]
+        elif isinstance(value, list):
+            if value:
+                out += [flag, *(str(v) for v in value)]
+        else:
+            out += [flag, str(value)]
+    if tokenizer:
+        out += ["--tokenizer", tokenizer]
+    return out
 
 
 def _str_list(value: Any) -> list[str]:
@@ -216,12 +251,13 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     policy = WorkerPolicy.from_mapping({**args, "profiler_enabled": isinstance(profiler, dict)
                                         and profiler.get("profiler") is not None})
     check_tls_files(policy)  # (vLLM bound the --uds socket, if any, and hands it over as listen_fd)
+    tokenizer_dir = _local_dir(str(tokenizer), args.get("tokenizer_revision")) if tokenizer else None
     return ServeSettings(
         model=_local_dir(str(model_arg), args.get("revision")),
         served_model_names=list(served) if served else [str(model_arg)],
         host=args.get("host") or "0.0.0.0",
         port=int(args.get("port") or 8000),
-        tokenizer=_local_dir(str(tokenizer), args.get("tokenizer_revision")) if tokenizer else None,
+        tokenizer=tokenizer_dir,
         chat_template=args.get("chat_template"),
         max_model_len=max_model_len,
         generation_config=args.get("generation_config") or "auto",
@@ -230,6 +266,7 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
         engine_ready_timeout=float(args.get("engine_ready_timeout_secs") or 600),
         api_keys=api_keys,
         policy=policy,
+        engine_args=processor_engine_args(args, tokenizer_dir),
     )
 
 
@@ -361,6 +398,7 @@ class DropinSupervisor:
             engine_client_index=0,
             pooler_config=s.pooler_config,
             policy=s.policy,
+            engine_args=list(s.engine_args),
         )
 
     # ---------------------------------------------------------------- events

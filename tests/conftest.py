@@ -14,3 +14,5 @@ def tiny_pair():
 
     with start_pair() as pair:
         yield pair
+    # A graceful stop (SIGTERM, drain) with a real engine ends with exit code 0.
+    assert pair.exit_code == 0, pair.stack.logs()

@@ -95,9 +95,15 @@ class Generation:
         code = output.finish_reason
         if code == FINISH_ERROR:
             self._finish("error", None)
-            self.consumer.on_error(
-                self, Failure(FailureKind.REQUEST_FAILED, output.error or "The engine failed this request.")
-            )
+            message = output.error or "The engine failed this request."
+            if output.mm_cache_miss_hashes:
+                # A multimodal item sent by hash only that the engine's cache no longer holds:
+                # vLLM answers a generation request with its generic GenerationError (500
+                # "Internal server error"; its retryable "multimodal_cache_miss" RequestError is
+                # for pooling requests only). The engine client has dropped the hashes from the
+                # sender cache already, so the client's retry sends the items in full.
+                message = "Internal server error"
+            self.consumer.on_error(self, Failure(FailureKind.REQUEST_FAILED, message))
             return
         finish = None if code is None else FINISH_REASON_NAMES.get(code, "stop")
         if finish is not None:

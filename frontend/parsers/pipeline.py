@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.parsers.harmony import is_harmony, make_harmony_pipeline
 from vllm_pyfrontend.parsers.reasoning import get_reasoning_parser
+from vllm_pyfrontend.parsers.response_template import is_response_template, make_response_template_pipeline
 from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser
 from vllm_pyfrontend.parsers.tool import get_tool_parser
 from vllm_pyfrontend.parsers.tool.base import SectionToolParser
@@ -113,6 +114,10 @@ def make_assistant_stream(
     """
     if is_harmony(reasoning, tool):  # gpt-oss: one harmony stream does both (parsers/harmony.py)
         return make_harmony_pipeline(reasoning, tool)  # type: ignore[return-value]
+    if is_response_template(reasoning, tool):  # `hf`: the checkpoint's response_template does both
+        return make_response_template_pipeline(  # type: ignore[return-value]
+            reasoning, tool, tokenizer, prompt_ids, tools, prompt_text
+        )
     tool_parser = get_tool_parser(tool, tokenizer, tools) if tool else None
     reasoning_parser = None
     if reasoning:

@@ -16,6 +16,7 @@ from vllm_pyfrontend.chat.tools import ToolPlan
 from vllm_pyfrontend.parsers.auto import auto_reasoning_parser, auto_tool_parser
 from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
 from vllm_pyfrontend.parsers.reasoning import reasoning_parser_names
+from vllm_pyfrontend.parsers.response_template import check_hf_selection
 from vllm_pyfrontend.parsers.tool import forced_tool_parser, tool_parser_names
 
 
@@ -26,6 +27,7 @@ class ParserSelection:
         if reasoning_parser is not None and reasoning_parser not in reasoning_parser_names():
             raise ValueError(f"unknown --reasoning-parser {reasoning_parser!r}; "
                              f"known: {', '.join(reasoning_parser_names())}")
+        check_hf_selection(tool_parser, reasoning_parser, tokenizer)  # `hf`: a servable response_template
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
         self.tokenizer = tokenizer

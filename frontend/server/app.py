@@ -24,6 +24,7 @@ from vllm_pyfrontend.server.pooling import add_pooling_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.server import admin, generate_tokens, render, sagemaker
+from vllm_pyfrontend.speech import add_speech_routes
 
 log = logging.getLogger("vllm_pyfrontend.server")
 _json = msgspec.json.encode
@@ -165,4 +166,5 @@ def build_app(state: ServerState) -> web.Application:
     render.add_routes(app)  # render / derender (scale-out)
     admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes
     sagemaker.add_routes(app)  # /ping, /invocations
+    add_speech_routes(app)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/speech)
     return app

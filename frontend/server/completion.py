@@ -130,11 +130,14 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
         continuous_usage=continuous,
         formatter=CompletionFormatter(
             state.token_text, req.logprobs or 0,
-            [echo_texts[pi] for pi in choice_prompts] if req.echo else None,
+            # vLLM: with return_token_ids the echoed prompt is in prompt_token_ids, not the text.
+            [("" if req.return_token_ids else echo_texts[pi]) for pi in choice_prompts] if req.echo else None,
         ),
         want_logprobs=req.logprobs is not None,
         return_token_ids=bool(req.return_token_ids),
     )
+    run.formatter.prompt_ids = [prompt_ids[pi] for pi in choice_prompts]
+    run.formatter.stream_prompt_ids = bool(req.return_token_ids or req.echo)
     if not req.use_beam_search:  # (vLLM decodes beam search tokens one by one: no repair)
         run.formatter.prompt_logprobs = prompt_logprobs is not None
         run.formatter.decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)

@@ -185,6 +185,10 @@ class CompletionFormatter:
         self.echo_ids: list[list[int]] | None = None
         self._offsets: dict[int, int] = {}
         self._started: set[int] = set()  # choices whose first (echo-carrying) chunk went out
+        # Per choice, its prompt's token ids: in the body with `return_token_ids`, and in the
+        # choice's first chunk when streaming with `return_token_ids` or `echo` (vLLM).
+        self.prompt_ids: list[list[int]] | None = None
+        self.stream_prompt_ids = False
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> dict[str, list]:
         text = self.token_text
@@ -235,7 +239,8 @@ class CompletionFormatter:
             "logprobs": logprobs,
             "finish_reason": finish,
             "stop_reason": stop_reason if finish is not None else None,
-            "prompt_token_ids": None,
+            "prompt_token_ids": (self.prompt_ids[choice.index]
+                                 if first and self.stream_prompt_ids and self.prompt_ids else None),
             "token_ids": token_ids,
         }
         data = sse.prefix + _enc(item) + b"]"
@@ -269,7 +274,7 @@ class CompletionFormatter:
                 "token_ids": c.token_ids if run.return_token_ids else None,
                 "prompt_logprobs": (prompt_logprobs_json(gen.prompt_logprobs if gen else None, self.token_text, self.decode)
                                     if self.prompt_logprobs else None),
-                "prompt_token_ids": None,
+                "prompt_token_ids": self.prompt_ids[c.index] if run.return_token_ids and self.prompt_ids else None,
                 "routed_experts": None,
             })
         return {

@@ -16,6 +16,7 @@ import msgspec
 from vllm_pyfrontend import __version__
 from vllm_pyfrontend.server import schemas
 from vllm_pyfrontend.server.anthropic import openapi as anthropic_openapi
+from vllm_pyfrontend.speech import openapi as speech_openapi
 
 _REF = "#/components/schemas/{name}"
 
@@ -120,6 +121,7 @@ def build_openapi() -> dict[str, Any]:
         paths[path] = {"get": {"operationId": op_id, "summary": summary, "responses": {"200": ok}}}
     anthropic_openapi.describe(paths, components, _REF)
     _add_responses_paths(paths, components, generation_responses)
+    speech_openapi.describe(paths, _error)
     return {
         "openapi": "3.1.0",
         "info": {

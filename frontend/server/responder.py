@@ -99,7 +99,8 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
             sse = run.sse
             assert sse is not None
             try:
-                first = b"".join(sse.role_chunk(c.index) for c in run.choices) if role_chunks else b""
+                ids = run.prompt_token_ids if run.return_token_ids else None
+                first = b"".join(sse.role_chunk(c.index, ids) for c in run.choices) if role_chunks else b""
                 if run.echo_text:
                     first += b"".join(sse.content_chunk_bytes(c.index, run.echo_text) for c in run.choices)
                 sse.attach(request.transport, first_chunk=first)

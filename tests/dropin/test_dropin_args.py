@@ -114,3 +114,48 @@ def test_admission_and_tracing_flags_carry_over():
     assert p.otlp_traces_endpoint == "http://collector:4317" and p.collect_detailed_traces == ["model"]
     plain = serve_settings({"model_tag": model}).policy
     assert plain.max_num_queued_reqs is None and plain.otlp_traces_endpoint is None
+
+
+def test_multimodal_serve_args_reach_the_workers_processor(tmp_path):
+    """vLLM's multimodal serve flags (as its --args-json carries them) reach each worker's
+    WorkerConfig.engine_args, and from there the processor's vLLM model config: limits, processor
+    and media kwargs, media sources, processor cache. No engine: the processor is built alone."""
+    import types
+
+    from tests.multimodal.test_processors_vs_vllm import build_qwen2_audio
+    from vllm_pyfrontend.multimodal.model import MultimodalModel
+
+    model = tmp_path / "qwen2-audio"
+    model.mkdir()
+    build_qwen2_audio(model)
+    media = tmp_path / "media"
+    media.mkdir()
+    serve = {**ARGS_JSON, "model_tag": str(model), "model": str(model),
+             "limit_mm_per_prompt": {"audio": 3}, "mm_processor_kwargs": {"sampling_rate": 16000},
+             "media_io_kwargs": {"audio": {"foo": 1}}, "allowed_local_media_path": str(media),
+             "allowed_media_domains": ["example.com", "media.example.org"], "mm_processor_cache_gb": 2.5,
+             "mm_processor_cache_type": "lru", "enable_mm_embeds": True, "trust_remote_code": False}
+    s = serve_settings(serve)
+    sup = DropinSupervisor(parse_frontend_args(argv(serve), environ={}), s)
+    sup._runtime = types.SimpleNamespace(path=str(tmp_path), read_engine_infos=lambda: None)
+    slot = types.SimpleNamespace(index=0, starts=0, addresses=types.SimpleNamespace(input="ipc://i", output="ipc://o"))
+    config = sup._worker_config(slot)
+    assert config.engine_args == s.engine_args and "--limit-mm-per-prompt" in config.engine_args
+
+    mm = MultimodalModel(config.model, config.engine_args, num_workers=1, num_engines=1).load()
+    mc = mm.model_config
+    mmc = mc.get_multimodal_config()
+    assert mmc.limit_per_prompt["audio"].count == 3
+    assert mmc.mm_processor_kwargs == {"sampling_rate": 16000}
+    assert mmc.media_io_kwargs == {"audio": {"foo": 1}}
+    assert (mmc.mm_processor_cache_gb, mmc.mm_processor_cache_type) == (2.5, "lru")
+    assert mmc.enable_mm_embeds
+    assert mc.allowed_local_media_path == str(media)
+    assert mc.allowed_media_domains == ["example.com", "media.example.org"]
+    assert mc.max_model_len == 4096
+    mm.validate_count("audio", 3)
+    with pytest.raises(ValueError, match="At most 3 audio"):
+        mm.validate_count("audio", 4)
+    # Without them: vLLM's defaults (the drop-in used to give the processor nothing).
+    plain = serve_settings({"model_tag": str(model)})
+    assert plain.engine_args == []

@@ -89,18 +89,20 @@ def _post(base, body):
 
 
 def _stream(base, body):
-    tokens, text, lps = [], "", []
+    tokens, text, lps, prompt_ids = [], "", [], []
     with httpx.stream("POST", base + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            if chunk.get("prompt_token_ids") is not None:  # the first chunk (return_token_ids)
+                prompt_ids.append(chunk["prompt_token_ids"])
             for c in chunk.get("choices") or ():
                 tokens += c.get("token_ids") or []
                 text += (c.get("delta") or {}).get("content") or ""
                 lps += [(t["token"], t["logprob"]) for t in ((c.get("logprobs") or {}).get("content") or [])]
-    return tokens, text, lps
+    return tokens, text, lps, prompt_ids
 
 
 def _logprobs(choice):
@@ -134,8 +136,11 @@ def test_same_prompt_ids_tokens_and_logprobs_as_vllm(mm, case):
     assert ca["finish_reason"] == cb["finish_reason"]
     assert _logprobs(ca) == _logprobs(cb)
 
-    # Streaming: the same tokens, text and logprobs.
-    assert _stream(pair.ours, body) == _stream(pair.vllm, body)
+    # Streaming: the same tokens, text and logprobs, and the expanded prompt ids in the first
+    # chunk only (return_token_ids), as vLLM's.
+    streamed = _stream(pair.ours, body)
+    assert streamed == _stream(pair.vllm, body)
+    assert streamed[3] == [a["prompt_token_ids"]]
 
 
 def test_different_images_give_different_logprobs(mm):

@@ -2,7 +2,7 @@
 
 `frontend-supervisor --workers 2` launches vLLM's headless EngineCore with a tiny random-weight
 Qwen3 built at test time (DeepSeek V4 tokenizer), does the handshake, and serves. This tier
-runs in CI: loading the engine takes about a minute on two cores.
+runs in CI on the session's tiny pair (this frontend's half).
 """
 
 from __future__ import annotations
@@ -13,20 +13,14 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.tiny_model import ENGINE_ARGS, build_tiny_model
-from tests.stack import Stack
-
 pytestmark = pytest.mark.real_engine
 
 
 @pytest.fixture(scope="module")
-def stack():
-    model = build_tiny_model()
-    s = Stack(["--workers", "2", "--served-model-name", "tiny", "--shutdown-timeout", "5",
-               *ENGINE_ARGS, model], ready_timeout=600)
-    yield s
-    code = s.terminate(timeout=120)
-    assert code == 0, s.logs()
+def stack(tiny_pair):
+    # This frontend's half of the session pair (2 workers, the tiny model as "tiny"); the session
+    # fixture checks that its graceful stop exits 0.
+    return tiny_pair.stack
 
 
 @pytest.fixture()

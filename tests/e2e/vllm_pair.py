@@ -81,6 +81,7 @@ class Pair:
     vllm: str  # base URL of vLLM's Python server
     stack: Stack
     vllm_server: VLLMServer
+    exit_code: int | None = None  # our supervisor's exit code after the graceful stop at the end
 
 
 @contextlib.contextmanager
@@ -98,8 +99,11 @@ def start_pair(model: str | None = None, *, args: list[str] | None = None, our_a
         ours = Stack(["--workers", str(workers), "--shutdown-timeout", "5", *common, *(our_args or []), model],
                      ready_timeout=600, env=env)
         vllm.wait(600)
-        yield Pair(ours.base_url, vllm.base_url, ours, vllm)
+        pair = Pair(ours.base_url, vllm.base_url, ours, vllm)
+        yield pair
     finally:
         if ours is not None:
-            ours.terminate(120)
+            code = ours.terminate(120)
+            if "pair" in locals():
+                pair.exit_code = code
         vllm.stop()

@@ -74,6 +74,22 @@ def test_every_name_has_cases() -> None:
     assert not missing, f"parser names without differential cases: {missing}"
 
 
+class _TemplateTokenizer:
+    """A tokenizer whose tokenizer_config.json carries a response_template (the ``hf``
+    parsers read it there); everything else is the wrapped tokenizer's."""
+
+    def __init__(self, inner: Any, template: dict[str, Any]) -> None:
+        self._inner = inner
+        self.tokenizer_config = {**(getattr(inner, "tokenizer_config", None) or {}), "response_template": template}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _with_template(tok: Any, template: dict[str, Any] | None) -> Any:
+    return tok if template is None else _TemplateTokenizer(tok, template)
+
+
 def _splits(text: str, seed: int) -> list[list[str]]:
     rng = random.Random(seed)
     return [list(text)] + [random_char_splits(text, rng) for _ in range(3)]
@@ -94,7 +110,7 @@ def test_tool_case(case: ToolCase, hf_all) -> None:
     from tests.parsers.vllm_ref import vllm_tool_calls
 
     tools = case.tools if case.tools is not None else TOOLS
-    make = lambda: get_tool_parser(case.parser, None, tools)  # noqa: E731
+    make = lambda: get_tool_parser(case.parser, _with_template(None, case.template), tools)  # noqa: E731
     whole = run_whole(make, case.text)
     assert (whole.content, whole.decoded_calls()) == (case.content, case.calls)
     for chunks in _splits(case.text, hash(case.id) & 0xFFFF):
@@ -102,7 +118,14 @@ def test_tool_case(case: ToolCase, hf_all) -> None:
 
     logging.disable(logging.ERROR)  # vLLM logs tracebacks for malformed output
     try:
-        v_content, v_calls = vllm_tool_calls(case.parser, hf_all, tools, case.text)
+        if case.template is not None:  # `hf`: the checkpoint's response_template
+            from tests.parsers.vllm_ref import vllm_response_template
+
+            _, v_content, v_calls = vllm_response_template(
+                hf_all, case.template, tools, case.text, reasoning=False, tools_on=True
+            )
+        else:
+            v_content, v_calls = vllm_tool_calls(case.parser, hf_all, tools, case.text)
     finally:
         logging.disable(logging.NOTSET)
     same = (v_content.strip(), _decoded(v_calls)) == (case.content.strip(), case.calls)
@@ -116,13 +139,21 @@ def test_tool_case(case: ToolCase, hf_all) -> None:
 def test_reasoning_case(case: ReasoningCase, hf_all, tok) -> None:
     from tests.parsers.vllm_ref import vllm_reasoning
 
-    make = lambda: get_reasoning_parser(case.parser, tok, template_kwargs=case.kwargs)  # noqa: E731
+    rtok = _with_template(tok, case.template)
+    make = lambda: get_reasoning_parser(case.parser, rtok, template_kwargs=case.kwargs)  # noqa: E731
     whole = run_whole(make, case.text)
     assert (whole.reasoning, whole.content) == (case.reasoning, case.content)
     for chunks in _splits(case.text, hash(case.id) & 0xFFFF):
         assert run_chunks(make, chunks).key() == whole.key(), chunks
 
-    v_reasoning, v_content = vllm_reasoning(case.parser, hf_all, case.text, case.kwargs)
+    if case.template is not None:  # `hf`: the checkpoint's response_template
+        from tests.parsers.vllm_ref import vllm_response_template
+
+        v_reasoning, v_content, _ = vllm_response_template(
+            hf_all, case.template, None, case.text, reasoning=True, tools_on=False
+        )
+    else:
+        v_reasoning, v_content = vllm_reasoning(case.parser, hf_all, case.text, case.kwargs)
     same = (v_reasoning, v_content) == (case.reasoning, case.content)
     if case.id in CASES.differences:
         assert not same, f"{case.id}: vLLM now agrees; remove the DIFFERENCES entry"

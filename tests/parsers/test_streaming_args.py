@@ -17,6 +17,7 @@ from vllm_pyfrontend.parsers.tool import get_tool_parser
 from tests.parsers.corpus import DSML, RENDER, TOOLS
 from tests.parsers.harness import collect, random_char_splits, run_chunks, run_whole
 from tests.parsers.render_more import MORE
+from tests.parsers.cases import names_15a, xml_more
 
 #: a long argument: code with quotes, backslashes, tags, unicode, newlines
 LINE = 'if a < b and s == "x\\\\y": print(f"{a}</p>") # 杭州 😀\n'
@@ -25,6 +26,28 @@ LONG = [("run_code", {"code": CODE})]
 
 #: every format whose arguments stream, with its renderer
 STREAMED = {**RENDER, **MORE}
+#: formats that stream since issue 15's second round (their renderers: the case modules)
+STREAMED.update(
+    {
+        "dots": names_15a.dots,
+        "hy_v4": names_15a.hy(""),
+        "k2_horizon": names_15a.k2_horizon,
+        "minicpm5": xml_more.minicpm5,
+        "minimax_m3": xml_more.minimax_m3,
+        # names registered on another name's format (one line each in tool/__init__.py)
+        "glm47": names_15a.glm47,
+        "ling3": RENDER["glm45"],
+        "poolside_v1": RENDER["glm45"],
+        "llama4_json": RENDER["llama3_json"],
+        "qwen3_json": RENDER["hermes"],
+        "qwen3_xml": RENDER["qwen3_coder"],
+        "step3p5": RENDER["qwen3_coder"],
+    }
+)
+# (gpt-oss, ``openai``, streams token by token: tests/parsers/test_harmony_15b.py)
+#: formats that strip parameter values (the long argument loses its final newline)
+STRIPS = {"dots"}
+STRIPPED = [("run_code", {"code": CODE.strip()})]
 #: formats that take one call per output
 ONE_CALL = {"gigachat3"}
 
@@ -67,7 +90,7 @@ def test_long_argument_streams_before_the_call_closes(fmt: str) -> None:
     assert arg_deltas_early > 100, arg_deltas_early
     # concatenated deltas == the non-streaming arguments, decoded as written
     assert result.key() == run_whole(make, text).key()
-    assert result.decoded_calls() == LONG
+    assert result.decoded_calls() == (STRIPPED if fmt in STRIPS else LONG)
     rng = random.Random(fmt)
     for _ in range(10):
         assert run_chunks(make, random_char_splits(text, rng)).key() == result.key()
@@ -142,7 +165,8 @@ def test_long_argument_is_not_reparsed_per_token() -> None:
         return real(*a, **k)
 
     for fmt in ("hermes", "qwen3_coder", "deepseek_v4", "kimi_k2", "jamba", "apertus", "step3", "gemma4",
-                "muse_glimmer", "pythonic", "cohere_command3"):
+                "muse_glimmer", "pythonic", "cohere_command3", "dots", "hy_v4", "k2_horizon", "minicpm5",
+                "minimax_m3"):
         text = STREAMED[fmt]([("run_code", {"code": code})])
         chunks = [text[k : k + 3] for k in range(0, len(text), 3)]
         calls["n"] = 0
@@ -153,7 +177,7 @@ def test_long_argument_is_not_reparsed_per_token() -> None:
             r, _ = feed_all(lambda: get_tool_parser(fmt, None, TOOLS), chunks)
         finally:
             base.probe = real
-        assert r.decoded_calls() == [("run_code", {"code": code})]
+        assert r.decoded_calls() == [("run_code", {"code": code.strip() if fmt in STRIPS else code})]
         assert calls["n"] < 40, (fmt, calls["n"])
 
 
@@ -340,3 +364,66 @@ def test_json_or_text_values_stream_once_they_cannot_be_json() -> None:
         assert streams("f", "k", None, raw), raw
     for raw in ("", "  ", "123", '"open string', '{"a": 1}', "true", "NaN", "Infinity", "-Inf", "-"):
         assert not streams("f", "k", None, raw), raw
+
+
+# ------------------------------------------------- nested values (objects, lists)
+#: formats whose object / list values stream inside the value (not only strings)
+NESTED_STREAMED = ["gemma4", "pythonic", "llama4_pythonic", "olmo3", "lfm2"]
+NESTED_LONG = [("run_code", {"days": 2, "nested": {"k": [1, "x", {"code": CODE}], "n": None, "t": [True, 2.5]}})]
+
+
+@pytest.mark.parametrize("fmt", NESTED_STREAMED)
+def test_nested_value_streams_before_the_call_closes(fmt: str) -> None:
+    """A long string deep inside an object / list argument flows as it is
+    written; the deltas add up to the non-streaming arguments under any split."""
+    text = STREAMED[fmt](NESTED_LONG)
+    make = lambda: get_tool_parser(fmt, None, TOOLS)  # noqa: E731
+    chunks = [text[k : k + 4] for k in range(0, len(text), 4)]
+    p = make()
+    fed = 0
+    early = 0
+    deltas = []
+    for c in chunks:
+        d = p.feed(c)
+        fed += len(c)
+        deltas.append(d)
+        if d is not None:
+            early += sum(1 for t in d.tool_calls if "id" not in t and t["function"]["arguments"] and fed < len(text) - 40)
+    deltas.append(p.finish())
+    result, _ = collect(deltas)
+    assert early > 100, early
+    assert result.key() == run_whole(make, text).key()
+    assert result.decoded_calls() == NESTED_LONG
+    rng = random.Random(fmt)
+    for _ in range(10):
+        assert run_chunks(make, random_char_splits(text, rng)).key() == result.key()
+
+
+@pytest.mark.parametrize("fmt", ["pythonic", "gemma4"])
+def test_nested_values_cut_at_safe_points(fmt: str) -> None:
+    """Output cut inside a nested value: the call is completed with what of the
+    value was certain (whole items and members, string text), valid JSON."""
+    make = lambda: get_tool_parser(fmt, None, TOOLS)  # noqa: E731
+    full = STREAMED[fmt]([("run_code", {"nested": {"a": [1, 22, "abc"], "b": {"c": "defg"}}})])
+    for k in range(len(full) // 3, len(full)):
+        r = run_whole(make, full[:k])
+        if not r.calls:  # cut before the arguments began: the text, whole
+            assert r.content == full[:k]
+            continue
+        (name, args), = r.decoded_calls()
+        assert name == "run_code" and set(args) <= {"nested"}
+        assert run_chunks(make, list(full[:k])).key() == r.key()
+
+
+@pytest.mark.parametrize("fmt", ["hy_v3", "hy_v4"])
+def test_call_end_missing_before_the_section_end(fmt: str) -> None:
+    """The call's own end is missing and the section's end follows (``</tool_call``
+    reads as the start of ``</tool_calls>``): the section ends at its marker, the
+    announced call is completed, and no piece of the marker becomes content."""
+    sep = "<tool_sep>" if fmt == "hy_v3" else ""
+    text = f"<tool_calls><tool_call>get_weather{sep}<arg_key>city</arg_key><arg_value>X</arg_value></tool_calls> after"
+    make = lambda: get_tool_parser(fmt, None, TOOLS)  # noqa: E731
+    r = run_whole(make, text)
+    assert (r.content, r.decoded_calls()) == (" after", [("get_weather", {"city": "X"})])
+    for k in range(1, len(text)):
+        assert run_chunks(make, [text[:k], text[k:]]).key() == r.key(), k

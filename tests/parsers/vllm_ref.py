@@ -201,3 +201,62 @@ def _harmony_encoding() -> Any:
     from openai_harmony import HarmonyEncodingName, load_harmony_encoding
 
     return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+
+
+def vllm_response_template(
+    hf: Any,
+    template: dict[str, Any],
+    tools: list[dict[str, Any]] | None,
+    text: str,
+    *,
+    reasoning: bool,
+    tools_on: bool,
+    prompt: str = "",
+    chunks: list[str] | None = None,
+) -> tuple[str, str, list[tuple[str, Any]]]:
+    """vLLM's ``hf`` parsers (ResponseTemplateParser, the composed parser that does the work
+    for both names) with ``template`` as the tokenizer's response_template: (reasoning or "",
+    content or "", [(name, decoded args)]). ``prompt``: the decoded prompt (the prefix);
+    ``chunks``: stream ``text`` in these pieces (parse_delta) instead of parsing it whole."""
+    from vllm.parser.response_template import (
+        ResponseTemplateParser,
+        ResponseTemplateReasoningParser,
+        ResponseTemplateToolParser,
+    )
+
+    cls = type(
+        "ResponseTemplateRef",
+        (ResponseTemplateParser,),
+        {
+            "reasoning_parser_cls": ResponseTemplateReasoningParser if reasoning else None,
+            "tool_parser_cls": ResponseTemplateToolParser if tools_on else None,
+            "_enable_auto_tools": True,
+        },
+    )
+    request = chat_request(tools)
+    parser = cls(hf, request.tools, response_template=template)
+    parser._prefix = prompt  # what set_prompt_token_ids decodes from the prompt's ids
+    parser._prompt_token_ids = []
+    if chunks is None:
+        r, content, fcalls = parser.parse(text, request, enable_auto_tools=True)
+        calls = [(f.name, f.arguments) for f in fcalls or []]
+    else:
+        r, content, by_index = "", "", {}
+        for k, piece in enumerate(chunks):
+            d = parser.parse_delta(piece, [], request, finished=k == len(chunks) - 1)
+            if d is None:
+                continue
+            r += d.reasoning or ""
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                slot = by_index.setdefault(tc.index, ["", ""])
+                slot[0] += tc.function.name or ""
+                slot[1] += tc.function.arguments or ""
+        calls = [tuple(by_index[i]) for i in sorted(by_index)]
+    out = []
+    for name, args in calls:
+        try:
+            out.append((name, json.loads(args)))
+        except ValueError:
+            out.append((name, ("<invalid JSON>", args)))
+    return r or "", content or "", out

@@ -159,3 +159,9 @@ from vllm_pyfrontend.parsers import harmony as _harmony  # noqa: E402
 
 register_reasoning_parser(_harmony.HARMONY_REASONING, ThinkStyle())  # listed; built by _CUSTOM
 _CUSTOM[_harmony.HARMONY_REASONING] = _harmony.reasoning_stream
+
+# ---- helper 15hf: `hf`, the checkpoint's own response_template (parsers/response_template.py) ----
+from vllm_pyfrontend.parsers import response_template as _rt  # noqa: E402
+
+register_reasoning_parser(_rt.HF, ThinkStyle())  # listed; built by _CUSTOM
+_CUSTOM[_rt.HF] = _rt.reasoning_stream

@@ -170,3 +170,10 @@ def register_custom_tool_parser(name: str, make: Callable[[Any, Sequence[Any] | 
     ``make(tokenizer, tools)`` -> an object with ``feed``, ``finish`` and ``n_calls``."""
     register_tool_parser(name, lambda tools: ToolFormat())  # listed, no section markers
     _CUSTOM[name] = make
+
+# ---- helper 15hf: `hf`, the checkpoint's own response_template (parsers/response_template.py);
+# the ToolFormat entry only lists the name (the template's regions are not section markers)
+from vllm_pyfrontend.parsers import response_template as _rt  # noqa: E402
+
+register_tool_parser(_rt.HF, lambda tools: ToolFormat())
+_CUSTOM[_rt.HF] = _rt.tool_stream

@@ -469,6 +469,15 @@ class SectionToolParser:
         """The body cannot be completed (or the output ended inside it)."""
         sec = self.fmt.sections[marker]
         valid = self._valid_prefix(sec, limit)
+        # a valid prefix that reaches into the section's end marker (a call's
+        # own end missing, e.g. ``</tool_call`` read in ``</tool_calls>``) ends
+        # the section at that marker, which is consumed, not split into content
+        consumed = valid
+        for e in sec.ends:
+            q = self._buf.find(e, max(0, valid - len(e) + 1), limit)
+            if q != -1 and q < valid:
+                valid, consumed = q, q + len(e)
+                break
         with closing():
             _, events = probe(sec.body, self._buf[:valid], 0, False)
         infos = calls_of_events(events)
@@ -476,8 +485,8 @@ class SectionToolParser:
             return self._recover(marker)
         # committed: complete the calls, the rest is content
         self._stream(infos, closing=True)
-        self.gate.passed(self._buf[:valid])
-        self._buf = self._buf[valid:]
+        self.gate.passed(self._buf[:consumed])
+        self._buf = self._buf[consumed:]
         self._in_section = None
         self._streamed = []
         self._tail = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from vllm_pyfrontend.parsers.combinators import (
+    NEED,
     Ok,
     P,
     Result,
@@ -75,20 +76,29 @@ def _typed(value: Any, schema: Any) -> Any:
     return value
 
 
+def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members: a repeated key keeps its first value (as the
+    arguments do), so that text streamed for it stays valid."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        out.setdefault(k, v)
+    return out
+
+
 def _gemma4_values() -> tuple[P, P, P, P]:
     """(object members parser -> dict, value parser, member parser -> (key,
-    value), member head parser ``key:<|"|>`` -> key)."""
+    value), member head parser ``key:`` -> key)."""
     sep = seq(ws(), lit(","), ws())
     string = fmap(seq(lit(Q), take_until(Q), lit(Q)), lambda v: v[1])
     bare = fmap(chars_while(lambda c: c not in ",}]" and not c.isspace()), _Bare)
     value = lazy(lambda: choice(string, obj, arr, bare))
     key = choice(string, chars_while(_ident))
     member = fmap(seq(key, ws(), lit(":"), ws(), value), lambda v: (v[0], v[4]))
-    members = fmap(many(member, sep=sep), dict)
+    members = fmap(many(member, sep=sep), _first_wins)
     obj = fmap(seq(lit("{"), ws(), members, ws(), lit("}")), lambda v: v[2])
     arr = fmap(seq(lit("["), ws(), many(value, sep=sep), ws(), lit("]")), lambda v: v[2])
-    string_head = fmap(seq(key, ws(), lit(":"), ws(), lit(Q)), lambda v: v[0])
-    return members, value, member, string_head
+    key_head = fmap(seq(key, ws(), lit(":"), ws()), lambda v: v[0])
+    return members, value, member, key_head
 
 
 class _QuoteParam:
@@ -102,18 +112,119 @@ class _QuoteParam:
         return len(value)
 
 
+# ------------------------------------------------------- nested values, streamed
+_G_SEP = seq(ws(), lit(","), ws())
+_MAX_DEPTH = 32
+
+
+def _skip_ws(s: str, i: int) -> int:
+    n = len(s)
+    while i < n and s[i].isspace():
+        i += 1
+    return i
+
+
+def _sub_schema(schema: Any, kind: str, key: str | None = None) -> Any:
+    if not isinstance(schema, dict):
+        return None
+    if kind == "items":
+        return schema.get("items")
+    props = schema.get("properties")
+    return props.get(key) if isinstance(props, dict) else None
+
+
+class _Nested:
+    """What is certain of the JSON of an open Gemma 4 value: objects member by
+    member, arrays item by item (completed ones typed by the schema), a
+    ``<|"|>`` string as it arrives; bare words go out complete."""
+
+    __slots__ = ("value", "key_head")
+
+    def __init__(self, value: P, key_head: P) -> None:
+        self.value = value
+        self.key_head = key_head
+
+    def prefix(self, s: str, i: int, schema: Any, least: int, depth: int = 0) -> tuple[str, str, Any] | None:
+        n = len(s)
+        if i >= n or depth > _MAX_DEPTH:
+            return None
+        if s.startswith(Q, i):
+            raw = s[i + len(Q) :]
+            cut = partial_tail(raw, (Q,))
+            if Q in raw or cut < least:
+                return None
+            return '"' + escape(raw[:cut]), '"', XmlStringTail(_QuoteParam, raw[cut:], False)
+        if s[i] == "[":
+            return self._items(s, i + 1, _sub_schema(schema, "items"), least, depth)
+        if s[i] == "{":
+            return self._members(s, i + 1, schema, least, depth)
+        return None
+
+    def _items(self, s: str, i: int, schema: Any, least: int, depth: int) -> tuple[str, str, Any]:
+        parts: list[str] = []
+        while True:
+            i = _skip_ws(s, i)
+            r = self.value.parse(s, i, False)
+            if isinstance(r, Ok):
+                parts.append(dumps_value(_typed(r.value, schema)))
+                sep = _G_SEP.parse(s, r.end, False)
+                if isinstance(sep, Ok):
+                    i = sep.end
+                    continue
+            elif r is NEED:
+                sub = self.prefix(s, i, schema, least, depth + 1)
+                if sub is not None:
+                    text, closers, tail = sub
+                    return "[" + ", ".join([*parts, text]), closers + "]", tail
+            return "[" + ", ".join(parts), "]", None
+
+    def _members(self, s: str, i: int, schema: Any, least: int, depth: int) -> tuple[str, str, Any]:
+        parts: list[str] = []
+        seen: set[str] = set()
+        while True:
+            i = _skip_ws(s, i)
+            h = self.key_head.parse(s, i, False)
+            if not isinstance(h, Ok):
+                break
+            key = h.value
+            sub_schema = _sub_schema(schema, "properties", key)
+            r = self.value.parse(s, h.end, False)
+            if isinstance(r, Ok):
+                if key not in seen:
+                    seen.add(key)
+                    parts.append(f"{dumps_value(key)}: {dumps_value(_typed(r.value, sub_schema))}")
+                sep = _G_SEP.parse(s, r.end, False)
+                if isinstance(sep, Ok):
+                    i = sep.end
+                    continue
+            elif r is NEED and key not in seen:
+                sub = self.prefix(s, h.end, sub_schema, least, depth + 1)
+                if sub is not None:
+                    text, closers, tail = sub
+                    return "{" + ", ".join([*parts, f"{dumps_value(key)}: {text}"]), closers + "}", tail
+            break
+        return "{" + ", ".join(parts), "}", None
+
+
+def _substantive(text: str) -> bool:
+    """More than brackets: an item, a member or string text."""
+    return any(c not in "[{" for c in text)
+
+
 class _Gemma4Args(P):
     """The top-level members of a call, ``key:value`` separated by commas ->
     ``[(key, value)]``; streamed member by member (reported as ``"args"``):
     completed members typed by the schema, an open ``<|"|>`` string as it
     arrives (a delimited string is text whatever the schema says)."""
 
-    __slots__ = ("member", "head", "typed_member", "_many", "_sep")
+    __slots__ = ("member", "head", "typed_member", "schema_of", "nested", "_many", "_sep")
 
-    def __init__(self, member: P, head: P, typed_member) -> None:
+    def __init__(self, member: P, head: P, value: P, typed_member, schema_of) -> None:
         self.member = member
-        self.head = head
+        self.head = head  # ``key:`` -> key
         self.typed_member = typed_member  # (call name, key, value) -> JSON value
+        self.schema_of = schema_of  # (call name, key) -> the parameter's schema
+        self.nested = _Nested(value, head)
         self._sep = seq(ws(), lit(","), ws())
         self._many = many(member, sep=self._sep)
 
@@ -153,12 +264,11 @@ class _Gemma4Args(P):
         text = "{" + ", ".join(parts)
         h = self.head.parse(s, i, False)
         if isinstance(h, Ok) and h.value not in seen:
-            raw = s[h.end :]
-            cut = partial_tail(raw, (Q,))
-            if cut >= least and Q not in raw:
+            sub = self.nested.prefix(s, h.end, self.schema_of(name, h.value), least)
+            if sub is not None and (parts or not least or _substantive(sub[0])):
+                value, closers, tail = sub
                 sep = ", " if parts else ""
-                text += f"{sep}{dumps_value(h.value)}: \"" + escape(raw[:cut])
-                return ArgsPrefix(text, '"}', XmlStringTail(_QuoteParam, raw[cut:], False))
+                return ArgsPrefix(f"{text}{sep}{dumps_value(h.value)}: {value}", closers + "}", tail)
         if not parts and least:
             return ArgsPrefix("", "")
         return ArgsPrefix(text, "}")
@@ -169,13 +279,16 @@ class Gemma4(ToolFormat):
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
         self.tools = list(tools)
-        _, _, member, head = _gemma4_values()
+        _, value, member, head = _gemma4_values()
+
+        def schema_of(name: str, key: str) -> Any:
+            props = (tool_schema(self.tools, name) or {}).get("properties")
+            return props.get(key) if isinstance(props, dict) else None
 
         def typed_member(name: str, key: str, value: Any) -> Any:
-            props = (tool_schema(self.tools, name) or {}).get("properties")
-            return _typed(value, props.get(key) if isinstance(props, dict) else None)
+            return _typed(value, schema_of(name, key))
 
-        node = _Gemma4Args(member, head, typed_member)
+        node = _Gemma4Args(member, head, value, typed_member, schema_of)
 
         def build(v: list[Any]) -> Call:
             name = v[1]

@@ -123,7 +123,7 @@ def py_value() -> P:
     tuple_ = fmap(seq(lit("("), ws(), items, ws(), lit(")")), lambda v: v[2])
     pair = fmap(seq(value, ws(), lit(":"), ws(), value), lambda v: (_key(v[0]), v[4]))
     pairs = fmap(seq(many(pair, sep=sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
-    dict_ = fmap(seq(lit("{"), ws(), pairs, ws(), lit("}")), lambda v: dict(v[2]))
+    dict_ = fmap(seq(lit("{"), ws(), pairs, ws(), lit("}")), lambda v: _first_wins(v[2]))
     # a set literal becomes a list (JSON has no sets), in the order written
     set_ = fmap(seq(lit("{"), ws(), items, ws(), lit("}")), lambda v: v[2])
     number = fmap(
@@ -133,6 +133,15 @@ def py_value() -> P:
     negative = fmap(seq(lit("-"), ws(), number), lambda v: -v[2])
     word = fmap(chars_while(_ident_char), _constant)
     return choice(_PyString(), list_, tuple_, dict_, set_, negative, number, word)
+
+
+def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A dict literal's value: a repeated key keeps its first value (as the
+    arguments do), so that text streamed for it stays valid."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        out.setdefault(k, v)
+    return out
 
 
 def _key(k: Any) -> str:
@@ -227,6 +236,126 @@ class _PyStringTail:
         return out
 
 
+# ------------------------------------------------------- nested values, streamed
+_VALUE = py_value()
+_SEP = seq(ws(), lit(","), ws())
+_MAX_DEPTH = 32
+
+
+def _skip_ws(s: str, i: int) -> int:
+    n = len(s)
+    while i < n and s[i].isspace():
+        i += 1
+    return i
+
+
+def _open_string(s: str, i: int, least: int) -> tuple[str, str, Any] | None:
+    """The open string literal at ``s[i]`` as JSON text so far (text, closers, tail)."""
+    q = s[i]
+    rest = s[i:]
+    if len(rest) < 3 and rest == q * len(rest):
+        return None  # an empty string or a triple quote: undecided
+    triple = rest.startswith(q * 3)
+    body = rest[3 if triple else 1 :]
+    cut = _py_safe(body, q, triple)
+    if cut is None:
+        return None
+    try:
+        decoded = _py_decode(body[:cut], q, triple)
+    except (ValueError, SyntaxError):
+        return None
+    if len(decoded) < least:
+        return None
+    return '"' + escape(decoded), '"', _PyStringTail(q, triple, body[cut:])
+
+
+def _py_prefix(s: str, i: int, least: int, depth: int = 0) -> tuple[str, str, Any] | None:
+    """What is certain of the JSON of the open literal at ``s[i:]``: (text,
+    closers, tail); None when nothing is yet. Lists and tuples stream item by
+    item, dicts member by member (once the first ``:`` says it is not a set),
+    strings as they arrive; numbers and words go out complete."""
+    n = len(s)
+    if i >= n or depth > _MAX_DEPTH:
+        return None
+    c = s[i]
+    if c in "'\"":
+        return _open_string(s, i, least)
+    if c in "[(":
+        return _py_items(s, i + 1, least, depth)
+    if c == "{":
+        j = _skip_ws(s, i + 1)
+        r = _VALUE.parse(s, j, False)
+        if not isinstance(r, Ok):
+            return None
+        k = _skip_ws(s, r.end)
+        if k >= n:
+            return None
+        if s[k] == ":":
+            return _py_pairs(s, i + 1, least, depth)
+        if s[k] in ",}":
+            return _py_items(s, i + 1, least, depth)  # a set: a list in JSON
+    return None
+
+
+def _py_items(s: str, i: int, least: int, depth: int) -> tuple[str, str, Any]:
+    parts: list[str] = []
+    while True:
+        i = _skip_ws(s, i)
+        r = _VALUE.parse(s, i, False)
+        if isinstance(r, Ok):
+            parts.append(dumps_value(r.value))
+            sep = _SEP.parse(s, r.end, False)
+            if isinstance(sep, Ok):
+                i = sep.end
+                continue
+        elif r is NEED:
+            sub = _py_prefix(s, i, least, depth + 1)
+            if sub is not None:
+                text, closers, tail = sub
+                return "[" + ", ".join([*parts, text]), closers + "]", tail
+        return "[" + ", ".join(parts), "]", None
+
+
+def _py_pairs(s: str, i: int, least: int, depth: int) -> tuple[str, str, Any]:
+    parts: list[str] = []
+    seen: set[str] = set()
+    n = len(s)
+    while True:
+        i = _skip_ws(s, i)
+        kr = _VALUE.parse(s, i, False)
+        if not isinstance(kr, Ok):
+            break
+        try:
+            key = _key(kr.value)
+        except ValueError:
+            break
+        k = _skip_ws(s, kr.end)
+        if k >= n or s[k] != ":":
+            break
+        at = _skip_ws(s, k + 1)
+        vr = _VALUE.parse(s, at, False)
+        if isinstance(vr, Ok):
+            if key not in seen:
+                seen.add(key)
+                parts.append(f"{dumps_value(key)}: {dumps_value(vr.value)}")
+            sep = _SEP.parse(s, vr.end, False)
+            if isinstance(sep, Ok):
+                i = sep.end
+                continue
+        elif vr is NEED and key not in seen:
+            sub = _py_prefix(s, at, least, depth + 1)
+            if sub is not None:
+                text, closers, tail = sub
+                return "{" + ", ".join([*parts, f"{dumps_value(key)}: {text}"]), closers + "}", tail
+        break
+    return "{" + ", ".join(parts), "}", None
+
+
+def _substantive(text: str) -> bool:
+    """More than brackets: an item, a member or string text."""
+    return any(c not in "[{" for c in text)
+
+
 class _PyArgs(P):
     """Keyword arguments ``key=value, ...`` -> ``[(key, value)]``, streamed
     argument by argument (reported as ``"args"``): completed ones as JSON, an
@@ -274,24 +403,13 @@ class _PyArgs(P):
             i = r.end
         text = "{" + ", ".join(parts)
         h = self.head.parse(s, i, False)
+        if isinstance(h, Ok) and h.value not in seen:
+            sub = _py_prefix(s, h.end, least)
+            if sub is not None and (parts or not least or _substantive(sub[0])):
+                value, closers, tail = sub
+                sep = ", " if parts else ""
+                return ArgsPrefix(f"{text}{sep}{dumps_value(h.value)}: {value}", closers + "}", tail)
         open_str = isinstance(h, Ok) and h.end < len(s) and s[h.end] in "'\""
-        if open_str and h.value not in seen:
-            q = s[h.end]
-            rest = s[h.end :]
-            if len(rest) >= 3 or rest != q * len(rest):  # '' / ''' decided
-                triple = rest.startswith(q * 3)
-                body = rest[3 if triple else 1 :]
-                cut = _py_safe(body, q, triple)
-                decoded = None
-                if cut is not None:
-                    try:
-                        decoded = _py_decode(body[:cut], q, triple)
-                    except (ValueError, SyntaxError):
-                        decoded = None
-                if decoded is not None and len(decoded) >= least:
-                    sep = ", " if parts else ""
-                    text += f'{sep}{dumps_value(h.value)}: "' + escape(decoded)
-                    return ArgsPrefix(text, '"}', _PyStringTail(q, triple, body[cut:]))
         if not parts:
             # the arguments have begun (the call is committed) with a complete
             # argument or an open string; ``bad(x=b'z')`` is not a call yet

@@ -221,7 +221,8 @@ class XmlStringTail:
         cut = partial_tail(text, param.ends)
         keep = param.held(text[:cut])
         self.pending, self.at_start = text[keep:], at_start
-        return escape(text[:keep])
+        decode = getattr(param, "decode", None)
+        return escape(decode(text[:keep]) if decode is not None else text[:keep])
 
 
 class ParsedArgs(list):

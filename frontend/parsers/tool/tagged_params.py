@@ -123,38 +123,14 @@ class HyV3(_Typed):
 
 class HyV4(HyV3):
     """Hunyuan (HY) V4: as V3 without ``<tool_sep>`` (the name runs up to the first
-    ``<arg_key>``); an unclosed block is content, as in vLLM's strict V4 parser.
-    Strict means whole: any malformed block is given back as content, so calls
-    are not announced before their block is complete (no streamed arguments)."""
+    ``<arg_key>``); an unclosed block is content, as in vLLM's strict V4 parser,
+    unless a call in it was already announced: arguments stream as generated, so
+    a block that turns out malformed after that keeps its announced calls
+    (completed with valid JSON) and the rest is content (the commit rule, pinned
+    in tests/parsers/cases/committed_15st.py)."""
 
     sep = None
     eof_closes = False
-
-    def build(self) -> dict[str, Section]:
-        arg = fmap(
-            seq(
-                lit("<arg_key>"),
-                take_until("</arg_key>"),
-                lit("</arg_key>"),
-                ws(),
-                lit("<arg_value>"),
-                take_until("</arg_value>"),
-                lit("</arg_value>"),
-            ),
-            lambda v: (v[1], v[5]),
-        )
-        head = fmap(take_until("<arg_key>", "</tool_call>"), _name)
-
-        def build(v: list[Any]) -> Call:
-            name = v[1]
-            args = {k: self.value(name, k, val) for k, val in v[3]}
-            return Call(name=name, arguments=dumps_args(args))
-
-        call = fmap(
-            seq(lit("<tool_call>"), head, ws(), many(arg, sep=ws()), ws(), lit("</tool_call>")),
-            build,
-        )
-        return {"<tool_calls>": Section(body=_calls_body(call), ends=("</tool_calls>",), eof_closes=False)}
 
 
 # ---------------------------------------------------------------- k2_horizon
@@ -173,47 +149,7 @@ class K2Horizon(_Typed):
     """
 
     def build(self) -> dict[str, Section]:
-        arg = fmap(
-            seq(
-                lit("<ifm|arg_key>"),
-                take_until("</ifm|arg_key>"),
-                lit("</ifm|arg_key>"),
-                ws(),
-                opt(
-                    fmap(
-                        seq(lit("<ifm|arg_type>"), take_until("</ifm|arg_type>"), lit("</ifm|arg_type>"), ws()),
-                        lambda v: v[1].strip(),
-                    )
-                ),
-                lit("<ifm|arg_value>"),
-                take_until("</ifm|arg_value>"),
-                lit("</ifm|arg_value>"),
-            ),
-            lambda v: (v[1].strip(), v[4], v[6]),
-        )
         known = tool_names(self.tools)
-
-        def build(v: list[Any]) -> Call:
-            name = _name(v[0])
-            if known and name not in known:
-                raise ValueError("unknown tool")
-            args: dict[str, Any] = {}
-            for key, explicit, text in v[2]:
-                if not key or key in args:
-                    raise ValueError("missing or repeated argument name")
-                schema = param_schema(self.tools, name, key)
-                types = schema_types(schema)
-                base = explicit.split("[", 1)[0].strip().lower() if explicit else None
-                if isinstance(schema, dict):
-                    if base in types and len(types) > 1:
-                        types = {base}
-                elif base == "any":
-                    args[key] = text
-                    continue
-                elif base:
-                    types = {base}
-                args[key] = typed_value(text if "string" in types else text.strip(), types)
-            return Call(name=name, arguments=dumps_args(args))
 
         def build_json(members: dict[str, str]) -> Call:
             raw_name = members.get("name")
@@ -237,26 +173,101 @@ class K2Horizon(_Typed):
                 args[key] = value
             return Call(name=name, arguments=dumps_args(args))
 
-        xml_call = fmap(
+        typing = _K2Typing(self.tools)
+        head = fmap(
             seq(
-                lit("<ifm|tool_call>"),
-                take_until("<ifm|arg_key>", "</ifm|tool_call>"),
-                many(arg, sep=ws()),
+                lit("<ifm|arg_key>"),
+                fmap(take_until("</ifm|arg_key>"), _key),
+                lit("</ifm|arg_key>"),
                 ws(),
-                lit("</ifm|tool_call>"),
+                opt(
+                    fmap(
+                        seq(lit("<ifm|arg_type>"), take_until("</ifm|arg_type>"), lit("</ifm|arg_type>"), ws()),
+                        lambda v: v[1].strip(),
+                    )
+                ),
+                lit("<ifm|arg_value>"),
             ),
-            lambda v: build([v[1], None, v[2]]),
+            lambda v: (v[1], v[4]),
+        )
+        param = XmlParam(head, "</ifm|arg_value>")
+        make = xml_call(typing)
+
+        def checked(text: str) -> str:
+            name = _name(text)
+            if known and name not in known:
+                raise ValueError("unknown tool")
+            return name
+
+        def build_xml(v: list[Any]) -> Call:
+            keys = [k for k, _, _ in v[2]]
+            if len(set(keys)) != len(keys):
+                raise ValueError("repeated argument name")
+            return make(v[1], v[2])
+
+        xml_call_ = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<ifm|tool_call>"),
+                    tag("name", fmap(take_until("<ifm|arg_key>", "</ifm|tool_call>"), checked)),
+                    xml_args(param, typing),
+                    ws(),
+                    lit("</ifm|tool_call>"),
+                ),
+                build_xml,
+            ),
         )
         json_call = fmap(
             seq(lit("<ifm|tool_call>"), ws(), fmap(json_members(), build_json), ws(), lit("</ifm|tool_call>")),
             lambda v: v[2],
         )
-        call = choice(json_call, xml_call)
+        call = choice(json_call, xml_call_)
         return {
             "<ifm|tool_calls>": Section(
                 body=_calls_body(call), ends=("</ifm|tool_calls>",), eof_closes=False
             )
         }
+
+
+def _key(text: str) -> str:
+    key = text.strip()
+    if not key:
+        raise ValueError("missing argument name")
+    return key
+
+
+class _K2Typing(XmlTyping):
+    """K2 Horizon: an ``<ifm|arg_type>`` (meta) picks among the schema's types;
+    without a schema it is the type. Text values keep their whitespace, others
+    are stripped; a value streams when its type is text only."""
+
+    def __init__(self, tools: Sequence[Any]) -> None:
+        self.tools = list(tools)
+
+    def types(self, name: str, key: str, meta: Any) -> set[str] | None:
+        """The value's types; None: kept as written (``any``)."""
+        schema = param_schema(self.tools, name, key)
+        types = schema_types(schema)
+        base = meta.split("[", 1)[0].strip().lower() if meta else None
+        if isinstance(schema, dict):
+            if base in types and len(types) > 1:
+                types = {base}
+        elif base == "any":
+            return None
+        elif base:
+            types = {base}
+        return types
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        types = self.types(name, key, meta)
+        return types is None or types == {"string"}
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        types = self.types(name, key, meta)
+        if types is None:
+            return text
+        return typed_value(text if "string" in types else text.strip(), types)
 
 
 # ---------------------------------------------------------------------- dots
@@ -330,41 +341,40 @@ class Dots(_Typed):
         </dots_function_call>
 
     or a JSON object ``{"name": ..., "arguments": {...}}`` in the wrapper. The
-    name must be one of the request's tools.
+    name must be one of the request's tools. Values are stripped, then typed by
+    dots.llm's own rule; string values stream (`xml_args`).
     """
 
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit("<parameter"),
-                ws(1),
-                lit("name"),
-                ws(),
-                lit("="),
-                ws(),
-                _attr(),
-                lit(">"),
-                take_until("</parameter>"),
-                lit("</parameter>"),
-            ),
-            lambda v: (v[6], v[8].strip()),
+        typing = _DotsTyping(self)
+        head = fmap(
+            seq(lit("<parameter"), ws(1), lit("name"), ws(), lit("="), ws(), _attr(), lit(">"), ws()),
+            lambda v: v[6],
         )
-        invoke = fmap(
-            seq(
-                lit("<invoke"),
-                ws(1),
-                lit("name"),
-                ws(),
-                lit("="),
-                ws(),
-                _attr(),
-                lit(">"),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
-                lit("</invoke>"),
+        # leading whitespace is eaten by the head, trailing whitespace held
+        param = XmlParam(
+            head, "</parameter>", stops=("</invoke>", "</dots_function_call>"), hold=lambda v: len(v.rstrip())
+        )
+        make = xml_call(typing)
+        invoke = tag(
+            "call",
+            fmap(
+                seq(
+                    lit("<invoke"),
+                    ws(1),
+                    lit("name"),
+                    ws(),
+                    lit("="),
+                    ws(),
+                    tag("name", fmap(_attr(), lambda n: _name(self._check(n)))),
+                    lit(">"),
+                    ws(),
+                    xml_args(param, typing),
+                    ws(),
+                    lit("</invoke>"),
+                ),
+                lambda v: make(v[6], v[9] or []),
             ),
-            lambda v: self._xml_call(v[6], v[9]),
         )
         as_json = fmap(json_members(), self._json_call)
         body = fmap(
@@ -373,21 +383,16 @@ class Dots(_Typed):
         )
         return {"<dots_function_call>": Section(body=body, ends=("</dots_function_call>",))}
 
+    def param_type(self, name: str, key: str) -> Any:
+        schema = tool_schema(self.tools, name) or {}
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
+        return (_resolve_type(props[key], defs) if key in props else None) or "string"
+
     def _check(self, name: str) -> str:
         if name not in tool_names(self.tools):
             raise ValueError("not one of the request's tools")
         return name
-
-    def _xml_call(self, name: str, params: list[tuple[str, str]]) -> Call:
-        name = self._check(name)
-        schema = tool_schema(self.tools, name) or {}
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        defs = schema.get("$defs") if isinstance(schema.get("$defs"), dict) else {}
-        args = {}
-        for key, text in params:
-            t = _resolve_type(props[key], defs) or "string" if key in props else "string"
-            args[key] = _dots_value(text, t)
-        return Call(name=name, arguments=dumps_args(args))
 
     def _json_call(self, members: dict[str, str]) -> Call:
         raw_name = members.get("name")
@@ -400,6 +405,26 @@ class Dots(_Typed):
         if not raw.startswith("{"):
             raise ValueError("arguments must be an object")
         return Call(name=name, arguments=raw)
+
+
+class _DotsTyping(XmlTyping):
+    """dots.llm: the first non-null declared type decides (`_dots_value`); a
+    value streams while that type is text and it cannot be ``null``."""
+
+    def __init__(self, fmt: Dots) -> None:
+        self.fmt = fmt
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        t = self.fmt.param_type(name, key)
+        if isinstance(t, list):
+            t = next((x for x in t if x != "null"), "string")
+        return str(t).lower() in ("string", "str", "text")
+
+    def streams(self, name: str, key: str, meta: Any, raw: str) -> bool:
+        return self.is_string(name, key, meta) and not "null".startswith(raw.strip().lower())
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        return _dots_value(text.strip(), self.fmt.param_type(name, key))
 
 
 # -------------------------------------------------------------- deepseek v4.1

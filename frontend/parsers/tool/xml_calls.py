@@ -108,6 +108,11 @@ class XmlParam(P):
             value = value[: self.hold(value)]
         return Ok(j, (key, meta, value))
 
+    def decode(self, text: str) -> str:
+        """A streamed piece of value text as the value (formats with escapes
+        in their values override it together with `held`)."""
+        return text
+
     def held(self, value: str) -> int:
         """How much of an open value can be streamed (text that the close or
         a stop could still cut off is held)."""
@@ -219,7 +224,7 @@ class XmlArgs(P):
                 keep = param.held(raw[:cut])
                 if keep >= least:
                     sep = ", " if parts else ""
-                    text += f"{sep}{dumps_value(key)}: \"" + escape(raw[:keep])
+                    text += f"{sep}{dumps_value(key)}: \"" + escape(param.decode(raw[:keep]))
                     tail = XmlStringTail(param, raw[keep:], False)
                     return ArgsPrefix(text, '"}', tail)
         if not parts and least:

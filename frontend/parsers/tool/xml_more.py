@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import html
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -35,9 +36,7 @@ from vllm_pyfrontend.parsers.tool.base import (
     Section,
     coerce_params,
     coerce_value,
-    dumps_args,
     is_string_param,
-    tool_properties,
 )
 from vllm_pyfrontend.parsers.tool.xml_calls import (
     Qwen3Coder,
@@ -162,52 +161,70 @@ def _minicpm_value(text: str, schema: Any) -> Any:
         return text
 
 
+_CDATA = "<![CDATA["
+#: an entity reference still open at the end of a value: ``&`` and its run so far
+_OPEN_ENTITY = re.compile(r"&(?:#[xX]?[0-9a-fA-F]*|[^\t\n\f <&;]{0,32})\Z")
+
+
+class _MiniCpmParam(XmlParam):
+    """A ``<param>`` whose streamed text is unescaped as it arrives: held from
+    an entity reference that may still grow, and whole while the value may be
+    CDATA."""
+
+    def held(self, value: str) -> int:
+        if value.startswith(_CDATA[: len(value)]) or value.startswith(_CDATA):
+            return 0
+        m = _OPEN_ENTITY.search(value)
+        return m.start() if m else len(value)
+
+    def decode(self, text: str) -> str:
+        return html.unescape(text)
+
+
+class _MiniCpmTyping(SchemaTyping):
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        schema = self.props(name).get(key)
+        return isinstance(schema, dict) and schema.get("type") == "string"
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        return _minicpm_value(text, self.props(name).get(key))
+
+
 class MiniCpm5(XmlFormat):
     """MiniCPM 5::
 
         <function name="get_weather">
         <param name="city">Paris</param>
         </function>
+
+    String values (by the schema) stream, unescaped as they arrive.
     """
 
     def build(self) -> dict[str, Section]:
-        param = fmap(
-            seq(
-                lit("<param"),
-                ws(1),
-                lit("name="),
-                _attr_value(),
-                ws(),
-                lit(">"),
-                take_until("</param>"),
-                lit("</param>"),
-            ),
-            lambda v: (_name(v[3]), v[6]),
+        typing = _MiniCpmTyping(self.tools)
+        head = fmap(
+            seq(lit("<param"), ws(1), lit("name="), _attr_value(), ws(), lit(">")),
+            lambda v: _name(v[3]),
         )
+        param = _MiniCpmParam(head, "</param>")
+        make = xml_call(typing)
 
         def build_call(v: list[Any]) -> list[Call]:
-            name = _name(v[0])
-            props = tool_properties(self.tools, name) if self.tools else {}
-            args: dict[str, Any] = {}
-            for key, value in v[4]:
-                if key in args:
-                    raise ValueError("repeated parameter")
-                args[key] = _minicpm_value(value, props.get(key))
-            return [Call(name=name, arguments=dumps_args(args))]
+            keys = [k for k, _, _ in v[4]]
+            if len(set(keys)) != len(keys):
+                raise ValueError("repeated parameter")
+            return [make(v[0], v[4])]
 
-        body = fmap(
-            seq(
-                _attr_value(),
-                take_until(">"),
-                lit(">"),
-                ws(),
-                many(param, sep=ws()),
-                ws(),
+        call = tag(
+            "call",
+            fmap(
+                seq(call_name(_attr_value()), take_until(">"), lit(">"), ws(), xml_args(param, typing), ws()),
+                build_call,
             ),
-            build_call,
         )
-        # a call cut off before </function> is not a call (the output comes back as text)
-        return {"<function name=": Section(body=body, ends=("</function>",), eof_closes=False)}
+        # a call cut off before </function> is not a call (the output comes back as
+        # text), unless it was announced while its arguments streamed (committed)
+        return {"<function name=": Section(body=call, ends=("</function>",), eof_closes=False)}
 
 
 # ----------------------------------------------------------------- minimax m3
@@ -320,6 +337,81 @@ def _m3_object(elements: list[tuple[str, Any]], schema: dict[str, Any] | None) -
     return out
 
 
+def _m3_key(text: str) -> str:
+    if not text.strip() or text.startswith("/") or any(c in text for c in "<[]"):
+        raise ValueError("not an element name")
+    return text
+
+
+_M3_HEAD = fmap(seq(lit(NS + "<"), fmap(take_until(">"), _m3_key), lit(">")), lambda v: v[1])
+
+
+class _M3Param(XmlParam):
+    """One argument element of a call. An argument whose schema says text is
+    text only (its value streams; an element inside it is malformed); any
+    other is an element with children (`_M3Element`), sent when complete."""
+
+    __slots__ = ("text_key",)
+
+    def __init__(self, text_key: Any) -> None:
+        super().__init__(_M3_HEAD, NS)
+        self.text_key = text_key  # key -> whether the value is text only
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        h = self.head.parse(s, pos, eof)
+        if not isinstance(h, Ok):
+            return h
+        key = h.value
+        if self.text_key(key):
+            j = s.find(NS, h.end)
+            if j == -1:
+                return Fail(len(s)) if eof else NEED
+            r = lit(f"{NS}</{key}>").parse(s, j, eof)
+            if not isinstance(r, Ok):
+                return r
+            return Ok(r.end, (key, None, s[h.end : j]))
+        r = _M3Element().parse(s, pos, eof)
+        if not isinstance(r, Ok):
+            return r
+        return Ok(r.end, (key, None, r.value[1]))
+
+    def held(self, value: str) -> int:
+        j = value.find(NS)  # a tag inside a text value (malformed) ends what streams
+        return j if j != -1 else len(value)
+
+
+class _M3Typing(SchemaTyping):
+    def convert(self, name: str, key: str, meta: Any, text: Any) -> Any:
+        return _m3_convert(text, self.props(name).get(key))
+
+
+class _M3Invoke(P):
+    """``NS<invoke name=...>`` arguments ``NS</invoke>``: the arguments' grammar
+    depends on the call's tool (which arguments are text)."""
+
+    __slots__ = ("typing", "head", "tail")
+
+    def __init__(self, typing: _M3Typing) -> None:
+        self.typing = typing
+        self.head = seq(lit(f"{NS}<invoke"), ws(1), lit("name="), call_name(_attr_value()), ws(), lit(">"), ws())
+        self.tail = seq(ws(), lit(f"{NS}</invoke>"))
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        h = self.head.parse(s, pos, eof)
+        if not isinstance(h, Ok):
+            return h
+        name = h.value[3]
+        props = self.typing.props(name)
+        param = _M3Param(lambda key: is_string_param(props.get(key)))
+        a = xml_args(param, self.typing).parse(s, h.end, eof)
+        if not isinstance(a, Ok):
+            return a
+        t = self.tail.parse(s, a.end, eof)
+        if not isinstance(t, Ok):
+            return t
+        return Ok(t.end, xml_call(self.typing)(name, list(a.value)))
+
+
 class MinimaxM3(XmlFormat):
     """MiniMax M3: every tag prefixed by ``]<]minimax[>[``; parameters are
     elements named after the argument, nested for objects, ``<item>`` for
@@ -330,28 +422,14 @@ class MinimaxM3(XmlFormat):
         ]<]minimax[>[<user_id>42]<]minimax[>[</user_id>
         ]<]minimax[>[</invoke>
         ]<]minimax[>[</tool_call>
+
+    Text arguments stream as generated; nested ones are sent when complete. A
+    repeated argument keeps its first value (one already sent cannot become a
+    list; repeated elements inside a nested value do become lists).
     """
 
     def build(self) -> dict[str, Section]:
-        def make(v: list[Any]) -> Call:
-            name = _name(v[3])
-            props = tool_properties(self.tools, name) if self.tools else {}
-            return Call(name=name, arguments=dumps_args(_m3_object(v[6], {"properties": props})))
-
-        invoke = fmap(
-            seq(
-                lit(f"{NS}<invoke"),
-                ws(1),
-                lit("name="),
-                _attr_value(),
-                ws(),
-                lit(">"),
-                many(fmap(seq(ws(), _M3Element()), lambda v: v[1])),
-                ws(),
-                lit(f"{NS}</invoke>"),
-            ),
-            make,
-        )
+        invoke = tag("call", _M3Invoke(_M3Typing(self.tools)))
         body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
         return {f"{NS}<tool_call>": Section(body=body, ends=(f"{NS}</tool_call>",))}
 

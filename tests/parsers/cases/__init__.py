@@ -43,6 +43,8 @@ class ToolCase:
     calls: Calls = field(default_factory=list)
     #: the request's tools (OpenAI dicts); None: tests.parsers.corpus.TOOLS
     tools: list[dict[str, Any]] | None = None
+    #: the model's response_template (tokenizer_config.json), for the ``hf`` parser
+    template: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -58,6 +60,8 @@ class ReasoningCase:
     content: str
     #: chat_template_kwargs of the request (e.g. {"enable_thinking": False})
     kwargs: dict[str, Any] | None = None
+    #: the model's response_template (tokenizer_config.json), for the ``hf`` parser
+    template: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:

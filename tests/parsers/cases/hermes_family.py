@@ -21,9 +21,4 @@ TOOL_CASES += [
     if c.fmt == "qwen3_coder" and c.name not in DOCUMENTED and not c.malformed
 ]
 
-KNOWN_GAPS = {
-    "tool:hf": "vLLM's `hf` tool parser interprets a checkpoint's own response-template spec (about 970 "
-               "lines in vLLM); not built yet",
-    "reasoning:hf": "vLLM's `hf` reasoning parser, driven by the same checkpoint metadata (about 1,600 "
-                    "lines in vLLM); not built yet",
-}
+KNOWN_GAPS: dict[str, str] = {}  # none left: `hf` is parsers/response_template.py
