@@ -28,12 +28,17 @@ PY = sys.executable
 SERVED_NAME = "m"
 MAX_MODEL_LEN = 16384
 VLLM_RS_DEFAULT = REPO / ".cache" / "vllm033" / "vllm-rs"
+# where .ci/install extracts it
+VLLM_RS_CI = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm-pyfrontend" / "vllm-rs-0.33.0" / "vllm-rs"
 
 
 def vllm_rs_binary() -> Path:
-    """The `vllm-rs` binary: $VLLM_RS, else .cache/vllm033/vllm-rs (see bench/README.md for
+    """The `vllm-rs` binary: $VLLM_RS, else .cache/vllm033/vllm-rs, else where .ci/install puts
+    it (~/.cache/vllm-pyfrontend/vllm-rs-0.33.0/vllm-rs) (see bench/README.md for
     how it is extracted from the wheel without installing the wheel's dependencies)."""
     path = Path(os.environ.get("VLLM_RS", VLLM_RS_DEFAULT))
+    if not path.exists() and "VLLM_RS" not in os.environ and VLLM_RS_CI.exists():
+        path = VLLM_RS_CI
     if not path.exists():
         raise FileNotFoundError(
             f"{path} missing: pip download --no-deps vllm==0.33.0 -d .cache/vllm033 && "
@@ -57,11 +62,21 @@ def frontend_spec(name: str, model: str, workers: int) -> FrontendSpec:
             "--data-parallel-rpc-port", str(rpc)]
     common = ["--host", "127.0.0.1", "--port", str(http), "--served-model-name", SERVED_NAME,
               "--max-model-len", str(MAX_MODEL_LEN)]
-    if name == "ours":
+    if name in ("ours", "ours-base"):
         argv = [str(Path(PY).parent / "frontend-supervisor"), "--workers", str(workers),
                 *common, *join, "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4",
                 model]
-        return FrontendSpec(name, argv, http, rpc)
+        env = {}
+        if name == "ours-base":
+            # Another build of this frontend, for before/after trials interleaved in one run:
+            # $OURS_BASE_PYTHONPATH holds a `vllm_pyfrontend/` package (e.g. `git archive REF
+            # frontend supervisor`, frontend/ renamed vllm_pyfrontend/ with supervisor/ inside);
+            # it shadows the editable install, in the supervisor and its workers alike.
+            base = os.environ.get("OURS_BASE_PYTHONPATH")
+            if not base or not (Path(base) / "vllm_pyfrontend").is_dir():
+                raise ValueError("ours-base needs $OURS_BASE_PYTHONPATH/vllm_pyfrontend")
+            env = {"PYTHONPATH": base}
+        return FrontendSpec(name, argv, http, rpc, env=env)
     if name == "vllm-python":
         argv = [PY, "-c",
                 "import sys; from vllm_pyfrontend.supervisor.vllm_headless import run_vllm_cli; run_vllm_cli(sys.argv[1:])",

@@ -90,20 +90,50 @@ def tree_rss(root: int) -> int:
     return sum(_rss_bytes(pid) for pid in tree_pids(root))
 
 
-class RssPeak:
-    """Samples the tree's summed RSS every `interval` seconds in a thread; `.peak` is the max."""
+def _pss_bytes(pid: int) -> int:
+    """Proportional set size: each resident page divided by the number of processes mapping it,
+    so pages that forked workers share with their parent are counted once over the tree (RSS
+    counts them once per process)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
-    def __init__(self, root: int, interval: float = 0.5) -> None:
+
+def tree_pss(root: int) -> int:
+    return sum(_pss_bytes(pid) for pid in tree_pids(root))
+
+
+def tree_pss_by_pid(root: int) -> dict[int, int]:
+    return {pid: _pss_bytes(pid) for pid in tree_pids(root)}
+
+
+class RssPeak:
+    """Samples the tree's summed RSS every `interval` seconds in a thread; `.peak` is the max.
+    With `pss=True` also the tree's summed PSS (`.peak_pss`), from smaps_rollup."""
+
+    def __init__(self, root: int, interval: float = 0.5, pss: bool = False) -> None:
         self.root = root
         self.interval = interval
+        self.pss = pss
         self.peak = 0
+        self.peak_pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss(self.root))
+            self._sample()
             self._stop.wait(self.interval)
+
+    def _sample(self) -> None:
+        self.peak = max(self.peak, tree_rss(self.root))
+        if self.pss:
+            self.peak_pss = max(self.peak_pss, tree_pss(self.root))
 
     def __enter__(self) -> "RssPeak":
         self._thread.start()
@@ -112,7 +142,7 @@ class RssPeak:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(5)
-        self.peak = max(self.peak, tree_rss(self.root))
+        self._sample()
 
 
 def machine_busy() -> tuple[float, float]:

@@ -112,15 +112,20 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
     base = f"http://127.0.0.1:{spec.http_port}"
     tag = f"{wl.name}-{name}"
     fe = spawn(spec.argv, logs / f"{tag}.frontend.log", spec.env)
-    sim = spawn(sim_argv(model, spec.rpc_port, args.step_time, args.max_num_seqs), logs / f"{tag}.sim.log")
-    row: dict = {"frontend": name, "workload": wl.name, "argv": spec.argv}
+    step = workload_step(wl, args)
+    sim = spawn(sim_argv(model, spec.rpc_port, step, args.max_num_seqs), logs / f"{tag}.sim.log")
+    row: dict = {"frontend": name, "workload": wl.name, "argv": spec.argv, "step_time_s": step}
     bench_log = logs / f"{tag}.bench.log"
     try:
         t0 = time.monotonic()
         wait_ready(base, {"frontend": fe, "sim engine": sim}, args.ready_timeout)
         row["startup_s"] = round(time.monotonic() - t0, 1)
         row["probe"] = probe(base, wl)
-        with procstat.RssPeak(fe.pid) as rss:
+        # Memory of the idle tree (after one request), per process: supervisor / main process and
+        # each worker. PSS counts a page shared by k processes as 1/k in each.
+        time.sleep(0.5)
+        idle_pss = procstat.tree_pss_by_pid(fe.pid)
+        with procstat.RssPeak(fe.pid, pss=True) as rss:
             warm = bench_serve(base, model, wl, args.warmup or min(args.concurrency, 512),
                                args.concurrency, bench_log, timeout=args.bench_timeout)
             rate = warm["completed"] / max(warm["duration"], 1e-6)
@@ -168,6 +173,11 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
             "cpu_ms_per_request": cpu / done * 1e3 if done else None,
             "cpu_util_cores": cpu / result["duration"],
             "peak_rss_mib": rss.peak / 2**20,
+            "peak_pss_mib": rss.peak_pss / 2**20,
+            "idle_pss_mib": sum(idle_pss.values()) / 2**20,
+            "idle_pss_per_process_mib": [round(v / 2**20, 1) for v in idle_pss.values()],
+            "pss_kib_per_open_stream": (rss.peak_pss - sum(idle_pss.values())) / 1024 / args.concurrency,
+            "loadavg_1m_after": os.getloadavg()[0],
             "sim_engine_cpu_s": sim_cpu,
             "loadgen_cpu_s": loadgen_cpu,
             "machine_cpu_busy_cores": procstat.busy_cores(busy_before, busy_after),
@@ -191,7 +201,8 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
 
 _MEDIAN_KEYS = ("req_per_s", "out_tok_per_s", "cpu_us_per_out_token", "cpu_ms_per_request",
                 "cpu_util_cores", "peak_rss_mib", "machine_cpu_busy_cores", "steady_req_per_s",
-                "duration_s", "sim_engine_cpu_s", "loadgen_cpu_s")
+                "duration_s", "sim_engine_cpu_s", "loadgen_cpu_s", "peak_pss_mib", "idle_pss_mib",
+                "pss_kib_per_open_stream", "loadavg_1m_before", "loadavg_1m_after")
 
 
 def _median(xs: list) -> float | None:
@@ -231,6 +242,11 @@ def aggregate(trials: list[dict]) -> list[dict]:
     return out
 
 
+def workload_step(wl: Workload, args) -> float:
+    """Engine seconds per step: the workload's own (frontend-bound workloads), else --step-time."""
+    return args.step_time if wl.step_time is None else wl.step_time
+
+
 def fmt(v, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -251,8 +267,8 @@ def md_table(columns: list[str], rows: list[dict], keys: list[str], cells) -> st
 def table(rows: list[dict]) -> str:
     columns = ["workload", "frontend", "req/s", "out tok/s", "TTFT p50/p90/p99 ms",
                "TPOT p50/p90/p99 ms", "CPU µs/out tok", "CPU ms/req", "frontend cores",
-               "peak RSS MiB", "failed", "steady req/s", "SYN overflows", "box busy cores",
-               "req/s of each trial"]
+               "peak RSS MiB", "PSS idle / peak MiB", "PSS KiB/stream", "failed", "steady req/s",
+               "SYN overflows", "box busy cores", "load avg", "req/s of each trial"]
 
     def cells(r: dict) -> list[str]:
         # int keys in memory, str keys once read back from JSON
@@ -262,9 +278,11 @@ def table(rows: list[dict]) -> str:
                 f"{fmt(t[50], '.0f')} / {fmt(t[90], '.0f')} / {fmt(t[99], '.0f')}",
                 f"{fmt(p[50])} / {fmt(p[90])} / {fmt(p[99])}",
                 fmt(r["cpu_us_per_out_token"]), fmt(r["cpu_ms_per_request"], ".2f"),
-                fmt(r["cpu_util_cores"], ".2f"), fmt(r["peak_rss_mib"], ".0f"), str(r["failed"]),
+                fmt(r["cpu_util_cores"], ".2f"), fmt(r["peak_rss_mib"], ".0f"),
+                f"{fmt(r.get('idle_pss_mib'), '.0f')} / {fmt(r.get('peak_pss_mib'), '.0f')}",
+                fmt(r.get("pss_kib_per_open_stream"), ".0f"), str(r["failed"]),
                 fmt(r.get("steady_req_per_s")), str(r.get("tcp_listen_overflows", "-")),
-                fmt(r["machine_cpu_busy_cores"], ".2f"),
+                fmt(r["machine_cpu_busy_cores"], ".2f"), fmt(r.get("loadavg_1m_before")),
                 " / ".join(str(x) for x in r.get("trials_req_per_s", [round(r["req_per_s"], 1)]))]
 
     return md_table(columns, rows, ["workload", "frontend"], cells)
@@ -278,7 +296,7 @@ def ratios(rows: list[dict]) -> dict:
         ours = by.get((wl, "ours"))
         if not ours:
             continue
-        for peer in ("vllm-rust", "vllm-python"):
+        for peer in ("vllm-rust", "vllm-python", "ours-base"):
             p = by.get((wl, peer))
             if not p:
                 continue
@@ -288,8 +306,11 @@ def ratios(rows: list[dict]) -> dict:
                 "throughput": div(ours["req_per_s"], p["req_per_s"]),
                 "cpu_per_out_token": div(ours["cpu_us_per_out_token"], p["cpu_us_per_out_token"]),
                 "cpu_per_request": div(ours["cpu_ms_per_request"], p["cpu_ms_per_request"]),
+                "out_tok_per_s": div(ours["out_tok_per_s"], p["out_tok_per_s"]),
                 "ttft_p50": div(ours["ttft_ms"][50], p["ttft_ms"][50]),
+                "ttft_p99": div(ours["ttft_ms"][99], p["ttft_ms"][99]),
                 "peak_rss": div(ours["peak_rss_mib"], p["peak_rss_mib"]),
+                "peak_pss": div(ours.get("peak_pss_mib"), p.get("peak_pss_mib")),
             }
     return out
 
@@ -307,9 +328,9 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
     panels = [("req_per_s", "requests / s (higher is better)"),
               ("cpu_us_per_out_token", "frontend CPU µs per output token (lower is better)"),
               ("cpu_ms_per_request", "frontend CPU ms per request (lower is better)"),
-              ("peak_rss_mib", "frontend peak RSS, MiB (lower is better)")]
+              ("peak_pss_mib", "frontend peak PSS of the process tree, MiB (lower is better)")]
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
-    colors = {"ours": "#2b8a3e", "vllm-python": "#1c7ed6", "vllm-rust": "#e8590c"}
+    colors = {"ours": "#2b8a3e", "ours-base": "#8ce99a", "vllm-python": "#1c7ed6", "vllm-rust": "#e8590c"}
     width = 0.8 / max(len(fes), 1)
     for ax, (key, label) in zip(axes.flat, panels):
         for i, fe in enumerate(fes):
@@ -362,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-duration", type=float, default=60.0)
     ap.add_argument("--workers", type=int, default=os.cpu_count(),
                     help="frontend processes (ours, vllm-python) / runtime threads (vllm-rust)")
-    ap.add_argument("--step-time", type=float, default=0.01)
+    ap.add_argument("--step-time", type=float, default=0.01,
+                    help="engine seconds per step for workloads without their own (fbound: 2 ms, fbound0: 0)")
     ap.add_argument("--max-num-seqs", type=int, default=1024)
     ap.add_argument("--ready-timeout", type=float, default=300)
     ap.add_argument("--bench-timeout", type=float, default=600)
@@ -405,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     _write(out, doc)
     m = info["machine"]
-    title = (f"{m['cpus']} cores ({m['cpu_model']}), sim engine step {args.step_time * 1000:.0f} ms, "
+    steps = ", ".join(f"{w} {workload_step(WORKLOADS[w], args) * 1000:g} ms"
+                      for w in args.workload.split(","))
+    title = (f"{m['cpus']} cores ({m['cpu_model']}), sim engine step: {steps}, "
              f"{args.concurrency} concurrent streams, workers={args.workers}, median of "
              f"{args.repeat} trial(s); {info['started']}")
     chart(rows, out.with_suffix(".png"), title)

@@ -55,6 +55,10 @@ class Workload:
     # >0: prompts come from a cached pool of this many distinct prompts (bench/prompts.py)
     # instead of `bench serve`'s own random dataset, which is slow to build for long prompts.
     prompt_pool: int = 0
+    # Engine seconds per step for this workload; None: the harness's --step-time (10 ms).
+    # The frontend-bound workloads run the engine at 2 ms per step, or 0 (zero work: the
+    # simulated engine steps as fast as it can, so only the frontend limits the token rate).
+    step_time: float | None = None
 
     def request_extra(self) -> dict:
         """Fields merged into every request. `bench serve` always sends ignore_eos=true for the
@@ -84,6 +88,12 @@ WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload("decode", "decode-heavy: 32 in / 512 out, ignore_eos", 32, 512, True),
+        Workload("fbound", "frontend-bound decode: 32 in / 512 out, ignore_eos, engine at 2 ms per "
+                 "step (1024 streams ask ~500k tokens/s: the frontend is the ceiling)", 32, 512, True,
+                 step_time=0.002),
+        Workload("fbound0", "frontend-bound decode, zero-work engine: 32 in / 512 out, ignore_eos, "
+                 "the simulated engine steps as fast as it can (step time 0)", 32, 512, True,
+                 step_time=0.0),
         Workload("preprocess", "preprocess-heavy: 10,000 in / 16 out, ignore_eos (pool of 2048 "
                  "distinct random-token prompts)", 10000, 16, True, prompt_pool=2048),
         Workload("stop", f"stop string: 32 in, scripted text hits stop {STOP_STRING!r} at ~250 tokens "

@@ -40,6 +40,17 @@ def stop_process_group(proc: subprocess.Popen, timeout: float) -> int | None:
         return None
 
 
+def newer_stats(stats: dict, than: dict | None) -> bool:
+    """Whether one engine's /load sample `stats` is newer than `than` (from another worker, say).
+
+    By the engine's clock on the step that sent them (`engine_timestamp`), then by receipt time:
+    a worker may read an older step's batch a few milliseconds after another worker read a newer
+    one, and once the engine is idle nothing replaces that stale sample."""
+    if than is None:
+        return True
+    return (stats.get("engine_timestamp", 0.0), stats["timestamp"]) > (than.get("engine_timestamp", 0.0), than["timestamp"])
+
+
 def free_port() -> int:
     return free_tcp_port("127.0.0.1")
 
@@ -103,13 +114,13 @@ class Stack:
         """The engine's most recent scheduler stats as any worker saw them (`/load`).
 
         The engine sends stats to one worker per step, and SO_REUSEPORT spreads the polls
-        over the workers, so the freshest sample (by receipt time) wins."""
+        over the workers, so the freshest sample wins (see `newer_stats`)."""
         best = None
         for _ in range(polls):
             with urllib.request.urlopen(self.base_url + "/load", timeout=5) as r:
                 load = json.load(r)
             for stats in load.get("engines", {}).values():
-                if best is None or stats["timestamp"] > best["timestamp"]:
+                if newer_stats(stats, best):
                     best = stats
         return best
 

@@ -55,10 +55,26 @@ from .wire import (
     layout_for_version,
 )
 
+class OutputClock:
+    """`time.monotonic()` when the engine output batch being delivered now arrived; 0.0 outside
+    a delivery. Per-token consumers (ITL metrics) read it instead of the clock: one clock read
+    per engine step, not per token, and every output of one step stamped alike."""
+
+    now = 0.0
+
+
 log = logging.getLogger(__name__)
 
 # Messages handled per reader callback before yielding to the event loop.
 _DRAIN_BUDGET = 512
+# ... and seconds: a worker far behind an engine (a burst of new streams, an engine that steps
+# faster than the worker can stream) must still accept, parse and submit new requests between
+# drains, or their time to first token grows with the backlog (a 512-step drain of 500 streams
+# is ~1 s of work). One drain still gathers every step that fits, so a stream's steps of one
+# drain go out in one write.
+_DRAIN_SECONDS = 0.01
+# How long the writes of a drain that spans several slices may be held back (see _on_readable).
+_DRAIN_HOLD_SECONDS = 0.05
 # Ids aborted locally are remembered this long (in entries) so late outputs for
 # them are dropped quietly instead of triggering another abort.
 _RECENT_ABORTS = 8192
@@ -111,6 +127,7 @@ class EngineClient:
         self.drain_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
         # Called with an output's mm_cache_miss_hashes (frontend/multimodal's sender cache).
         self.on_mm_cache_miss: Callable[[list[str]], None] | None = None
+        self._drain_opened: float | None = None  # when the open drain's begin hook ran
 
         self._started = False
         self._closed = False
@@ -123,6 +140,9 @@ class EngineClient:
         self._in_flight = {i: 0 for i in self.engine_indices}
         self._stats: dict[int, dict] = {}
         self._stats_at: dict[int, float] = {}  # wall time each engine's stats arrived here
+        # The engine's own clock (EngineCoreOutputs.timestamp) on the batch that carried them:
+        # orders one engine's samples across workers (see scheduler_stats_engine_time).
+        self._stats_engine_at: dict[int, float] = {}
         self._rr = 0
 
         self._pending_aborts: dict[int, list[str]] = {}
@@ -293,6 +313,7 @@ class EngineClient:
             if sock is not None:
                 sock.close(linger=linger)
         self._input = self._output = None
+        self._close_drain()
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
@@ -340,6 +361,18 @@ class EngineClient:
     def scheduler_stats_time(self) -> dict[int, float]:
         """Wall-clock time (time.time()) at which each engine's latest stats arrived."""
         return dict(self._stats_at)
+
+    @property
+    def scheduler_stats_engine_time(self) -> dict[int, float]:
+        """The engine's own timestamp (`EngineCoreOutputs.timestamp`, its monotonic clock) of the
+        batch that carried each engine's latest stats here.
+
+        This, not the receipt time, orders one engine's samples across workers: the engine sends
+        each step's stats to one worker, and a worker that reads a batch a few milliseconds late
+        would stamp an older state with a later receipt time. When the engine then goes idle it
+        sends nothing more, so "latest by receipt" could report a stale state for good (running
+        requests that were aborted long ago)."""
+        return dict(self._stats_engine_at)
 
     def in_flight_by_engine(self) -> dict[int, int]:
         return dict(self._in_flight)
@@ -636,38 +669,66 @@ class EngineClient:
     def _on_readable(self) -> None:
         sock = self._output
         if sock is None:
+            self._close_drain()
             return
         hooks = self.drain_hooks
         if hooks is None:
             self._drain(sock)
             return
-        hooks[0]()
+        # A drain cut short by its time slice (a backlog) stays open across the loop iterations
+        # that finish it, up to _DRAIN_HOLD_SECONDS: new requests are accepted in between, and
+        # a stream's steps of the whole backlog still go out in one write.
+        if self._drain_opened is None:
+            hooks[0]()
+            self._drain_opened = time.monotonic()
+        drained = True
         try:
-            self._drain(sock)
+            drained = self._drain(sock)
         finally:
-            hooks[1]()
+            if drained or time.monotonic() - self._drain_opened > _DRAIN_HOLD_SECONDS:
+                self._drain_opened = None
+                hooks[1]()
 
-    def _drain(self, sock: zmq.Socket) -> None:
+    def _close_drain(self) -> None:
+        """End a drain left open by a time slice (the socket closed before it finished)."""
+        if self._drain_opened is not None and self.drain_hooks is not None:
+            self._drain_opened = None
+            self.drain_hooks[1]()
+
+    def _drain(self, sock: zmq.Socket) -> bool:
+        """Handle queued output messages; False when the time slice or budget ran out first
+        (another drain is scheduled)."""
         recv = sock.recv_multipart
+        deadline = time.monotonic() + _DRAIN_SECONDS
         for _ in range(_DRAIN_BUDGET):
             try:
                 frames = recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return  # drained: the FD is re-armed
+                return True  # drained: the FD is re-armed
             except zmq.ZMQError as e:
                 log.error("output socket error: %s", e)
-                return
+                return True
             try:
                 self._handle_message(frames)
             except Exception:  # never let one batch stop the reader
                 log.exception("failed to process an engine output batch")
             if self._output is None:
-                return
+                return True
+            if time.monotonic() > deadline:
+                break
         # Budget spent with messages possibly left: the FD will not fire for
         # them, so come back on the next loop iteration.
         self._schedule_drain()
+        return False
 
     def _handle_message(self, frames: list) -> None:
+        OutputClock.now = time.monotonic()
+        try:
+            self._handle_batch(frames)
+        finally:
+            OutputClock.now = 0.0
+
+    def _handle_batch(self, frames: list) -> None:
         if len(frames) == 1 and is_engine_dead(frames):
             self.mark_dead("The engine died (ENGINE_CORE_DEAD).")
             return
@@ -683,6 +744,7 @@ class EngineClient:
         if batch.scheduler_stats is not None:
             self._stats[engine] = batch.scheduler_stats
             self._stats_at[engine] = time.time()
+            self._stats_engine_at[engine] = batch.timestamp
         if batch.utility_output is not None:
             self._resolve_utility(batch.utility_output)
         sinks = self._sinks

@@ -368,6 +368,16 @@ def _queue_time(events: Any) -> float | None:
     return None
 
 
+def _plain_running(o: list, error_index: int | None) -> bool:
+    """An output written at full length (no trailing defaults omitted) that carries nothing
+    but the request id and new token ids: no logprobs, pooling output, finish, events, prefill
+    stats or error. `_decode_output` would build the same `EngineOutput(id, ids)`."""
+    n = len(o)
+    return (n > 11 and o[2] is None and o[3] is None and o[4] is None and o[5] is None
+            and o[6] is None and not o[_EVENTS_INDEX] and o[11] is None
+            and (error_index is None or n <= error_index or o[error_index] is None))
+
+
 def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> EngineOutput:
     if not isinstance(o, (list, tuple)) or len(o) < 2:
         raise ProtocolError("bad EngineCoreOutput encoding")
@@ -425,7 +435,7 @@ def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT) ->
     outputs: list[EngineOutput] = []
     append = outputs.append
     for o in raw_outputs:
-        if type(o) is list and len(o) == 2:
+        if type(o) is list and (len(o) == 2 or _plain_running(o, error_index)):
             append(EngineOutput(o[0], o[1]))
         else:
             append(_decode_output(o, frames, error_index))

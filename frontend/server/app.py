@@ -103,23 +103,30 @@ async def handle_version(request: web.Request) -> web.Response:
     )
 
 
-async def handle_load(request: web.Request) -> web.Response:
-    """vLLM's /load (`server_load` = this worker's in-flight requests), plus the engine's
-    latest scheduler stats as this worker last received them (stats go to one worker per
-    engine step, so callers compare `timestamp` across workers), and with admission control the
-    deployment's queue against its bounds."""
-    state: ServerState = request.app["state"]
-    engine = state.engine
+def engine_load(engine) -> dict[str, dict]:
+    """Each engine's latest scheduler stats as this worker received them, for /load: stats go
+    to one worker per engine step, so callers compare `engine_timestamp` across workers (the
+    engine's clock on the step that sent them); `timestamp` is this worker's receipt time."""
     times = engine.scheduler_stats_time
-    engines = {
+    engine_times = engine.scheduler_stats_engine_time
+    return {
         str(idx): {
             "num_running_reqs": stats.get("num_running_reqs", 0),
             "num_waiting_reqs": stats.get("num_waiting_reqs", 0),
             "kv_cache_usage": stats.get("kv_cache_usage", 0.0),
             "timestamp": times.get(idx, 0.0),
+            "engine_timestamp": engine_times.get(idx, 0.0),
         }
         for idx, stats in engine.scheduler_stats.items()
     }
+
+
+async def handle_load(request: web.Request) -> web.Response:
+    """vLLM's /load (`server_load` = this worker's in-flight requests), plus the engine's
+    latest scheduler stats as this worker last received them (`engine_load`), and with
+    admission control the deployment's queue against its bounds."""
+    state: ServerState = request.app["state"]
+    engines = engine_load(state.engine)
     body = {"server_load": state.in_flight, "worker": state.worker_index, "engines": engines}
     admission = state.admission
     if admission is not None:  # the deployment-wide queue, against its bounds

@@ -13,6 +13,7 @@ import asyncio
 from typing import Any, Protocol
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta, AssistantStream
+from vllm_pyfrontend.engine.client import OutputClock
 from vllm_pyfrontend.engine.types import Failure, FailureKind, Logprobs
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.server.errors import APIError
@@ -115,7 +116,7 @@ class RequestRun:
         if choice.finished:
             return
         if token_ids and choice.metrics is not None:
-            choice.metrics.on_output()
+            choice.metrics.on_output(OutputClock.now or None)
         engine_stopped = finish_reason == "stop"
         text, matched = choice.text.feed(token_ids, engine_stopped)
         if matched is not None:
@@ -136,7 +137,7 @@ class RequestRun:
             # but the text. Same bytes as the general path below.
             if text:
                 sse = self.sse
-                sse.write(sse.content_chunk_bytes(choice.index, text))
+                sse.write_content(choice.index, text)
                 if not sse.alive:
                     self.cancel()
             return

@@ -57,10 +57,17 @@ def begin_drain() -> None:
 def end_drain() -> None:
     _Drain.active = False
     dirty, _Drain.dirty = _Drain.dirty, []
+    if not dirty:
+        return
+    now = monotonic()
     for w in dirty:
         out, w.out = w.out, None
         if out:
-            w._write_now(out)
+            w._write_now(out, now)
+
+
+# The end of a plain content chunk (after the JSON string of the content), see content_chunk_bytes.
+_CONTENT_TAIL = b'},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
 
 
 class SSEWriter:
@@ -70,7 +77,7 @@ class SSEWriter:
     keep_alive_frame = KEEP_ALIVE
 
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
-                 "out", "last_write", "_keep_alive")
+                 "out", "last_write", "_keep_alive", "_content_head")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -86,6 +93,7 @@ class SSEWriter:
         self.out: bytearray | None = None  # this drain's events, written at its end
         self.last_write = 0.0  # monotonic time of the last write to the transport
         self._keep_alive: asyncio.TimerHandle | None = None
+        self._content_head = self.prefix + b'{"index":0,"delta":{"content":'  # choice 0's
 
     def attach(self, transport, first_chunk: bytes) -> None:
         """The response headers are out: write the role chunk, then anything held."""
@@ -110,7 +118,23 @@ class SSEWriter:
             return
         self._write_now(data)
 
-    def _write_now(self, data: bytes | bytearray) -> None:
+    def write_content(self, index: int, content: str) -> None:
+        """`write(content_chunk_bytes(index, content))`, built straight into this drain's buffer
+        (the per-token hot path: no intermediate chunk object)."""
+        head = self._content_head if index == 0 else self.prefix + b'{"index":%d,"delta":{"content":' % index
+        if self.pending is None and _Drain.active:
+            out = self.out
+            if out is None:
+                out = self.out = bytearray(head)
+                _Drain.dirty.append(self)
+            else:
+                out += head
+            out += _enc(content)
+            out += _CONTENT_TAIL
+            return
+        self.write(head + _enc(content) + _CONTENT_TAIL)
+
+    def _write_now(self, data: bytes | bytearray, now: float = 0.0) -> None:
         t = self.transport
         if t is None or t.is_closing():
             self._dead()
@@ -119,7 +143,7 @@ class SSEWriter:
         held = self.held
         if held is None and buffered <= SOFT_LIMIT:
             t.write(b"%x\r\n%b\r\n" % (len(data), data))  # the hot path
-            self.last_write = monotonic()
+            self.last_write = now or monotonic()
             return
         if held is None:
             held = self.held = bytearray()

@@ -98,9 +98,23 @@ class IncrementalDetokenizer:
     def feed(self, token_ids: list[int]) -> str:
         """Consume ``token_ids``; return the complete new text they produce."""
         self.token_ids.extend(token_ids)
-        step = self._step_bytes if self._stream is None else self._step_stream
         if len(token_ids) == 1:
-            return self._apply_raw_added(token_ids[0], step(token_ids[0]))
+            token_id = token_ids[0]
+            if self._stream is None and self._raw_added is None and not self._pending:
+                # The common step, inlined: one token, complete UTF-8 on its own, nothing
+                # pending (same result as _step_bytes).
+                if token_id in self._skip_ids:
+                    return ""
+                try:
+                    text = self._text[token_id]
+                except (IndexError, TypeError):
+                    return ""
+                if text is not None:
+                    return text
+                return self._step_bytes(token_id)
+            step = self._step_bytes if self._stream is None else self._step_stream
+            return self._apply_raw_added(token_id, step(token_id))
+        step = self._step_bytes if self._stream is None else self._step_stream
         return "".join([self._apply_raw_added(t, step(t)) for t in token_ids])
 
     def flush(self, emit_incomplete: bool = False) -> str:

@@ -485,6 +485,52 @@ async def test_many_batches_are_all_delivered(addresses, zctx):
 
 
 @on_uvloop
+async def test_abort_goes_out_while_a_drain_is_held_open(addresses, zctx, monkeypatch):
+    """A drain cut by its time slice stays open across loop iterations (writes held): an abort
+    made meanwhile (a client left) still goes to the engine at once, between slices, and the
+    drain ends once the backlog is handled."""
+    import vllm_pyfrontend.engine.client as client_mod
+
+    monkeypatch.setattr(client_mod, "_DRAIN_SECONDS", 0.0)  # every slice: one message
+    monkeypatch.setattr(client_mod, "_DRAIN_HOLD_SECONDS", 3600.0)  # held until drained
+    client, (eng,), _ = await _started(addresses, zctx)
+    hooks: list[str] = []
+    client.drain_hooks = (lambda: hooks.append("begin"), lambda: hooks.append("end"))
+    sent: list[tuple[bytes, bool]] = []
+    send = client._send
+
+    def spy(engine, kind, payload, aux=None):
+        sent.append((kind, client._drain_opened is not None))
+        return send(engine, kind, payload, aux)
+
+    client._send = spy
+    try:
+        leaver = Sink()
+
+        class AbortsTheOther(Sink):
+            def on_output(self, o) -> None:
+                super().on_output(o)
+                if len(self.outputs) == 1:
+                    client.abort(["r2"])  # the other stream's client left
+
+        first = AbortsTheOther()
+        client.add_request(_req("r1", max_tokens=100), first)
+        client.add_request(_req("r2", max_tokens=100), leaver)
+        await eng.recv(), await eng.recv()
+        sent.clear()
+        for _ in range(5):
+            eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r1", [1]), EngineCoreOutput("r2", [1])]))
+        assert await eng.recv() == (b"\x01", ["r2"])
+        await until(lambda: len(first.outputs) == 5 and hooks and hooks[-1] == "end")
+        assert sent == [(b"\x01", True)]  # sent between slices of the open drain
+        assert hooks[:2] == ["begin", "end"] and hooks.count("begin") == hooks.count("end")
+        assert leaver.outputs == [] and client.num_in_flight == 1  # (r2 came after r1 in its batch)
+    finally:
+        await client.close()
+        eng.close()
+
+
+@on_uvloop
 async def test_start_times_out_without_engine(addresses):
     client = EngineClient(client_index=0, input_address=addresses[0],
                           output_address=addresses[1], engine_indices=[0, 1])

@@ -289,3 +289,28 @@ def test_decode_ready_response():
     assert wire.decode_ready(msgspec.msgpack.encode(resp), engine_index=5).engine_index == 5
     with pytest.raises(wire.ProtocolError):
         wire.decode_ready(msgspec.msgpack.encode({"vllm_version": "x"}))
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_full_length_outputs_decode_as_the_general_decoder_does(version):
+    """Outputs written at full length (as the simulated engine writes them, no trailing default
+    omitted) take the decoder's fast path only when they carry nothing but id and tokens."""
+    from vllm_pyfrontend.supervisor.sim import wire as sim_wire
+
+    layout = sim_wire.Layout(version)
+    items = [
+        sim_wire.output_item(layout, "plain", [5, 6]),
+        sim_wire.output_item(layout, "done", [7], finish_reason=1, stop_reason=2),
+        sim_wire.output_item(layout, "queued", [8], events=[sim_wire.event(1, 1.0), sim_wire.event(2, 1.5)]),
+        sim_wire.output_item(layout, "prefill", [9], prefill_stats={"num_cached_tokens": 3}),
+        sim_wire.output_item(layout, "err", [], finish_reason=3),
+    ]
+    ours = wire.layout_for_version(version)
+    got = wire.decode_outputs([sim_wire.pack_outputs(0, items, 1.0)], ours).outputs
+    error_index = ours.output_index("error")
+    want = [wire._decode_output(o, [], error_index) for o in items]
+    assert got == want
+    assert (got[0].request_id, got[0].new_token_ids, got[0].finish_reason) == ("plain", [5, 6], None)
+    assert got[1].finish_reason == 1 and got[1].stop_reason == 2
+    assert got[2].queue_time == pytest.approx(0.5)
+    assert got[3].num_cached_tokens == 3

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 from tests.reliability.helpers import SERVED, chat_body, open_stream, read_until, request, sse_events
-from tests.stack import REPO, Stack, free_port, stop_process_group
+from tests.stack import REPO, Stack, free_port, newer_stats, stop_process_group
 from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 
 ENGINE_TIMEOUT = 5  # the sim engines' deadline (a starved box must not trip the live one)
@@ -69,14 +69,20 @@ class DPDeployment:
             self.close()
             raise
 
-    def per_engine_stats(self, polls: int = 24) -> dict[str, dict]:
-        """Each engine's freshest scheduler stats over the workers' /load."""
+    def per_engine_stats(self, polls: int = 24, workers: int = 2) -> dict[str, dict]:
+        """Each engine's freshest scheduler stats over the workers' /load (polled until every
+        worker has answered, up to 8x `polls`: the engine's last stats before it goes idle go
+        to one worker, possibly the one an unlucky run of polls never reaches)."""
         best: dict[str, dict] = {}
-        for _ in range(polls):
+        seen: set[int] = set()
+        for i in range(polls * 8):
+            if i >= polls and len(seen) >= workers:
+                break
             with urllib.request.urlopen(self.stack.base_url + "/load", timeout=30) as r:
                 load = json.load(r)
+            seen.add(load.get("worker"))
             for idx, stats in load.get("engines", {}).items():
-                if idx not in best or stats["timestamp"] > best[idx]["timestamp"]:
+                if newer_stats(stats, best.get(idx)):
                     best[idx] = stats
         return best
 

@@ -1,0 +1,115 @@
+"""Per-token cost of this frontend's output path, without network, engine or load generator.
+
+    .venv/bin/python bench/pipeline_step.py --streams 512 --steps 400 --repeat 5
+
+One worker's path from an engine output message to the bytes a stream writes: `--steps`
+simulated-engine messages (`supervisor.sim.wire.pack_outputs`, one token per stream per step,
+items written at full length as the simulated engine writes them) go through
+`EngineClient._on_readable`-style handling (drain hooks on, so one write per stream per step),
+`Generation`, `RequestRun` (plain streamed chat content, DeepSeek V4 tokenizer's detokenizer)
+and `SSEWriter` into a transport that only counts bytes. Prints CPU µs per token (process
+time, best of `--repeat`), which on a shared machine is far steadier than the HTTP benchmark.
+The loop stands in for the socket (no zmq recv). Run the same script against another build
+with PYTHONPATH pointing at its `vllm_pyfrontend/` to compare (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.writes = 0
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def write(self, data) -> None:
+        self.bytes += len(data)
+        self.writes += 1
+
+
+async def run(args) -> dict:
+    import vllm_pyfrontend
+    from vllm_pyfrontend.chat.assistant import AssistantStream
+    from vllm_pyfrontend.engine import wire
+    from vllm_pyfrontend.engine.client import EngineClient
+    from vllm_pyfrontend.llm.generation import Generation
+    from vllm_pyfrontend.server import sse as sse_mod
+    from vllm_pyfrontend.server.formatters import ChatFormatter
+    from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
+    from vllm_pyfrontend.supervisor.sim import wire as sim_wire
+    from vllm_pyfrontend.text.text_stream import TextStream
+    from vllm_pyfrontend.text.tokenizer import Tokenizer
+
+    from bench.run import bench_model_dir
+
+    tok = Tokenizer.load(bench_model_dir())
+    client = EngineClient(client_index=0, input_address="inproc://x", output_address="inproc://y",
+                          engine_indices=[0], vocab_size=tok.vocab_size)
+    rng = random.Random(0)
+    # Tokens that are complete words (the common case); the prose of a model's output.
+    words = [i for i in range(1000, 60000) if (t := tok.decode([i])) and t.isascii() and t.strip().isalpha()]
+    layout = sim_wire.Layout("0.32.0")
+    best = None
+    for _ in range(args.repeat):
+        transports = []
+        for s in range(args.streams):
+            rid = f"chatcmpl-{s}"
+            choice = Choice(0, TextStream(tok.new_detokenizer([1, 2, 3]), []), AssistantStream())
+            run_ = RequestRun(response_id=rid, model="m", created=1, choices=[choice], num_prompt_tokens=3,
+                              stream=True, include_usage=True, continuous_usage=False,
+                              formatter=ChatFormatter(lambda t: "", 0))
+            gen = Generation(rid, 0, run_, client, 3)
+            choice.gen = gen
+            run_.sse = sse_mod.SSEWriter(rid, "m", 1)
+            t = _Transport()
+            run_.sse.attach(t, b"")
+            transports.append(t)
+            client._sinks[rid] = gen
+            client._owner[rid] = 0
+        msgs = [[sim_wire.pack_outputs(0, [sim_wire.output_item(layout, f"chatcmpl-{s}", [rng.choice(words)])
+                                           for s in range(args.streams)], 1.0)]
+                for _ in range(args.steps)]
+        hooks = (sse_mod.begin_drain, sse_mod.end_drain)
+        t0 = time.process_time()
+        for frames in msgs:
+            hooks[0]()
+            client._handle_message(frames)
+            hooks[1]()
+        dt = time.process_time() - t0
+        us = dt / (args.streams * args.steps) * 1e6
+        best = us if best is None else min(best, us)
+        client._sinks.clear()
+        client._owner.clear()
+    assert sum(t.writes for t in transports) == args.streams * args.steps
+    return {"package": str(Path(vllm_pyfrontend.__file__).parent), "us_per_token": best,
+            "bytes_per_token": sum(t.bytes for t in transports) / (args.streams * args.steps)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    r = asyncio.run(run(args))
+    print(f"{r['us_per_token']:.2f} µs CPU per token (best of {args.repeat}), "
+          f"{r['bytes_per_token']:.0f} bytes per token written; {r['package']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
