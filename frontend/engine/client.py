@@ -742,9 +742,9 @@ class EngineClient:
         if engine in self._last_heard:
             self._heard_from(engine)
         if batch.scheduler_stats is not None:
-            self._stats[engine] = batch.scheduler_stats
+            self._stats_engine_at[engine] = batch.timestamp  # first: the metrics tap reads it
             self._stats_at[engine] = time.time()
-            self._stats_engine_at[engine] = batch.timestamp
+            self._stats[engine] = batch.scheduler_stats
         if batch.utility_output is not None:
             self._resolve_utility(batch.utility_output)
         sinks = self._sinks

@@ -219,15 +219,28 @@ class WorkerMetrics:
         return RequestMetrics(children, time.monotonic() if arrival is None else arrival)
 
     # -- engine scheduler stats -----------------------------------------------------------------
-    def record_scheduler_stats(self, engine: int, stats: dict[str, Any]) -> None:
-        """One `SchedulerStats` sample, as this worker received it (call on receipt: the gauge
-        timestamp is the receipt time, which decides the freshest sample across workers)."""
+    def record_scheduler_stats(self, engine: int, stats: dict[str, Any], engine_time: float | None = None) -> None:
+        """One `SchedulerStats` sample, as this worker received it (call on receipt).
+
+        The gauges are "mostrecent" across workers: the sample with the latest timestamp wins.
+        `engine_time` (the engine's clock on the step that sent the sample) is that timestamp
+        when known: the engine sends each step's stats to one worker, and a worker reading an
+        older step a few ms late must not win over the newer one (an idle engine sends nothing
+        more, so the stale busy value would stay). Without it, the receipt time."""
         c = self._per_engine.get(str(engine))
         if c is None:
             c = self._per_engine[str(engine)] = _EngineChildren(self, str(engine))
-        c.running.set(stats.get("num_running_reqs") or 0)
-        c.waiting.set((stats.get("num_waiting_reqs") or 0) + (stats.get("num_skipped_waiting_reqs") or 0))
-        c.kv_cache_usage.set(stats.get("kv_cache_usage") or 0.0)
+        running = stats.get("num_running_reqs") or 0
+        waiting = (stats.get("num_waiting_reqs") or 0) + (stats.get("num_skipped_waiting_reqs") or 0)
+        usage = stats.get("kv_cache_usage") or 0.0
+        if engine_time:
+            # prometheus_client's Gauge.set stamps time.time(); its value store takes a timestamp.
+            for gauge, v in ((c.running, running), (c.waiting, waiting), (c.kv_cache_usage, usage)):
+                gauge._value.set(float(v), timestamp=engine_time)
+        else:
+            c.running.set(running)
+            c.waiting.set(waiting)
+            c.kv_cache_usage.set(usage)
         prefix = stats.get("prefix_cache_stats")
         if isinstance(prefix, dict):
             queries, hits = prefix.get("queries") or 0, prefix.get("hits") or 0
@@ -404,7 +417,13 @@ def install_stats_tap(engine: Any, metrics: WorkerMetrics) -> None:
     current = getattr(engine, "_stats", None)
     if not isinstance(current, dict):
         raise TypeError("engine client exposes no scheduler stats to tap")
-    engine._stats = _StatsTap(current, metrics.record_scheduler_stats)
+    engine_times = getattr(engine, "_stats_engine_at", None)  # set before each sample is stored
+    if isinstance(engine_times, dict):
+        def record(idx: int, stats: dict[str, Any]) -> None:
+            metrics.record_scheduler_stats(idx, stats, engine_times.get(idx))
+    else:
+        record = metrics.record_scheduler_stats
+    engine._stats = _StatsTap(current, record)
 
 
 class _StatsTap(dict):

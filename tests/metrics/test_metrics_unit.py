@@ -192,7 +192,8 @@ _WORKER_SCRIPT = textwrap.dedent("""
         m.set_draining(True)
     time.sleep(spec["delay"])
     m.record_scheduler_stats(0, {"num_running_reqs": spec["running"], "num_waiting_reqs": 0,
-                                 "kv_cache_usage": 0.1, "prefix_cache_stats": {"queries": 7, "hits": 1}})
+                                 "kv_cache_usage": 0.1, "prefix_cache_stats": {"queries": 7, "hits": 1}},
+                             spec.get("engine_time"))
     m.observe_http("POST", "/v1/chat/completions", 200, 0.05)
     print("ok", flush=True)
 """)
@@ -233,3 +234,29 @@ def test_multiprocess_merge_no_double_counting_freshest_gauge_dead_worker(tmp_pa
     assert value(s, "vllm_frontend_workers_draining") == 0
     assert value(s, "vllm_frontend_workers_serving") == 1
     assert pid_a != pid_b
+
+
+def test_multiprocess_gauge_is_the_engines_newest_step_not_the_latest_receipt(tmp_path, monkeypatch):
+    # The engine sends each step's stats to one worker. Worker a gets the newer step (idle, the
+    # clients left); worker b reads the older step (4 running) later. Once idle the engine sends
+    # nothing more: the merged gauge must say what the engine said last, by its own clock.
+    path = str(tmp_path)
+    _run_worker(path, requests=0, running=0, delay=0.0, engine_time=1000.005)
+    _run_worker(path, requests=0, running=4, delay=0.05, engine_time=1000.0)  # received later
+    monkeypatch.setenv(MULTIPROC_ENV, path)
+    running = [v for (n, lbls), v in samples(render_latest()).items() if n == "vllm:num_requests_running"]
+    assert running == [0]
+
+
+def test_stats_tap_passes_the_engines_clock():
+    from vllm_pyfrontend.engine.client import EngineClient
+
+    client = EngineClient(client_index=0, input_address="ipc:///nonexistent-in",
+                          output_address="ipc:///nonexistent-out", engine_indices=[0])
+    m = WorkerMetrics("m", [0], 128)
+    seen = []
+    m.record_scheduler_stats = lambda idx, stats, engine_time=None: seen.append((idx, engine_time))
+    install_stats_tap(client, m)
+    client._stats_engine_at[0] = 1234.5  # as EngineClient stores it, before the sample
+    client._stats[0] = {"num_running_reqs": 1}
+    assert seen == [(0, 1234.5)]
