@@ -72,6 +72,8 @@ def _status_past_the_key(path: str) -> int:
         return 403  # vLLM's answer while --enable-scale-out is off
     if "{response_id}" in path:
         return 404  # no such stored response
+    if path.startswith("/v1/audio/"):
+        return 404  # a text-only model has no speech routes (as vLLM registers none)
     return 200
 
 
