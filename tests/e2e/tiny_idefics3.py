@@ -12,16 +12,12 @@ Seeded weights; built once into `<repo>/.cache/tiny-idefics3-<VERSION>` and reus
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from tests.e2e.tiny_model import REPO_ROOT, build_tiny_model
+from tests.e2e.tiny_model import REPO_ROOT, build_dir_once, build_tiny_model
 
 VERSION = "1"
 DEFAULT_DIR = REPO_ROOT / ".cache" / f"tiny-idefics3-{VERSION}"
-_DONE_MARKER = ".complete"
 IMAGE_SIZE = 32
 IMAGE_TOKENS = 4  # (32 / 8) ** 2 / 2 ** 2
 
@@ -36,23 +32,7 @@ CHAT_TEMPLATE = (
 
 
 def build_tiny_idefics3(dest: str | None = None) -> str:
-    target = Path(dest) if dest else DEFAULT_DIR
-    if (target / _DONE_MARKER).is_file():
-        return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-build-"))
-    try:
-        _build(tmp)
-        (tmp / _DONE_MARKER).write_text(VERSION + "\n")
-        if target.exists():
-            if (target / _DONE_MARKER).is_file():
-                return str(target)
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+    return build_dir_once(Path(dest) if dest else DEFAULT_DIR, VERSION, _build)
 
 
 def _build(dest: Path) -> None:

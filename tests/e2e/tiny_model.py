@@ -49,20 +49,25 @@ _FALLBACK_CHAT_TEMPLATE = (
 
 
 def build_tiny_model(dest: str | None = None) -> str:
-    """Build (or reuse) the tiny model dir and return its path.
+    """Build (or reuse) the tiny model dir and return its path."""
 
-    Built in a temp dir beside `dest` and renamed into place, so concurrent callers never
-    see a half-written model.
-    """
-    target = Path(dest) if dest else DEFAULT_DIR
+    def fill(tmp: Path) -> None:
+        _write_tokenizer(tmp)
+        _write_weights(tmp)
+
+    return build_dir_once(Path(dest) if dest else DEFAULT_DIR, VERSION, fill)
+
+
+def build_dir_once(target: Path, version: str, fill) -> str:
+    """`fill(tmp)` writes a model dir; done once per `target`: built in a temp dir beside it and
+    renamed into place with a marker, so concurrent callers never see a half-written model."""
     if (target / _DONE_MARKER).is_file():
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-build-"))
     try:
-        _write_tokenizer(tmp)
-        _write_weights(tmp)
-        (tmp / _DONE_MARKER).write_text(VERSION + "\n")
+        fill(tmp)
+        (tmp / _DONE_MARKER).write_text(version + "\n")
         if target.exists():
             if (target / _DONE_MARKER).is_file():
                 return str(target)  # someone else finished first

@@ -13,37 +13,19 @@ Both are built once into `<repo>/.cache/` and reused; each build goes to a temp 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from tests.e2e.tiny_model import BOS_TOKEN_ID, EOS_TOKEN_ID, MAX_MODEL_LEN, REPO_ROOT, VOCAB_SIZE, build_tiny_model
+from tests.e2e.tiny_model import BOS_TOKEN_ID, EOS_TOKEN_ID, MAX_MODEL_LEN, REPO_ROOT, VOCAB_SIZE, build_dir_once, build_tiny_model
 
 VERSION = "1"
 EMBED_DIR = REPO_ROOT / ".cache" / f"tiny-qwen3-embed-{VERSION}"
 CLASSIFIER_DIR = REPO_ROOT / ".cache" / f"tiny-qwen3-classifier-{VERSION}"
 MATRYOSHKA_DIMENSIONS = [32, 64, 128]
-_DONE = ".complete"
 
 
 def _build(target: Path, fill) -> str:
-    if (target / _DONE).is_file():
-        return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-build-"))
-    try:
-        fill(tmp)
-        (tmp / _DONE).write_text(VERSION + "\n")
-        if target.exists():
-            if (target / _DONE).is_file():
-                return str(target)
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+    return build_dir_once(target, VERSION, fill)
 
 
 def build_tiny_embed_model() -> str:

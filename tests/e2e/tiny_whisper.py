@@ -15,37 +15,18 @@ the timestamps, so greedy output is readable text with some timestamps. Seeded w
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from tests.e2e.tiny_model import REPO_ROOT
+from tests.e2e.tiny_model import REPO_ROOT, build_dir_once
 
 VERSION = "3"
 DEFAULT_DIR = REPO_ROOT / ".cache" / f"tiny-whisper-{VERSION}"
-_DONE_MARKER = ".complete"
 SAMPLE_RATE = 16000
 
 
 def build_tiny_whisper(dest: str | None = None) -> str:
-    target = Path(dest) if dest else DEFAULT_DIR
-    if (target / _DONE_MARKER).is_file():
-        return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-build-"))
-    try:
-        _build(tmp)
-        (tmp / _DONE_MARKER).write_text(VERSION + "\n")
-        if target.exists():
-            if (target / _DONE_MARKER).is_file():
-                return str(target)
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+    return build_dir_once(Path(dest) if dest else DEFAULT_DIR, VERSION, _build)
 
 
 def _byte_vocab() -> dict[str, int]:
