@@ -316,7 +316,11 @@ def ratios(rows: list[dict]) -> dict:
 
 
 def chart(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the `bench` extra; the JSON results are written already
+        print(f"[bench] no chart ({path}): pip install '.[bench]' for matplotlib")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
