@@ -373,8 +373,9 @@ def test_https_with_mutual_tls_and_the_openai_client(certs):
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{stack.port}/v1/models", timeout=5)
         wait_log(stack, f"serving on https://127.0.0.1:{stack.port}")
-        logs = stack.logs()
-        assert "curl -s --cacert" in logs and f"https://127.0.0.1:{stack.port}/v1/chat/completions" in logs
+        # The example curl is the next log line, written just after: wait for it too.
+        wait_log(stack, "curl -s --cacert")
+        assert f"https://127.0.0.1:{stack.port}/v1/chat/completions" in stack.logs()
 
 
 def test_https_without_client_certificates(certs):
