@@ -38,6 +38,7 @@ from vllm_pyfrontend.parsers.tool.streaming import (
     escape,
     min_open,
     probe_name,
+    skip_ws,
     substantive,
     xml_args_text,
 )
@@ -118,13 +119,6 @@ _G_SEP = seq(ws(), lit(","), ws())
 _MAX_DEPTH = 32
 
 
-def _skip_ws(s: str, i: int) -> int:
-    n = len(s)
-    while i < n and s[i].isspace():
-        i += 1
-    return i
-
-
 def _sub_schema(schema: Any, kind: str, key: str | None = None) -> Any:
     if not isinstance(schema, dict):
         return None
@@ -164,7 +158,7 @@ class _Nested:
     def _items(self, s: str, i: int, schema: Any, least: int, depth: int) -> tuple[str, str, Any]:
         parts: list[str] = []
         while True:
-            i = _skip_ws(s, i)
+            i = skip_ws(s, i)
             r = self.value.parse(s, i, False)
             if isinstance(r, Ok):
                 parts.append(dumps_value(_typed(r.value, schema)))
@@ -183,7 +177,7 @@ class _Nested:
         parts: list[str] = []
         seen: set[str] = set()
         while True:
-            i = _skip_ws(s, i)
+            i = skip_ws(s, i)
             h = self.key_head.parse(s, i, False)
             if not isinstance(h, Ok):
                 break

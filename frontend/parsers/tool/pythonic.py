@@ -41,6 +41,7 @@ from vllm_pyfrontend.parsers.tool.streaming import (
     escape,
     min_open,
     probe_name,
+    skip_ws,
     substantive,
     xml_args_text,
 )
@@ -243,13 +244,6 @@ _SEP = seq(ws(), lit(","), ws())
 _MAX_DEPTH = 32
 
 
-def _skip_ws(s: str, i: int) -> int:
-    n = len(s)
-    while i < n and s[i].isspace():
-        i += 1
-    return i
-
-
 def _open_string(s: str, i: int, least: int) -> tuple[str, str, Any] | None:
     """The open string literal at ``s[i]`` as JSON text so far (text, closers, tail)."""
     q = s[i]
@@ -284,11 +278,11 @@ def _py_prefix(s: str, i: int, least: int, depth: int = 0) -> tuple[str, str, An
     if c in "[(":
         return _py_items(s, i + 1, least, depth)
     if c == "{":
-        j = _skip_ws(s, i + 1)
+        j = skip_ws(s, i + 1)
         r = _VALUE.parse(s, j, False)
         if not isinstance(r, Ok):
             return None
-        k = _skip_ws(s, r.end)
+        k = skip_ws(s, r.end)
         if k >= n:
             return None
         if s[k] == ":":
@@ -301,7 +295,7 @@ def _py_prefix(s: str, i: int, least: int, depth: int = 0) -> tuple[str, str, An
 def _py_items(s: str, i: int, least: int, depth: int) -> tuple[str, str, Any]:
     parts: list[str] = []
     while True:
-        i = _skip_ws(s, i)
+        i = skip_ws(s, i)
         r = _VALUE.parse(s, i, False)
         if isinstance(r, Ok):
             parts.append(dumps_value(r.value))
@@ -322,7 +316,7 @@ def _py_pairs(s: str, i: int, least: int, depth: int) -> tuple[str, str, Any]:
     seen: set[str] = set()
     n = len(s)
     while True:
-        i = _skip_ws(s, i)
+        i = skip_ws(s, i)
         kr = _VALUE.parse(s, i, False)
         if not isinstance(kr, Ok):
             break
@@ -330,10 +324,10 @@ def _py_pairs(s: str, i: int, least: int, depth: int) -> tuple[str, str, Any]:
             key = _key(kr.value)
         except ValueError:
             break
-        k = _skip_ws(s, kr.end)
+        k = skip_ws(s, kr.end)
         if k >= n or s[k] != ":":
             break
-        at = _skip_ws(s, k + 1)
+        at = skip_ws(s, k + 1)
         vr = _VALUE.parse(s, at, False)
         if isinstance(vr, Ok):
             if key not in seen:

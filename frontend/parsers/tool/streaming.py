@@ -251,6 +251,14 @@ def probe_name() -> str | None:
     return None
 
 
+def skip_ws(s: str, i: int) -> int:
+    """The first index at or after i that is not whitespace (len(s) if none)."""
+    n = len(s)
+    while i < n and s[i].isspace():
+        i += 1
+    return i
+
+
 def substantive(text: str) -> bool:
     """More than brackets: an item, a member or string text (a nested value's prefix worth sending)."""
     return any(c not in "[{" for c in text)
