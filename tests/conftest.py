@@ -16,3 +16,19 @@ def tiny_pair():
         yield pair
     # A graceful stop (SIGTERM, drain) with a real engine ends with exit code 0.
     assert pair.exit_code == 0, pair.stack.logs()
+
+
+@pytest.fixture
+def addresses(tmp_path):
+    """ipc:// input and output addresses for an engine client and a fake engine."""
+    return f"ipc://{tmp_path}/in", f"ipc://{tmp_path}/out"
+
+
+@pytest.fixture
+def zctx():
+    """A ZMQ context for a fake engine's sockets, closed after the test."""
+    import zmq
+
+    ctx = zmq.Context()
+    yield ctx
+    ctx.term()

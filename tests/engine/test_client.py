@@ -123,18 +123,6 @@ def _req(rid: str, max_tokens: int = 8, **sp) -> EngineRequest:
                          sampling_params={"max_tokens": max_tokens, **sp}, arrival_time=time.time())
 
 
-@pytest.fixture
-def addresses(tmp_path):
-    return f"ipc://{tmp_path}/in", f"ipc://{tmp_path}/out"
-
-
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.term()
-
-
 async def _started(addresses, zctx, engine_indices=(0,), client_index=1, engine_timeout=None, **ready):
     client = EngineClient(client_index=client_index, input_address=addresses[0],
                           output_address=addresses[1], engine_indices=list(engine_indices),

@@ -8,7 +8,6 @@ pooling requests, OutputProcessor: `req_state.detokenizer is None`)."""
 
 from __future__ import annotations
 
-import pytest
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 
 from tests.engine.test_client import _req, _started, on_uvloop, until
@@ -25,20 +24,6 @@ class _Detok:
 
     def flush(self, emit_incomplete=False):
         return ""
-
-
-@pytest.fixture
-def addresses(tmp_path):
-    return f"ipc://{tmp_path}/in", f"ipc://{tmp_path}/out"
-
-
-@pytest.fixture
-def zctx():
-    import zmq
-
-    ctx = zmq.Context()
-    yield ctx
-    ctx.term()
 
 
 def _vllms_answer() -> dict:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-import zmq
 from vllm.v1.engine import EngineCoreOutputs
 from vllm.v1.metrics.stats import SchedulerStats
 
@@ -25,13 +23,6 @@ from tests.engine.test_client import FakeEngine, on_uvloop, until
 from tests.stack import newer_stats
 from vllm_pyfrontend.engine.client import EngineClient
 from vllm_pyfrontend.server.app import engine_load
-
-
-@pytest.fixture
-def zctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.term()
 
 
 async def _worker(tmp_path, zctx, client_index: int) -> tuple[EngineClient, FakeEngine]:
