@@ -1,6 +1,7 @@
 """Per-token cost of this frontend's output path, without network, engine or load generator.
 
     .venv/bin/python bench/pipeline_step.py --streams 512 --steps 400 --repeat 5
+    .venv/bin/python bench/pipeline_step.py --stop '###' --stop '</answer>'   # the stop path
 
 One worker's path from an engine output message to the bytes a stream writes: `--steps`
 simulated-engine messages (`supervisor.sim.wire.pack_outputs`, one token per stream per step,
@@ -68,7 +69,7 @@ async def run(args) -> dict:
         transports = []
         for s in range(args.streams):
             rid = f"chatcmpl-{s}"
-            choice = Choice(0, TextStream(tok.new_detokenizer([1, 2, 3]), []), AssistantStream())
+            choice = Choice(0, TextStream(tok.new_detokenizer([1, 2, 3]), list(args.stop)), AssistantStream())
             run_ = RequestRun(response_id=rid, model="m", created=1, choices=[choice], num_prompt_tokens=3,
                               stream=True, include_usage=True, continuous_usage=False,
                               formatter=ChatFormatter(lambda t: "", 0))
@@ -104,6 +105,9 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=512)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--stop", action="append", default=[],
+                    help="a stop string every stream carries (repeatable; the words never hold "
+                         "one, so every token is checked and none matches): the stop workload's path")
     args = ap.parse_args()
     r = asyncio.run(run(args))
     print(f"{r['us_per_token']:.2f} µs CPU per token (best of {args.repeat}), "

@@ -22,7 +22,7 @@ import functools
 class StopStringMatcher:
     """Per-request matcher; feed it detokenized deltas in order."""
 
-    __slots__ = ("_stops", "_include", "_max_len", "_tail", "_held", "_done", "_prefixes")
+    __slots__ = ("_stops", "_include", "_max_len", "_keep", "_ends", "_tail", "_held", "_done", "_prefixes")
 
     def __init__(self, stops: list[str], include_stop_str_in_output: bool) -> None:
         # Empty stop strings never match (vLLM's str.find would match "" at
@@ -30,6 +30,9 @@ class StopStringMatcher:
         self._stops: list[str] = [s for s in stops if s]
         self._include = include_stop_str_in_output
         self._max_len = max((len(s) for s in self._stops), default=0)
+        self._keep = max(self._max_len - 1, 0)
+        # The stops' last characters: a stop can only complete in a delta holding one of them.
+        self._ends: tuple[str, ...] = tuple(dict.fromkeys(s[-1] for s in self._stops))
         self._prefixes = _prefixes_by_last_char(tuple(self._stops))
         # Last (max_len - 1) characters seen: the overlap searched together
         # with the next delta.
@@ -56,37 +59,55 @@ class StopStringMatcher:
         if not self._stops:
             return delta, None
 
-        window = self._tail + delta
-        # Index in `window` where unreleased text begins.
-        unreleased = len(self._tail) - self._held
-
+        tail = self._tail
+        window = tail + delta
         if check_stops:
-            best_stop: str | None = None
-            best_start = 0
-            best_end = -1
-            # A match must end inside `delta` (earlier ones were found before),
-            # so search from where a stop ending at delta's first char would start.
-            for stop in self._stops:
-                start = window.find(stop, max(0, len(self._tail) + 1 - len(stop)))
-                if start == -1:
-                    continue
-                end = start + len(stop)
-                if best_end == -1 or end < best_end:
-                    best_stop, best_start, best_end = stop, start, end
-            if best_stop is not None:
-                self._done = True
-                cut = best_end if self._include else best_start
-                return window[unreleased:cut], best_stop
+            for end in self._ends:
+                if end in delta:  # (the common delta holds none: no search at all)
+                    matched = self._search(window, len(tail))
+                    if matched is not None:
+                        return matched
+                    break
 
+        keep = self._keep
+        self._tail = window[-keep:] if keep else ""
+        held = self._held
         if self._include:
-            release_to = len(window)
-        else:
-            release_to = len(window) - self._possible_prefix_len(window)
-        released = window[unreleased:release_to] if release_to > unreleased else ""
-        keep = self._max_len - 1
-        self._tail = window[-keep:] if keep > 0 else ""
+            # Nothing is held back: the stop string is part of the output anyway.
+            return (window[len(tail) - held:] if held else delta), None
+        # Hold back the longest suffix that may still become a stop (only prefixes ending in
+        # the window's last character can: usually none or one, one dict lookup).
+        possible = 0
+        for prefix in self._prefixes.get(window[-1], ()):
+            if window.endswith(prefix):
+                possible = len(prefix)
+                break
+        if not held and not possible:
+            return delta, None  # the common step: everything goes out
+        unreleased = len(tail) - held  # index in `window` where unreleased text begins
+        release_to = len(window) - possible
         self._held = len(window) - max(release_to, unreleased)
-        return released, None
+        return (window[unreleased:release_to] if release_to > unreleased else ""), None
+
+    def _search(self, window: str, tail_len: int) -> tuple[str, str] | None:
+        """The stop that ends first in ``window``'s new part (ties: list order), as feed's
+        result, or None. A match must end inside the delta (earlier ones were found before),
+        so each stop is searched from where one ending at the delta's first char would start."""
+        best_stop: str | None = None
+        best_start = 0
+        best_end = -1
+        for stop in self._stops:
+            start = window.find(stop, max(0, tail_len + 1 - len(stop)))
+            if start == -1:
+                continue
+            end = start + len(stop)
+            if best_end == -1 or end < best_end:
+                best_stop, best_start, best_end = stop, start, end
+        if best_stop is None:
+            return None
+        self._done = True
+        cut = best_end if self._include else best_start
+        return window[tail_len - self._held:cut], best_stop
 
     def flush(self) -> str:
         """Release what is still held at the end of the stream."""
@@ -95,17 +116,6 @@ class StopStringMatcher:
         text = self._tail[len(self._tail) - self._held :]
         self._held = 0
         return text
-
-    def _possible_prefix_len(self, text: str) -> int:
-        """Length of the longest suffix of ``text`` that is a proper prefix of a stop."""
-        if not text:
-            return 0
-        # Only prefixes ending in text's last character can match (longest first); usually
-        # there are none or one, so this is one dict lookup per delta.
-        for prefix in self._prefixes.get(text[-1], ()):
-            if text.endswith(prefix):
-                return len(prefix)
-        return 0
 
 
 @functools.lru_cache(maxsize=256)

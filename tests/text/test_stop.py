@@ -150,4 +150,7 @@ def test_held_suffix_is_the_longest_stop_prefix() -> None:
         stops = ["".join(rng.choice("ab#<") for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(1, 3))]
         text = "".join(rng.choice("ab#< ") for _ in range(rng.randint(0, 12)))
         m = StopStringMatcher(stops, False)
-        assert m._possible_prefix_len(text) == longest(text, stops), (text, stops)
+        held = longest(text, stops)
+        released, _ = m.feed(text, check_stops=False)
+        assert released == text[: len(text) - held], (text, stops)
+        assert m.flush() == text[len(text) - held :], (text, stops)
