@@ -733,7 +733,7 @@ class EngineClient:
             self.mark_dead("The engine died (ENGINE_CORE_DEAD).")
             return
         try:
-            batch = decode_outputs(frames, self._layout)
+            batch = decode_outputs(frames, self._layout, pairs=True)
         except ProtocolError as e:
             # Outputs of unknown requests are lost: they would hang forever.
             self.mark_dead(f"Undecodable message from the engine: {e}")
@@ -749,6 +749,21 @@ class EngineClient:
             self._resolve_utility(batch.utility_output)
         sinks = self._sinks
         for out in batch.outputs:
+            if type(out) is tuple:
+                # The common step: a running request's new token ids, nothing else.
+                rid, ids = out
+                sink = sinks.get(rid)
+                if sink is not None:
+                    on_tokens = getattr(sink, "on_tokens", None)
+                    try:
+                        if on_tokens is not None:
+                            on_tokens(ids)
+                        else:
+                            sink.on_output(EngineOutput(rid, ids))
+                    except Exception as e:
+                        self._sink_failed(rid, sink, EngineOutput(rid, ids), e)
+                    continue
+                out = EngineOutput(rid, ids)
             rid = out.request_id
             sink = sinks.get(rid)
             if sink is None:

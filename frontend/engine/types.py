@@ -202,6 +202,10 @@ class OutputSink(Protocol):
 
     def on_output(self, output: EngineOutput) -> None: ...
 
+    # Optional: `on_tokens(new_token_ids)` for a running output that carries nothing but new
+    # token ids (the common step), the same as `on_output(EngineOutput(request_id, ids))`
+    # without building the output. The engine client calls it when the sink has it.
+
     def on_failure(self, failure: Failure) -> None:
         """The request ends without a result (its outputs stop here, nothing more comes).
 

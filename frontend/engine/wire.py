@@ -122,6 +122,10 @@ _REQUEST_DEFAULTS: dict[str, Any] = {
 }
 
 
+# EngineCoreOutput fields whose default is not None.
+_OUTPUT_DEFAULTS: dict[str, Any] = {"num_nans_in_logits": 0}
+
+
 @dataclass(frozen=True)
 class WireLayout:
     """Positional field tables of one vLLM version."""
@@ -130,6 +134,13 @@ class WireLayout:
     request_fields: tuple[str, ...]
     output_fields: tuple[str, ...]
     outputs_fields: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        # A running output with nothing but new token ids, as vLLM's msgspec writes it (every
+        # field at its default): everything after `new_token_ids`. One list comparison tells
+        # the common step from the rest (`decode_outputs`).
+        tail = [_OUTPUT_DEFAULTS.get(name) for name in self.output_fields[2:]]
+        object.__setattr__(self, "plain_tail", tail)
 
     def output_index(self, name: str) -> int | None:
         try:
@@ -420,8 +431,12 @@ def _decode_utility(u: Any) -> tuple[int, str | None, Any]:
     return call_id, failure, result
 
 
-def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT) -> EngineOutputs:
-    """One `EngineCoreOutputs` (`[payload, *aux_frames]`) -> `EngineOutputs`."""
+def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT, pairs: bool = False) -> EngineOutputs:
+    """One `EngineCoreOutputs` (`[payload, *aux_frames]`) -> `EngineOutputs`.
+
+    `pairs`: a running output that carries nothing but new token ids (the common step) is a
+    `(request_id, new_token_ids)` tuple in `outputs` instead of an `EngineOutput` (the engine
+    client's per-token path, `OutputSink.on_tokens`); the order of `outputs` is kept."""
     if not frames:
         raise ProtocolError("empty output message")
     msg = unpack(_frame_buffer(frames[0]))
@@ -434,9 +449,10 @@ def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT) ->
     # (msgspec omits trailing defaults), so build those without the general decoder.
     outputs: list[EngineOutput] = []
     append = outputs.append
+    plain_tail = layout.plain_tail
     for o in raw_outputs:
-        if type(o) is list and (len(o) == 2 or _plain_running(o, error_index)):
-            append(EngineOutput(o[0], o[1]))
+        if type(o) is list and (len(o) == 2 or o[2:] == plain_tail or _plain_running(o, error_index)):
+            append((o[0], o[1]) if pairs else EngineOutput(o[0], o[1]))
         else:
             append(_decode_output(o, frames, error_index))
     result = EngineOutputs(engine_index=msg[0] if n > 0 else 0, outputs=outputs)

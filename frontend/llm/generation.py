@@ -110,6 +110,15 @@ class Generation:
             self._finish(finish, output.stop_reason)
         self.consumer.on_delta(self, output.new_token_ids, output.new_logprobs, finish, output.stop_reason)
 
+    def on_tokens(self, token_ids: list[int]) -> None:
+        """`on_output` of a running output with nothing but new token ids (the per-token path)."""
+        if self.finished:
+            return
+        if self.admission is not None:
+            self.admission.on_output(self)
+        self.num_output_tokens += len(token_ids)
+        self.consumer.on_delta(self, token_ids, None, None, None)
+
     def _add_prompt_logprobs(self, rows: Logprobs) -> None:
         """Chunked prefill sends the prompt's rows in pieces, in order."""
         have = self.prompt_logprobs
