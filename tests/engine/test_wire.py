@@ -314,3 +314,36 @@ def test_full_length_outputs_decode_as_the_general_decoder_does(version):
     assert got[1].finish_reason == 1 and got[1].stop_reason == 2
     assert got[2].queue_time == pytest.approx(0.5)
     assert got[3].num_cached_tokens == 3
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_plain_outputs_come_as_pairs_in_order_when_asked(version):
+    """`pairs=True` (the engine client's per-token path): outputs with nothing but id and
+    tokens, as vLLM's own encoder writes them, become (id, ids) in their place; the others
+    stay EngineOutputs equal to the general decoder's."""
+    from vllm_pyfrontend.supervisor.sim import wire as sim_wire
+
+    layout = sim_wire.Layout(version)
+    items = [
+        sim_wire.output_item(layout, "a", [5, 6]),
+        sim_wire.output_item(layout, "done", [7], finish_reason=1, stop_reason=2),
+        sim_wire.output_item(layout, "b", [8]),
+        sim_wire.output_item(layout, "short", [9])[:2],  # trailing defaults omitted
+    ]
+    ours = wire.layout_for_version(version)
+    got = wire.decode_outputs([sim_wire.pack_outputs(0, items, 1.0)], ours, pairs=True).outputs
+    assert got[0] == ("a", [5, 6]) and got[2] == ("b", [8]) and got[3] == ("short", [9])
+    assert got[1] == wire._decode_output(items[1], [], ours.output_index("error"))
+    assert len(ours.plain_tail) == len(ours.output_fields) - 2
+
+
+def test_vllms_own_running_output_is_plain():
+    """What vLLM's msgspec encoder writes for a running request's output matches the layout's
+    default tail exactly (so the per-token path is taken on the real engine's outputs)."""
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
+    from vllm.v1.serial_utils import MsgpackEncoder
+
+    frames = MsgpackEncoder().encode(
+        EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput(request_id="r", new_token_ids=[1, 2])]))
+    got = wire.decode_outputs(frames, wire.layout_for_version("0.32.0"), pairs=True).outputs
+    assert got == [("r", [1, 2])]
