@@ -42,13 +42,16 @@ class _Need:
 NEED = _Need()
 
 
-@dataclass(frozen=True, slots=True)
+# Results are built for every step of every parse: plain slotted classes (a frozen
+# dataclass's __init__ goes through object.__setattr__ and cost a quarter of a parse).
+# Never mutated; hashable by value as before.
+@dataclass(slots=True, unsafe_hash=True)
 class Ok:
     end: int
     value: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Fail:
     pos: int
 
@@ -624,12 +627,17 @@ def partial_tail(buffer: str, markers: Iterable[str]) -> int:
     n = len(buffer)
     best = n
     for m in markers:
-        k = min(len(m) - 1, n)
-        while k > 0:
-            if n - k < best and m.startswith(buffer[n - k :]):
-                best = n - k
+        if not m:
+            continue
+        # candidate starts: the marker's first character in the last len(m) - 1 positions,
+        # leftmost first (the longest suffix); called per token, so no slice per position
+        first = m[0]
+        i = buffer.find(first, max(n - len(m) + 1, 0))
+        while i != -1 and i < best:
+            if m.startswith(buffer[i:]):
+                best = i
                 break
-            k -= 1
+            i = buffer.find(first, i + 1)
     return best
 
 

@@ -50,6 +50,16 @@ class AssistantPipeline:
 
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
         ids = list(token_ids) if token_ids is not None else None
+        if self.reasoning is None and self.tool is not None:
+            # Tool parser only (the common tool-call setup), once per token: what _tool_step
+            # does for that case, without the intermediate deltas.
+            if ids is not None:
+                self.tool.gate.note_ids(ids)
+            t = self.tool.feed(text)
+            if t is None:
+                return None
+            out = AssistantDelta(content=t.content, tool_calls=t.tool_calls)
+            return None if out.is_empty() else out
         if self.reasoning is not None:
             r = self.reasoning.feed(text, ids)
         else:

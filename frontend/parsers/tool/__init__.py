@@ -27,13 +27,23 @@ from vllm_pyfrontend.parsers.tool.xml_calls import Dsml, Glm45, MinimaxM2, Qwen3
 FormatFactory = Callable[[Sequence[Any]], ToolFormat]
 
 _REGISTRY: dict[str, FormatFactory] = {}
+#: names whose format does not depend on the request's tools: built once, shared by every
+#: parser (a grammar holds no per-stream state; building one costs more than a short call)
+_SHARED: set[str] = set()
+_SHARED_FORMATS: dict[str, ToolFormat] = {}
 #: name -> make(tokenizer, tools) for parsers that are not section grammars (harmony)
 _CUSTOM: dict[str, Callable[[Any, Sequence[Any] | None], Any]] = {}
 
 
-def register_tool_parser(name: str, factory: FormatFactory) -> None:
-    """Register a format under a ``--tool-call-parser`` name (replaces any)."""
+def register_tool_parser(name: str, factory: FormatFactory, *, shared: bool = False) -> None:
+    """Register a format under a ``--tool-call-parser`` name (replaces any). ``shared``: the
+    factory ignores the tools and its format keeps no state, so one instance serves all."""
     _REGISTRY[name] = factory
+    _SHARED_FORMATS.pop(name, None)
+    if shared:
+        _SHARED.add(name)
+    else:
+        _SHARED.discard(name)
 
 
 def tool_parser_names() -> list[str]:
@@ -57,7 +67,12 @@ def get_tool_parser(
         raise KeyError(
             f"unknown tool parser {name!r}; known: {', '.join(tool_parser_names())}"
         ) from None
-    fmt = factory(list(tools or []))
+    if name in _SHARED:
+        fmt = _SHARED_FORMATS.get(name)
+        if fmt is None:
+            fmt = _SHARED_FORMATS[name] = factory([])
+    else:
+        fmt = factory(list(tools or []))
     parser = SectionToolParser(fmt, tokenizer=tokenizer, tools=tools, gate=gate)
     # a format may wrap its parser (channels.py: framing markers dropped)
     wrap = getattr(fmt, "wrap_parser", None)
@@ -87,9 +102,10 @@ register_tool_parser("qwen3_coder", lambda tools: Qwen3Coder(tools))
 register_tool_parser("qwen3_xml", lambda tools: Qwen3Xml(tools))
 register_tool_parser("deepseek_v3", lambda tools: DeepSeekV3())
 register_tool_parser("deepseek_v31", lambda tools: DeepSeekV31())
-register_tool_parser("deepseek_v32", lambda tools: Dsml(("function_calls",), tools))
+# DSML says each value's type itself: the grammar does not read the tools
+register_tool_parser("deepseek_v32", lambda tools: Dsml(("function_calls",)), shared=True)
 register_tool_parser(
-    "deepseek_v4", lambda tools: Dsml(("tool_calls",), tools, variants=("toolcalls", "tool"))
+    "deepseek_v4", lambda tools: Dsml(("tool_calls",), variants=("toolcalls", "tool")), shared=True
 )
 register_tool_parser("llama3_json", lambda tools: Llama3Json())
 register_tool_parser("llama4_json", lambda tools: Llama3Json())

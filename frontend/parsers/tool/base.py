@@ -182,6 +182,7 @@ class SectionToolParser:
         self._buf = ""
         self._in_section: str | None = None  # the start marker of the open section
         self._search_from = 0  # end-marker search resumes here
+        self._longest = 0  # the open section's longest end marker
         self._next_check = 0  # buffer length at which to parse the partial body again
         self._ws = ""  # held whitespace (dropped next to a section)
         self._after_section = False
@@ -216,6 +217,8 @@ class SectionToolParser:
 
     # ------------------------------------------------------------ internals
     def _take(self) -> AssistantDelta | None:
+        if not self._content and not self._calls:
+            return None  # most tokens (inside a section, or held text)
         content = "".join(self._content)
         calls = self._calls
         self._content = []
@@ -366,6 +369,8 @@ class SectionToolParser:
             self._buf = self._buf[at + len(marker) :]
         self._search_from = 0
         self._next_check = 0
+        ends = self.fmt.sections[marker].ends
+        self._longest = max(len(e) for e in ends) if ends else 0
         self._streamed = []
         self._tail = None
         self._tail_at = 0
@@ -383,7 +388,6 @@ class SectionToolParser:
                     return self._close(r.value, r.end)
                 return self._failed(marker, len(buf))
             return self._stream_step(sec, marker, len(buf))
-        longest = max(len(e) for e in sec.ends)
         while True:
             p, e = find_first(buf, sec.ends, self._search_from)
             if p == -1:
@@ -396,7 +400,7 @@ class SectionToolParser:
                 self._search_from = p + 1  # the end marker lies inside the body
                 continue
             return self._failed(marker, p)
-        self._search_from = max(self._search_from, len(buf) - longest + 1, 0)
+        self._search_from = max(self._search_from, len(buf) - self._longest + 1, 0)
         if eof:
             r = sec.body(buf, eof=True) if sec.eof_closes else None
             if isinstance(r, Ok):

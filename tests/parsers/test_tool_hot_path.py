@@ -1,0 +1,79 @@
+"""What the tool-call hot path's shortcuts must keep: `partial_tail` as its definition says,
+results equal and hashable by value, and one DSML format shared by concurrent streams."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from vllm_pyfrontend.parsers.combinators import Fail, Ok, partial_tail
+from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
+from vllm_pyfrontend.parsers.tool import get_tool_parser
+
+DSML = "｜DSML｜"
+
+
+def _partial_tail_by_definition(buffer: str, markers: list[str]) -> int:
+    """The start of the longest suffix that is a proper prefix of some marker."""
+    for i in range(len(buffer) + 1):
+        suffix = buffer[i:]
+        if suffix and any(len(suffix) < len(m) and m.startswith(suffix) for m in markers):
+            return i
+    return len(buffer)
+
+
+def test_partial_tail_matches_its_definition() -> None:
+    rng = random.Random(7)
+    alphabet = f"<</{DSML}ab>x \n"
+    markers = [f"</{DSML}tool_calls>", f"<{DSML}", "<a", "<", "ab<ab", "aaa", "", f"</{DSML}parameter>"]
+    for _ in range(20000):
+        buf = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        ms = rng.sample(markers, rng.randint(0, 4))
+        assert partial_tail(buf, ms) == _partial_tail_by_definition(buf, ms), (buf, ms)
+
+
+def test_results_compare_and_hash_by_value() -> None:
+    assert Ok(3, "x") == Ok(3, "x") and Ok(3, "x") != Ok(3, "y") and Fail(2) == Fail(2)
+    assert len({Ok(1, "a"), Ok(1, "a"), Fail(1), Fail(1)}) == 2
+
+
+def _call(name: str, city: str) -> str:
+    return (f"<{DSML}tool_calls>\n<{DSML}invoke name=\"{name}\">\n"
+            f"<{DSML}parameter name=\"location\" string=\"true\">{city}</{DSML}parameter>\n"
+            f"<{DSML}parameter name=\"days\" string=\"false\">3</{DSML}parameter>\n"
+            f"</{DSML}invoke>\n</{DSML}tool_calls>")
+
+
+def test_dsml_format_is_shared_and_streams_stay_independent() -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    assert get_tool_parser("deepseek_v4", None, tools).fmt is get_tool_parser("deepseek_v4", None, []).fmt
+    texts = {"a": "Sure. " + _call("get_weather", "Paris"), "b": _call("get_time", "東京 and more")}
+    streams = {k: make_assistant_stream(None, "deepseek_v4", None, tools=tools) for k in texts}
+    calls: dict[str, dict[int, dict]] = {k: {} for k in texts}
+    content = {k: "" for k in texts}
+    pos = {k: 0 for k in texts}
+    rng = random.Random(3)
+
+    def take(k: str, delta) -> None:
+        if delta is None:
+            return
+        content[k] += delta.content or ""
+        for item in delta.tool_calls:
+            cur = calls[k].setdefault(item["index"], {"name": "", "arguments": ""})
+            fn = item.get("function") or {}
+            cur["name"] += fn.get("name") or ""
+            cur["arguments"] += fn.get("arguments") or ""
+
+    while any(pos[k] < len(texts[k]) for k in texts):  # the two streams' chunks interleaved
+        for k in texts:
+            n = rng.randint(1, 5)
+            piece, pos[k] = texts[k][pos[k] : pos[k] + n], pos[k] + n
+            if piece:
+                take(k, streams[k].feed(piece))
+    for k in texts:
+        take(k, streams[k].finish())
+    assert content == {"a": "Sure.", "b": ""}
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls["a"].values()] == [
+        ("get_weather", {"location": "Paris", "days": 3})]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls["b"].values()] == [
+        ("get_time", {"location": "東京 and more", "days": 3})]
