@@ -42,15 +42,34 @@ class _Transport:
         self.writes += 1
 
 
-async def run(args) -> dict:
-    import vllm_pyfrontend
-    from vllm_pyfrontend.chat.assistant import AssistantStream
-    from vllm_pyfrontend.engine import wire
-    from vllm_pyfrontend.engine.client import EngineClient
+def attach_stream(client, rid: str, text, assistant, include_usage: bool, transport=None):
+    """One streamed chat request as the worker builds it (Generation -> RequestRun -> SSEWriter),
+    registered with the engine client; its writes go to `transport` (default: a new counting
+    one), which is returned."""
     from vllm_pyfrontend.llm.generation import Generation
     from vllm_pyfrontend.server import sse as sse_mod
     from vllm_pyfrontend.server.formatters import ChatFormatter
     from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
+
+    choice = Choice(0, text, assistant)
+    run_ = RequestRun(response_id=rid, model="m", created=1, choices=[choice], num_prompt_tokens=3,
+                      stream=True, include_usage=include_usage, continuous_usage=False,
+                      formatter=ChatFormatter(lambda t: "", 0))
+    gen = Generation(rid, 0, run_, client, 3)
+    choice.gen = gen
+    run_.sse = sse_mod.SSEWriter(rid, "m", 1)
+    t = transport if transport is not None else _Transport()
+    run_.sse.attach(t, b"")
+    client._sinks[rid] = gen
+    client._owner[rid] = 0
+    return t
+
+
+async def run(args) -> dict:
+    import vllm_pyfrontend
+    from vllm_pyfrontend.chat.assistant import AssistantStream
+    from vllm_pyfrontend.engine.client import EngineClient
+    from vllm_pyfrontend.server import sse as sse_mod
     from vllm_pyfrontend.supervisor.sim import wire as sim_wire
     from vllm_pyfrontend.text.text_stream import TextStream
     from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -68,34 +87,25 @@ async def run(args) -> dict:
     for _ in range(args.repeat):
         transports = []
         for s in range(args.streams):
-            rid = f"chatcmpl-{s}"
-            choice = Choice(0, TextStream(tok.new_detokenizer([1, 2, 3]), list(args.stop)), AssistantStream())
-            run_ = RequestRun(response_id=rid, model="m", created=1, choices=[choice], num_prompt_tokens=3,
-                              stream=True, include_usage=True, continuous_usage=False,
-                              formatter=ChatFormatter(lambda t: "", 0))
-            gen = Generation(rid, 0, run_, client, 3)
-            choice.gen = gen
-            run_.sse = sse_mod.SSEWriter(rid, "m", 1)
-            t = _Transport()
-            run_.sse.attach(t, b"")
-            transports.append(t)
-            client._sinks[rid] = gen
-            client._owner[rid] = 0
+            text = TextStream(tok.new_detokenizer([1, 2, 3]), list(args.stop))
+            transports.append(attach_stream(client, f"chatcmpl-{s}", text, AssistantStream(), include_usage=True))
         msgs = [[sim_wire.pack_outputs(0, [sim_wire.output_item(layout, f"chatcmpl-{s}", [rng.choice(words)])
                                            for s in range(args.streams)], 1.0)]
                 for _ in range(args.steps)]
         hooks = (sse_mod.begin_drain, sse_mod.end_drain)
+        k = args.steps_per_drain
         t0 = time.process_time()
-        for frames in msgs:
+        for i in range(0, len(msgs), k):
             hooks[0]()
-            client._handle_message(frames)
+            for frames in msgs[i:i + k]:
+                client._handle_message(frames)
             hooks[1]()
         dt = time.process_time() - t0
         us = dt / (args.streams * args.steps) * 1e6
         best = us if best is None else min(best, us)
         client._sinks.clear()
         client._owner.clear()
-    assert sum(t.writes for t in transports) == args.streams * args.steps
+    assert sum(t.writes for t in transports) == args.streams * -(-args.steps // args.steps_per_drain)
     return {"package": str(Path(vllm_pyfrontend.__file__).parent), "us_per_token": best,
             "bytes_per_token": sum(t.bytes for t in transports) / (args.streams * args.steps)}
 
@@ -105,6 +115,9 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=512)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--steps-per-drain", type=int, default=1,
+                    help="engine steps handled per drain: 1 while the worker keeps up, more when "
+                         "it is behind (the frontend-bound workloads)")
     ap.add_argument("--stop", action="append", default=[],
                     help="a stop string every stream carries (repeatable; the words never hold "
                          "one, so every token is checked and none matches): the stop workload's path")

@@ -66,15 +66,13 @@ async def run(args) -> dict:
     from vllm_pyfrontend.chat.template import load_chat_template
     from vllm_pyfrontend.chat.tools import plan_tools
     from vllm_pyfrontend.engine.client import EngineClient
-    from vllm_pyfrontend.llm.generation import Generation
     from vllm_pyfrontend.parsers.selection import ParserSelection
     from vllm_pyfrontend.server import sse as sse_mod
-    from vllm_pyfrontend.server.formatters import ChatFormatter
-    from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
     from vllm_pyfrontend.supervisor.sim import wire as sim_wire
     from vllm_pyfrontend.text.text_stream import TextStream
     from vllm_pyfrontend.text.tokenizer import Tokenizer
 
+    from bench.pipeline_step import attach_stream
     from bench.run import bench_model_dir
     from bench.workloads import TOOL_SCRIPT, TOOLS
 
@@ -110,20 +108,9 @@ async def run(args) -> dict:
 
         transports = []
         for s in range(n):
-            rid = f"chatcmpl-{s}"
-            choice = Choice(0, TextStream(tok.new_detokenizer(prompt, skip_special_tokens=False), []),
-                            assistants[s])
-            run_ = RequestRun(response_id=rid, model="m", created=1, choices=[choice], num_prompt_tokens=3,
-                              stream=True, include_usage=False, continuous_usage=False,
-                              formatter=ChatFormatter(lambda t: "", 0))
-            gen = Generation(rid, 0, run_, client, 3)
-            choice.gen = gen
-            run_.sse = sse_mod.SSEWriter(rid, "m", 1)
-            t = _Transport()
-            run_.sse.attach(t, b"")
-            transports.append(t)
-            client._sinks[rid] = gen
-            client._owner[rid] = 0
+            text = TextStream(tok.new_detokenizer(prompt, skip_special_tokens=False), [])
+            transports.append(attach_stream(client, f"chatcmpl-{s}", text, assistants[s], include_usage=False,
+                                            transport=_Transport()))
         t0 = time.process_time()
         for frames in msgs:
             hooks[0]()

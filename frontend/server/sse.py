@@ -61,6 +61,8 @@ def end_drain() -> None:
         return
     now = monotonic()
     for w in dirty:
+        if w.text is not None:
+            w._frame_text()
         out, w.out = w.out, None
         if out:
             w._write_now(out, now)
@@ -77,7 +79,7 @@ class SSEWriter:
     keep_alive_frame = KEEP_ALIVE
 
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
-                 "out", "last_write", "_keep_alive", "_content_head")
+                 "out", "text", "last_write", "_keep_alive", "_content_head")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -91,6 +93,9 @@ class SSEWriter:
         self.held: bytearray | None = None  # coalesced events waiting for a slow client
         self._retry: asyncio.TimerHandle | None = None
         self.out: bytearray | None = None  # this drain's events, written at its end
+        # Plain content of choice 0 gathered in this drain, framed as one chunk when anything
+        # else is written or the drain ends (see write_content).
+        self.text: str | None = None
         self.last_write = 0.0  # monotonic time of the last write to the transport
         self._keep_alive: asyncio.TimerHandle | None = None
         self._content_head = self.prefix + b'{"index":0,"delta":{"content":'  # choice 0's
@@ -109,6 +114,8 @@ class SSEWriter:
             self.pending.append(data)
             return
         if _Drain.active:
+            if self.text is not None:
+                self._frame_text()  # (keeps the order: the gathered content goes first)
             out = self.out
             if out is None:
                 self.out = bytearray(data)
@@ -119,20 +126,41 @@ class SSEWriter:
         self._write_now(data)
 
     def write_content(self, index: int, content: str) -> None:
-        """`write(content_chunk_bytes(index, content))`, built straight into this drain's buffer
-        (the per-token hot path: no intermediate chunk object)."""
-        head = self._content_head if index == 0 else self.prefix + b'{"index":%d,"delta":{"content":' % index
+        """`write(content_chunk_bytes(index, content))`: the per-token hot path.
+
+        Within one drain of the engine's output (one engine step while the worker keeps up,
+        several when it is behind), the plain content of choice 0 is gathered and goes out as
+        ONE chunk when the drain ends: a worker that falls behind frames, encodes and writes a
+        chunk per stream per drain instead of per token. vLLM's own server merges the same way
+        when its stream consumer lags (its output collector joins the deltas not yet taken).
+        Content of another choice is framed at once, in order."""
         if self.pending is None and _Drain.active:
-            out = self.out
-            if out is None:
-                out = self.out = bytearray(head)
-                _Drain.dirty.append(self)
-            else:
-                out += head
-            out += _enc(content)
-            out += _CONTENT_TAIL
+            if index == 0:
+                text = self.text
+                if text is None:
+                    self.text = content
+                    if self.out is None:
+                        self.out = bytearray()
+                        _Drain.dirty.append(self)
+                else:
+                    self.text = text + content
+                return
+            self.write(self.prefix + b'{"index":%d,"delta":{"content":' % index + _enc(content) + _CONTENT_TAIL)
             return
+        head = self._content_head if index == 0 else self.prefix + b'{"index":%d,"delta":{"content":' % index
         self.write(head + _enc(content) + _CONTENT_TAIL)
+
+    def _frame_text(self) -> None:
+        """The content gathered in this drain, as one chunk into the drain's buffer."""
+        text, self.text = self.text, None
+        out = self.out
+        if out is None:  # (registered when the text began; a last_frame() may have taken it)
+            out = self.out = bytearray()
+            if _Drain.active:
+                _Drain.dirty.append(self)
+        out += self._content_head
+        out += _enc(text)
+        out += _CONTENT_TAIL
 
     def _write_now(self, data: bytes | bytearray, now: float = 0.0) -> None:
         t = self.transport
@@ -186,6 +214,8 @@ class SSEWriter:
         response body: HTTP clients that reuse the connection once they have read [DONE] would
         otherwise queue their next request behind a body that has not ended yet."""
         held, self.held = self.held, None
+        if self.text is not None:
+            self._frame_text()
         out, self.out = self.out, None  # (normally written already, at the end of the drain)
         if self._retry is not None:
             self._retry.cancel()

@@ -170,7 +170,7 @@ def _final_delta(args: tuple, kwargs: dict) -> bool:
 
 
 FAULTS = [
-    Fault("engine_output_nth", Generation, "on_output", nth=3),
+    Fault("engine_output_nth", Generation, "on_tokens", nth=3),  # a running output (the per-token path)
     Fault("engine_output_final", Generation, "on_output", final=_final_output, body={"max_tokens": 6}),
     Fault("pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_tokens": 6}),
     Fault("text_stream_nth", TextStream, "feed", nth=3),
@@ -298,7 +298,7 @@ def test_every_request_ends_under_a_fault(worker, monkeypatch, fault, stream, n)
 from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter  # noqa: E402
 
 RESPONSES_FAULTS = [
-    Fault("engine_output_nth", Generation, "on_output", nth=3),
+    Fault("engine_output_nth", Generation, "on_tokens", nth=3),  # a running output (the per-token path)
     Fault("pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_output_tokens": 6}),
     Fault("parser_nth", AssistantPipeline, "feed", nth=3),
     Fault("responses_formatter_nth", ResponsesFormatter, "stream_delta", nth=3),

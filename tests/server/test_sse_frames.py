@@ -1,5 +1,6 @@
 """SSEWriter.write_content (the per-token hot path) writes the bytes of content_chunk_bytes,
-inside a drain (gathered into one write per stream) and outside one."""
+inside a drain (gathered into one write per stream, choice 0's content into one chunk) and
+outside one."""
 
 from __future__ import annotations
 
@@ -28,17 +29,44 @@ def test_write_content_matches_content_chunk_bytes():
     w = sse.SSEWriter("chatcmpl-1", "m", 7)
     t = _Transport()
     w.attach(t, b"")
+    texts = ["plain", 'quote " and \\ slash', "é ✓ 𝄞", "\n"]
     for index in (0, 3):
-        texts = ["plain", 'quote " and \\ slash', "é ✓ 𝄞", "\n"]
         before = len(t.writes)
         sse.begin_drain()
         for text in texts:
             w.write_content(index, text)
         assert len(t.writes) == before  # held until the drain ends
         sse.end_drain()
-        assert t.writes[-1] == _framed(b"".join(w.content_chunk_bytes(index, x) for x in texts))
+        if index == 0:
+            # choice 0's content of one drain goes out as one chunk (the worker was behind)
+            assert t.writes[-1] == _framed(w.content_chunk_bytes(0, "".join(texts)))
+        else:
+            assert t.writes[-1] == _framed(b"".join(w.content_chunk_bytes(index, x) for x in texts))
         w.write_content(index, "alone")
         assert t.writes[-1] == _framed(w.content_chunk_bytes(index, "alone"))
+
+
+def test_content_gathered_in_a_drain_keeps_its_place_among_other_events():
+    w = sse.SSEWriter("chatcmpl-3", "m", 7)
+    t = _Transport()
+    w.attach(t, b"")
+    sse.begin_drain()
+    w.write_content(0, "a")
+    w.write_content(0, "b")
+    w.write_content(1, "x")  # another choice: framed at once, after choice 0's text so far
+    w.write_content(0, "c")
+    w.write(b"data: final\n\n")
+    w.write_content(0, "d")
+    sse.end_drain()
+    assert t.writes == [_framed(w.content_chunk_bytes(0, "ab") + w.content_chunk_bytes(1, "x")
+                                + w.content_chunk_bytes(0, "c") + b"data: final\n\n"
+                                + w.content_chunk_bytes(0, "d"))]
+    # the end of a stream takes what is still gathered
+    sse.begin_drain()
+    w.write_content(0, "e")
+    assert w.last_frame() == w.content_chunk_bytes(0, "e") + sse.DONE
+    sse.end_drain()
+    assert len(t.writes) == 1
 
 
 def test_write_content_before_attach_is_held_in_order():
