@@ -178,7 +178,7 @@ class WorkerPool:
         try:
             await self.template.ensure(config, env, self.pass_fds)
             return await self.template.fork(name, config, status_fd)
-        except TemplateError as e:
+        except (TemplateError, OSError) as e:
             self._log.warning("%s; starting %s as its own process", e, name)
             return None
 
