@@ -85,6 +85,17 @@ def worker_pids(supervisor_pid: int) -> list[int]:
     return pids
 
 
+def worker_index(pid: int) -> int:
+    """Worker i's index: from its `--config-json` (spawned) or its process title (forked:
+    `... -m vllm_pyfrontend.server.worker --worker-index I (forked)`)."""
+    argv = proc_cmdline(pid).split()
+    if "--config-json" in argv:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read().split(b"\0")
+        return json.loads(raw[raw.index(b"--config-json") + 1])["worker_index"]
+    return int(argv[argv.index("--worker-index") + 1])
+
+
 def free_port() -> int:
     return free_tcp_port("127.0.0.1")
 

@@ -15,7 +15,7 @@ import time
 
 import openai
 
-from tests.stack import Stack, proc_children, proc_cmdline, worker_pids, worker_template_pids
+from tests.stack import Stack, proc_children, proc_cmdline, worker_index, worker_pids, worker_template_pids
 
 ARGS = ["--engine", "sim", "--workers", "2", "--sim-step-time", "0.005", "--max-model-len", "4096",
         "--shutdown-timeout", "5", "demo:deepseek-v4"]
@@ -84,6 +84,7 @@ def test_forked_workers_restart_and_template_death():
         assert all(_ppid(w) == template for w in workers)
         assert worker_pids(stack.proc.pid) == workers  # none spawned beside them
         assert all("vllm_pyfrontend.server.worker" in proc_cmdline(w) for w in workers)
+        assert sorted(worker_index(w) for w in workers) == [0, 1]
         assert all(os.getpgid(w) == w for w in workers)  # own process group, as spawned workers
         assert "workers are forked from it" in stack.logs()
         _serve_twice(stack)
