@@ -4,16 +4,25 @@
 the supervisor's child; they serve through the openai SDK; a SIGKILLed worker is forked again;
 killing the template takes its workers down (SIGTERM from the kernel) and both come back from a
 fresh template; SIGTERM of the supervisor exits 0 with every process gone. With
---no-worker-preload the workers are spawned interpreters, as before.
+--no-worker-preload the workers are spawned interpreters, as before, and a template that cannot
+start makes the pool spawn the worker instead.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
 import time
 
 import openai
+
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.supervisor.forkserver import ForkedChild
+from vllm_pyfrontend.supervisor.process import Child
+from vllm_pyfrontend.supervisor.runtime import ClientAddresses
+from vllm_pyfrontend.supervisor.workers import WorkerPool, child_env
 
 from tests.stack import Stack, proc_children, proc_cmdline, worker_index, worker_pids, worker_template_pids
 
@@ -134,3 +143,28 @@ def test_no_worker_preload_spawns_workers():
     assert stack.terminate(timeout=60) == 0, stack.logs()
     assert not [p for p in workers if _alive(p)]
     assert "worker template" not in stack.logs()
+
+
+async def test_a_template_that_cannot_start_falls_back_to_spawning(tmp_path, caplog):
+    """The template exits before it is ready (here: no tokenizer in the model directory): the pool
+    logs it and spawns the worker as its own interpreter (which fails the same way here)."""
+    caplog.set_level(logging.INFO)
+    missing = str(tmp_path / "no-model")
+    config = WorkerConfig(worker_index=0, num_workers=1, host="127.0.0.1", port=0, model=missing,
+                          served_model_names=["m"], input_address="ipc:///nonexistent-in",
+                          output_address="ipc:///nonexistent-out", runtime_dir=str(tmp_path))
+    events: asyncio.Queue = asyncio.Queue()
+    pool = WorkerPool(events, lambda kind, slot, child: (kind, slot, child), build_config=lambda slot: config,
+                      runtime_dir=str(tmp_path), env=child_env(), api_keys=[])
+    assert pool.preload
+    pool.reset([ClientAddresses("ipc:///nonexistent-in", "ipc:///nonexistent-out")])
+    await pool.spawn(pool.slots[0])
+    child = pool.slots[0].child
+    assert isinstance(child, Child) and not isinstance(child, ForkedChild)
+    assert "the worker template exited before it was ready" in caplog.text
+    assert "starting worker 0 as its own process" in caplog.text
+    kind, _, exited = await asyncio.wait_for(events.get(), 60)
+    assert kind == "worker_exit" and exited is child and child.returncode == 1
+    await child.flush_output(1.0)
+    await pool.stop(0, 1)
+    assert pool.template.child is None
