@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--shutdown-timeout", type=float, default=30.0,
         help="seconds workers may drain in-flight requests on SIGTERM",
     )
+    p.add_argument(
+        "--no-worker-preload", dest="worker_preload", action="store_false",
+        help="start each worker as its own interpreter instead of forking it from a preloaded "
+        "worker template (which shares the tokenizer and modules between workers)",
+    )
     p.add_argument("--served-model-name", nargs="+", default=None)
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--chat-template", default=None, help="template file or inline template text")
@@ -488,6 +493,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         engine_timeout=ns.engine_timeout,
         on_engine_death=ns.on_engine_death,
         worker_ready_timeout=ns.worker_ready_timeout,
+        worker_preload=ns.worker_preload,
         log_level=ns.log_level,
         generation_config=ns.generation_config,
         max_model_len=None if ns.max_model_len in (None, -1) else ns.max_model_len,

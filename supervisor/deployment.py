@@ -165,6 +165,7 @@ class Supervisor:
         self._pool = WorkerPool(
             self._events, Event, build_config=self._worker_config, runtime_dir=self.runtime.path,
             env=self._env, api_keys=self.options.api_keys, command=self._worker_command, logger=log,
+            preload=self.options.worker_preload,
         )
         try:
             try:

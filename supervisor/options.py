@@ -29,6 +29,8 @@ class SupervisorOptions:
     engine_timeout: float = 60.0  # request deadline for an engine that stops answering
     on_engine_death: str = "exit"  # "exit" (code 1) | "restart" (engine and workers again)
     worker_ready_timeout: float = 120.0
+    # Fork workers from a preloaded worker template (supervisor/forkserver.py); --no-worker-preload.
+    worker_preload: bool = True
     log_level: str = "info"
     generation_config: str = "auto"
     # Read by the supervisor and also given to the engine.

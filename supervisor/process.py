@@ -54,6 +54,27 @@ def log_as(name: str, level: str) -> None:
 _pumps: set[asyncio.Future] = set()
 
 
+def keep_pump(pump: asyncio.Future) -> None:
+    """The loop holds tasks weakly; a dead child's last lines must still be pumped."""
+    _pumps.add(pump)
+    pump.add_done_callback(_pumps.discard)
+
+
+async def pump_lines(reader: asyncio.StreamReader, prefix: bytes) -> None:
+    """Re-emit what a child writes, line by line, with `prefix`."""
+    pending = b""
+    while True:
+        chunk = await reader.read(65536)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            write_line(prefix, line.rstrip(b"\r"))
+    if pending:
+        write_line(prefix, pending)
+
+
 class Child:
     """One child process whose stdout+stderr are pumped into our log with a prefix."""
 
@@ -64,9 +85,7 @@ class Child:
         self.started_at = time.monotonic()
         self._prefix = f"[{name}] ".encode()
         self._pump = asyncio.ensure_future(self._pump_output())
-        # The loop holds tasks weakly; a dead child's last lines must still be pumped.
-        _pumps.add(self._pump)
-        self._pump.add_done_callback(_pumps.discard)
+        keep_pump(self._pump)
 
     @classmethod
     async def spawn(
@@ -100,17 +119,7 @@ class Child:
 
     async def _pump_output(self) -> None:
         assert self.proc.stdout is not None
-        pending = b""
-        while True:
-            chunk = await self.proc.stdout.read(65536)
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                write_line(self._prefix, line.rstrip(b"\r"))
-        if pending:
-            write_line(self._prefix, pending)
+        await pump_lines(self.proc.stdout, self._prefix)
 
     def send_signal(self, sig: int) -> None:
         if self.alive:

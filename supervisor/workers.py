@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
+from vllm_pyfrontend.supervisor.forkserver import ForkedChild, TemplateError, WorkerTemplate, preload_enabled
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses
 
@@ -77,7 +78,7 @@ class WorkerSlot:
 
     index: int
     addresses: ClientAddresses
-    child: Child | None = None
+    child: Child | ForkedChild | None = None
     ready: bool = False
     starts: int = 0
     fast_crashes: int = 0
@@ -106,6 +107,7 @@ class WorkerPool:
         command: Callable[[WorkerConfig], list[str]] = default_worker_command,
         pass_fds: Sequence[int] = (),
         logger: logging.Logger | None = None,
+        preload: bool | None = None,
     ):
         self._events = events
         self._make_event = make_event
@@ -121,6 +123,10 @@ class WorkerPool:
         os.makedirs(self.metrics_dir, exist_ok=True)
         # The loop holds tasks weakly: keep our background tasks alive until they finish.
         self._tasks: set[asyncio.Future] = set()
+        # Workers are forked from a preloaded template (shared read-only memory) when they run
+        # the default command, unless turned off (--no-worker-preload or the env variable).
+        self.preload = preload_enabled(preload) and command is default_worker_command
+        self.template = WorkerTemplate(self._log)
 
     # ---------------------------------------------------------------- slots
 
@@ -149,11 +155,14 @@ class WorkerPool:
         config = self._build_config(slot)
         read_fd, write_fd = os.pipe()
         config.status_fd = write_fd
+        name = f"worker {slot.index}"
+        env = worker_env(self._env, self.metrics_dir, self._api_keys)
+        child: Child | ForkedChild | None = None
         try:
-            child = await Child.spawn(
-                f"worker {slot.index}", self._command(config), pass_fds=(*self.pass_fds, write_fd),
-                env=worker_env(self._env, self.metrics_dir, self._api_keys),
-            )
+            if self.preload:
+                child = await self._fork(name, config, env, write_fd)
+            if child is None:
+                child = await Child.spawn(name, self._command(config), pass_fds=(*self.pass_fds, write_fd), env=env)
         except OSError as e:
             os.close(read_fd)
             raise Fatal(f"cannot start worker {slot.index}: {e}") from None
@@ -163,6 +172,15 @@ class WorkerPool:
         slot.starts += 1
         self.watch(child, self._make_event("worker_exit", slot, child))
         self.read_status(read_fd, self._make_event("worker_ready", slot, child))
+
+    async def _fork(self, name: str, config: WorkerConfig, env: dict[str, str], status_fd: int) -> ForkedChild | None:
+        """Fork the worker from the template (started now if none runs); None: spawn it."""
+        try:
+            await self.template.ensure(config, env, self.pass_fds)
+            return await self.template.fork(name, config, status_fd)
+        except (TemplateError, OSError) as e:
+            self._log.warning("%s; starting %s as its own process", e, name)
+            return None
 
     # ---------------------------------------------------------------- events
 
@@ -277,4 +295,5 @@ class WorkerPool:
                         self._log.warning("%s did not exit: SIGKILL", w.name)
                         w.kill_group(signal.SIGKILL)
                 await wait_all(workers, kill_wait)
+        await self.template.close()
         return workers

@@ -51,6 +51,51 @@ def newer_stats(stats: dict, than: dict | None) -> bool:
     return (stats.get("engine_timestamp", 0.0), stats["timestamp"]) > (than.get("engine_timestamp", 0.0), than["timestamp"])
 
 
+def proc_children(pid: int) -> list[int]:
+    """Direct children of `pid` (from /proc)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def proc_cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+WORKER_TEMPLATE_MODULE = "vllm_pyfrontend.server.preload"
+
+
+def worker_template_pids(supervisor_pid: int) -> list[int]:
+    """The supervisor's worker template (supervisor/forkserver.py), if one runs."""
+    return [p for p in proc_children(supervisor_pid) if WORKER_TEMPLATE_MODULE in proc_cmdline(p)]
+
+
+def worker_pids(supervisor_pid: int) -> list[int]:
+    """The supervisor's HTTP workers: spawned ones are its children, forked ones the children of
+    its worker template."""
+    pids = [p for p in proc_children(supervisor_pid) if "vllm_pyfrontend.server.worker" in proc_cmdline(p)]
+    for template in worker_template_pids(supervisor_pid):
+        pids += proc_children(template)
+    return pids
+
+
+def worker_index(pid: int) -> int:
+    """Worker i's index: from its `--config-json` (spawned) or its process title (forked:
+    `... -m vllm_pyfrontend.server.worker --worker-index I (forked)`)."""
+    argv = proc_cmdline(pid).split()
+    if "--config-json" in argv:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read().split(b"\0")
+        return json.loads(raw[raw.index(b"--config-json") + 1])["worker_index"]
+    return int(argv[argv.index("--worker-index") + 1])
+
+
 def free_port() -> int:
     return free_tcp_port("127.0.0.1")
 

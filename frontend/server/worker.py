@@ -17,6 +17,8 @@ import os
 import signal
 import socket
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -94,12 +96,41 @@ def release_free_heap() -> None:
         pass
 
 
-async def run_worker(config: WorkerConfig) -> int:
+@dataclass
+class SharedParts:
+    """What every worker of a deployment builds identically from its config: loaded once in a
+    worker template (server/preload.py) and inherited by the workers it forks."""
+
+    tokenizer: Tokenizer
+    template: Any
+    defaults: GenerationDefaults
+    model_config: ModelConfig
+    key: tuple
+
+    @staticmethod
+    def key_of(config: WorkerConfig) -> tuple:
+        """The config fields the shared parts are built from."""
+        return (config.model, config.tokenizer, config.chat_template, config.generation_config)
+
+    @classmethod
+    def load(cls, config: WorkerConfig) -> "SharedParts":
+        return cls(
+            tokenizer=Tokenizer.load(config.tokenizer or config.model),
+            template=load_chat_template(config.model, config.chat_template),
+            defaults=GenerationDefaults.load(config.model, config.generation_config),
+            model_config=ModelConfig.load(config.model),
+            key=cls.key_of(config),
+        )
+
+
+async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) -> int:
+    """Serve until SIGTERM/SIGINT. `shared`: the parts loaded by a worker template before it
+    forked this worker (loaded here when absent or built from other config fields)."""
     loop = asyncio.get_running_loop()
-    tokenizer = Tokenizer.load(config.tokenizer or config.model)
-    template = load_chat_template(config.model, config.chat_template)
-    defaults = GenerationDefaults.load(config.model, config.generation_config)
-    model_config = ModelConfig.load(config.model)
+    if shared is None or shared.key != SharedParts.key_of(config):
+        shared = SharedParts.load(config)
+    tokenizer, template = shared.tokenizer, shared.template
+    defaults, model_config = shared.defaults, shared.model_config
     log.info("tokenizer backend: %s; chat template: %s", tokenizer.backend, "yes" if template else "none")
 
     engine = EngineClient(

@@ -23,6 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.stack import Stack, free_port
+from tests.stack import worker_pids as stack_worker_pids
 
 MODEL = "demo:deepseek-v4"
 N_PLAIN = 8
@@ -45,17 +46,7 @@ def total(smp, name: str, **labels) -> float:
 
 
 def worker_pids(stack: Stack) -> list[int]:
-    pids = []
-    with open(f"/proc/{stack.proc.pid}/task/{stack.proc.pid}/children") as f:
-        children = [int(p) for p in f.read().split()]
-    for pid in children:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"vllm_pyfrontend.server.worker" in f.read():
-                    pids.append(pid)
-        except OSError:
-            pass
-    return pids
+    return stack_worker_pids(stack.proc.pid)
 
 
 @pytest.fixture(scope="module")

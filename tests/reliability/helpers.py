@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from tests.stack import Stack
+from tests.stack import Stack, worker_pids
 
 MODEL = "demo:deepseek-v4"
 SERVED = "dsv4"
@@ -50,7 +50,7 @@ def alive(pid: int) -> bool:
 
 
 def workers_of(stack: Stack) -> list[int]:
-    return [p for p in children(stack.proc.pid) if "vllm_pyfrontend.server.worker" in cmdline(p)]
+    return worker_pids(stack.proc.pid)
 
 
 def engines_of(stack: Stack) -> list[int]:

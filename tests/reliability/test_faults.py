@@ -36,13 +36,11 @@ from tests.reliability.helpers import (
     wait_for,
     workers_of,
 )
-from tests.stack import Stack
+from tests.stack import Stack, worker_index
 
 
 def worker_index_of(pid: int) -> int:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        argv = f.read().split(b"\0")
-    return json.loads(argv[argv.index(b"--config-json") + 1])["worker_index"]
+    return worker_index(pid)
 
 
 def stream_worker(first: bytes) -> int:

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from tests.stack import Stack
+from tests.stack import Stack, worker_pids, worker_template_pids
 
 ARGS = ["--engine", "sim", "--workers", "2", "--sim-step-time", "0.005", "--max-model-len", "4096",
         "--shutdown-timeout", "5", "demo:deepseek-v4"]
@@ -72,7 +72,7 @@ def _wait(pred, timeout: float, what: str, stack: Stack):
 
 def _kinds(stack: Stack) -> tuple[list[int], list[int]]:
     kids = _children(stack.proc.pid)
-    workers = [p for p in kids if "vllm_pyfrontend.server.worker" in _cmdline(p)]
+    workers = worker_pids(stack.proc.pid)
     engines = [p for p in kids if "vllm_pyfrontend.supervisor.sim" in _cmdline(p)]
     return workers, engines
 
@@ -96,14 +96,15 @@ def test_serve_restart_and_sigterm():
             assert _chat(stack)["usage"]["completion_tokens"] == 8
         workers2, _ = _kinds(stack)
         assert len(workers2) == 2 and workers[0] not in workers2
-        everyone = workers2 + engines
+        everyone = workers2 + engines + worker_template_pids(stack.proc.pid)
     except BaseException:
         stack.stop()
         raise
     assert stack.terminate(timeout=60) == 0, stack.logs()
     assert not [p for p in everyone if _alive(p)]
     lines = list(stack.log)
-    assert all(l.startswith(("[supervisor]", "[engine]", "[worker 0]", "[worker 1]")) for l in lines), lines
+    assert all(l.startswith(("[supervisor]", "[engine]", "[worker 0]", "[worker 1]", "[worker template]"))
+               for l in lines), lines
 
 
 def test_engine_death_exits_1():
