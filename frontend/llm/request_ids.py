@@ -13,6 +13,18 @@ _counter = itertools.count()
 _process_tag = os.urandom(4).hex()
 
 
+def _new_process() -> None:
+    """A forked process (a worker forked from the worker template, server/preload.py) makes
+    its own tag: with its parent's, a restarted worker would reuse its predecessor's ids, and
+    a duplicate of a request the engine still runs kills the engine."""
+    global _counter, _process_tag
+    _counter = itertools.count()
+    _process_tag = os.urandom(4).hex()
+
+
+os.register_at_fork(after_in_child=_new_process)
+
+
 def make_request_id(prefix: str, worker_index: int) -> str:
     return f"{prefix}-w{worker_index}-{_process_tag}{next(_counter):x}"
 

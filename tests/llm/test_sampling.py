@@ -100,3 +100,27 @@ def test_request_ids_are_unique_and_carry_the_worker():
     assert len(ids) == 1000
     assert {worker_of(i) for i in ids} == {3}
     assert worker_of("user-supplied") is None
+
+
+def test_a_forked_process_makes_request_ids_of_its_own():
+    """Workers are forked from one template (server/preload.py): a restarted worker with the
+    same index must not repeat its predecessor's ids (a duplicate in-flight id kills vLLM's
+    engine), so the random tag is drawn again in every forked process."""
+    import os
+
+    from vllm_pyfrontend.llm.request_ids import make_request_id
+
+    read, write = os.pipe()
+    ids = []
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.write(write, (make_request_id("chatcmpl", 0) + "\n").encode())
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        ids = f.read().split()
+    assert len(ids) == 2 and ids[0] != ids[1], ids
