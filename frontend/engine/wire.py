@@ -141,6 +141,7 @@ class WireLayout:
         # the common step from the rest (`decode_outputs`).
         tail = [_OUTPUT_DEFAULTS.get(name) for name in self.output_fields[2:]]
         object.__setattr__(self, "plain_tail", tail)
+        object.__setattr__(self, "error_index", self.output_index("error"))  # read per message
 
     def output_index(self, name: str) -> int | None:
         try:
@@ -443,7 +444,7 @@ def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT, pa
     if not isinstance(msg, (list, tuple)):
         raise ProtocolError(f"EngineCoreOutputs must be an array, got {type(msg).__name__}")
     n = len(msg)
-    error_index = layout.output_index("error")
+    error_index = layout.error_index
     raw_outputs = msg[1] if n > 1 and msg[1] is not None else ()
     # Hot path: a running request's output is just `[request_id, new_token_ids]`
     # (msgspec omits trailing defaults), so build those without the general decoder.
