@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 
 from vllm_pyfrontend.config import WorkerConfig
-from vllm_pyfrontend.supervisor.process import Child, keep_pump, pump_lines
+from vllm_pyfrontend.supervisor.process import Child, GroupedProcess, keep_pump, pump_lines
 
 # The template loads the tokenizer before it answers: as long as a worker's own startup may take.
 TEMPLATE_READY_TIMEOUT_S = 120.0
@@ -43,7 +43,7 @@ class TemplateError(Exception):
     """The template could not start or fork (the pool falls back to spawning)."""
 
 
-class ForkedChild:
+class ForkedChild(GroupedProcess):
     """A worker forked by the template, with the interface of `process.Child`."""
 
     def __init__(self, name: str, pid: int, pidfd: int, out_fd: int, template: "WorkerTemplate"):
@@ -118,35 +118,6 @@ class ForkedChild:
                 signal.pidfd_send_signal(self._pidfd, sig)
             except ProcessLookupError:
                 pass
-
-    def kill_group(self, sig: int = signal.SIGKILL) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def group_alive(self) -> bool:
-        try:
-            os.killpg(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-    async def wait_group(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.group_alive():
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.1)
-        return True
-
-    async def flush_output(self, timeout: float = 1.0) -> None:
-        try:
-            await asyncio.wait_for(asyncio.shield(self._pump), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            pass
 
 
 class WorkerTemplate:

@@ -75,7 +75,49 @@ async def pump_lines(reader: asyncio.StreamReader, prefix: bytes) -> None:
         write_line(prefix, pending)
 
 
-class Child:
+class GroupedProcess:
+    """What a supervised process in its own process group offers besides its own exit: signal
+    or wait for its whole group, and let its last output lines through. Needs `pid` (the group's
+    id) and `_pump` (the task copying its output into our log)."""
+
+    pid: int
+    _pump: asyncio.Future
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the child's whole process group (its own subprocesses too)."""
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_alive(self) -> bool:
+        """Whether any process of the child's group still exists (zombies included)."""
+        try:
+            os.killpg(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    async def wait_group(self, timeout: float) -> bool:
+        """Wait (polling) until the child's whole process group is gone; True if it is."""
+        deadline = time.monotonic() + timeout
+        while self.group_alive():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
+
+    async def flush_output(self, timeout: float = 1.0) -> None:
+        """Let the last lines reach the log (a grandchild may hold the pipe: bounded)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._pump), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+
+
+class Child(GroupedProcess):
     """One child process whose stdout+stderr are pumped into our log with a prefix."""
 
     def __init__(self, name: str, proc: asyncio.subprocess.Process):
@@ -128,41 +170,9 @@ class Child:
             except ProcessLookupError:
                 pass
 
-    def kill_group(self, sig: int = signal.SIGKILL) -> None:
-        """Signal the child's whole process group (its own subprocesses too)."""
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def group_alive(self) -> bool:
-        """Whether any process of the child's group still exists (zombies included)."""
-        try:
-            os.killpg(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-    async def wait_group(self, timeout: float) -> bool:
-        """Wait (polling) until the child's whole process group is gone; True if it is."""
-        deadline = time.monotonic() + timeout
-        while self.group_alive():
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.1)
-        return True
-
     async def wait(self) -> int:
         return await self.proc.wait()
 
-    async def flush_output(self, timeout: float = 1.0) -> None:
-        """Let the last lines reach the log (a grandchild may hold the pipe: bounded)."""
-        try:
-            await asyncio.wait_for(asyncio.shield(self._pump), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            pass
 
 
 def describe_exit(code: int | None) -> str:
