@@ -68,6 +68,15 @@ def proc_cmdline(pid: int) -> str:
         return ""
 
 
+def proc_alive(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
 WORKER_TEMPLATE_MODULE = "vllm_pyfrontend.server.preload"
 
 
@@ -135,6 +144,16 @@ class Stack:
 
     def logs(self) -> str:
         return "\n".join(self.log)
+
+    def wait_for(self, pred, timeout: float, what: str):
+        """Poll `pred` until it returns something true (returned); on time-out fail with the log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = pred()
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}\n{self.logs()}")
 
     def health(self) -> int | None:
         try:

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from tests.stack import Stack, worker_pids
+from tests.stack import Stack, proc_alive, proc_children, proc_cmdline, worker_pids
 
 MODEL = "demo:deepseek-v4"
 SERVED = "dsv4"
@@ -25,28 +25,8 @@ def sim_args(*extra: str, workers: int = 2, step: float = 0.002, max_model_len: 
 
 # -- processes -------------------------------------------------------------------------------
 
-def children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
+# (the /proc readers live in tests/stack.py, shared with the supervisor tests)
+children, cmdline, alive = proc_children, proc_cmdline, proc_alive
 
 
 def workers_of(stack: Stack) -> list[int]:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import urllib.request
 
 import pytest
 
-from tests.stack import Stack, worker_pids, worker_template_pids
+from tests.stack import Stack, proc_alive, proc_cmdline, worker_pids, worker_template_pids
 
 ARGS = ["--engine", "sim", "--workers", "2", "--sim-step-time", "0.005", "--max-model-len", "4096",
         "--shutdown-timeout", "5", "demo:deepseek-v4"]
@@ -36,22 +35,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def _chat(stack: Stack) -> dict:
     body = json.dumps({"model": "demo:deepseek-v4", "max_tokens": 8,
                        "messages": [{"role": "user", "content": "Hello!"}]}).encode()
@@ -61,19 +44,10 @@ def _chat(stack: Stack) -> dict:
         return json.load(r)
 
 
-def _wait(pred, timeout: float, what: str, stack: Stack):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}\n{stack.logs()}")
-
-
 def _kinds(stack: Stack) -> tuple[list[int], list[int]]:
     kids = _children(stack.proc.pid)
     workers = worker_pids(stack.proc.pid)
-    engines = [p for p in kids if "vllm_pyfrontend.supervisor.sim" in _cmdline(p)]
+    engines = [p for p in kids if "vllm_pyfrontend.supervisor.sim" in proc_cmdline(p)]
     return workers, engines
 
 
@@ -81,8 +55,8 @@ def test_serve_restart_and_sigterm():
     stack = Stack(ARGS, ready_timeout=120)
     try:
         # /health answers as soon as one worker serves; the supervisor waits for all.
-        _wait(lambda: any("[supervisor]" in l and "serving on http://127.0.0.1:" in l
-                          and "(2 workers)" in l for l in list(stack.log)), 60, "serving line", stack)
+        stack.wait_for(lambda: any("[supervisor]" in l and "serving on http://127.0.0.1:" in l
+                                   and "(2 workers)" in l for l in list(stack.log)), 60, "serving line")
         assert stack.health() == 200
         reply = _chat(stack)
         assert reply["choices"][0]["finish_reason"] == "length"
@@ -91,7 +65,7 @@ def test_serve_restart_and_sigterm():
         workers, engines = _kinds(stack)
         assert len(workers) == 2 and len(engines) == 1
         os.kill(workers[0], signal.SIGKILL)
-        _wait(lambda: any("ready again" in l for l in list(stack.log)), 60, "worker restart", stack)
+        stack.wait_for(lambda: any("ready again" in l for l in list(stack.log)), 60, "worker restart")
         for _ in range(4):  # both workers (either may take the connection) answer
             assert _chat(stack)["usage"]["completion_tokens"] == 8
         workers2, _ = _kinds(stack)
@@ -101,7 +75,7 @@ def test_serve_restart_and_sigterm():
         stack.stop()
         raise
     assert stack.terminate(timeout=60) == 0, stack.logs()
-    assert not [p for p in everyone if _alive(p)]
+    assert not [p for p in everyone if proc_alive(p)]
     lines = list(stack.log)
     assert all(l.startswith(("[supervisor]", "[engine]", "[worker 0]", "[worker 1]", "[worker template]"))
                for l in lines), lines
@@ -110,7 +84,7 @@ def test_serve_restart_and_sigterm():
 def test_engine_death_exits_1():
     stack = Stack(ARGS, ready_timeout=120)
     try:
-        _wait(lambda: any("serving on" in l for l in list(stack.log)), 60, "serving line", stack)
+        stack.wait_for(lambda: any("serving on" in l for l in list(stack.log)), 60, "serving line")
         workers, engines = _kinds(stack)
         os.kill(engines[0], signal.SIGKILL)
         code = stack.proc.wait(60)
@@ -119,4 +93,4 @@ def test_engine_death_exits_1():
         raise
     assert code == 1, stack.logs()
     assert "engine exited (killed by SIGKILL)" in stack.logs()
-    assert not [p for p in workers if _alive(p)]
+    assert not [p for p in workers if proc_alive(p)]

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import os
 import signal
-import time
 
 import openai
 
@@ -24,7 +23,8 @@ from vllm_pyfrontend.supervisor.process import Child
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses
 from vllm_pyfrontend.supervisor.workers import WorkerPool, child_env
 
-from tests.stack import Stack, proc_children, proc_cmdline, worker_index, worker_pids, worker_template_pids
+from tests.stack import (Stack, proc_alive, proc_children, proc_cmdline, worker_index, worker_pids,
+                         worker_template_pids)
 
 ARGS = ["--engine", "sim", "--workers", "2", "--sim-step-time", "0.005", "--max-model-len", "4096",
         "--shutdown-timeout", "5", "demo:deepseek-v4"]
@@ -33,24 +33,6 @@ ARGS = ["--engine", "sim", "--workers", "2", "--sim-step-time", "0.005", "--max-
 def _ppid(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(") ", 1)[1].split()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait(pred, timeout: float, what: str, stack: Stack):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}\n{stack.logs()}")
 
 
 def _serve_twice(stack: Stack) -> None:
@@ -71,22 +53,22 @@ def _forked_workers(stack: Stack) -> tuple[int, list[int]]:
         templates = worker_template_pids(stack.proc.pid)
         if len(templates) != 1:
             return None
-        workers = [p for p in proc_children(templates[0]) if _alive(p)]
+        workers = [p for p in proc_children(templates[0]) if proc_alive(p)]
         return (templates[0], sorted(workers)) if len(workers) == 2 else None
 
-    return _wait(ready, 90, "two forked workers", stack)
+    return stack.wait_for(ready, 90, "two forked workers")
 
 
 def _ready_count(stack: Stack, n: int) -> None:
-    _wait(lambda: sum("ready again" in l for l in list(stack.log)) >= n, 90, f"{n} worker restart(s)", stack)
+    stack.wait_for(lambda: sum("ready again" in l for l in list(stack.log)) >= n, 90, f"{n} worker restart(s)")
 
 
 def test_forked_workers_restart_and_template_death():
     stack = Stack(ARGS, ready_timeout=120)
     seen: set[int] = set()
     try:
-        _wait(lambda: any("serving on http://127.0.0.1:" in l and "(2 workers)" in l for l in list(stack.log)),
-              90, "serving line", stack)
+        stack.wait_for(lambda: any("serving on http://127.0.0.1:" in l and "(2 workers)" in l
+                                   for l in list(stack.log)), 90, "serving line")
         template, workers = _forked_workers(stack)
         seen.update([template, *workers])
         assert _ppid(template) == stack.proc.pid
@@ -109,7 +91,7 @@ def test_forked_workers_restart_and_template_death():
         # The template dies: its workers get SIGTERM, drain and exit; both come back, forked from
         # a fresh template.
         os.kill(template, signal.SIGKILL)
-        _wait(lambda: not any(_alive(w) for w in workers2), 30, "the template's workers to exit", stack)
+        stack.wait_for(lambda: not any(proc_alive(w) for w in workers2), 30, "the template's workers to exit")
         _ready_count(stack, 3)
         template3, workers3 = _forked_workers(stack)
         assert template3 != template and not set(workers3) & set(workers2)
@@ -122,7 +104,7 @@ def test_forked_workers_restart_and_template_death():
         stack.stop()
         raise
     assert stack.terminate(timeout=60) == 0, stack.logs()
-    assert not [p for p in seen if _alive(p)], stack.logs()
+    assert not [p for p in seen if proc_alive(p)], stack.logs()
     lines = list(stack.log)
     assert all(l.startswith(("[supervisor]", "[engine]", "[worker 0]", "[worker 1]", "[worker template]"))
                for l in lines), lines
@@ -131,7 +113,7 @@ def test_forked_workers_restart_and_template_death():
 def test_no_worker_preload_spawns_workers():
     stack = Stack(["--no-worker-preload", *ARGS], ready_timeout=120)
     try:
-        _wait(lambda: any("(2 workers)" in l for l in list(stack.log)), 90, "serving line", stack)
+        stack.wait_for(lambda: any("(2 workers)" in l for l in list(stack.log)), 90, "serving line")
         workers = worker_pids(stack.proc.pid)
         assert len(workers) == 2 and all(_ppid(w) == stack.proc.pid for w in workers)
         assert all("-m vllm_pyfrontend.server.worker --config-json" in proc_cmdline(w) for w in workers)
@@ -141,7 +123,7 @@ def test_no_worker_preload_spawns_workers():
         stack.stop()
         raise
     assert stack.terminate(timeout=60) == 0, stack.logs()
-    assert not [p for p in workers if _alive(p)]
+    assert not [p for p in workers if proc_alive(p)]
     assert "worker template" not in stack.logs()
 
 
