@@ -174,7 +174,6 @@ class Child(GroupedProcess):
         return await self.proc.wait()
 
 
-
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"

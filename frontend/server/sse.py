@@ -153,11 +153,7 @@ class SSEWriter:
     def _frame_text(self) -> None:
         """The content gathered in this drain, as one chunk into the drain's buffer."""
         text, self.text = self.text, None
-        out = self.out
-        if out is None:  # (registered when the text began; a last_frame() may have taken it)
-            out = self.out = bytearray()
-            if _Drain.active:
-                _Drain.dirty.append(self)
+        out = self.out  # (set, and the writer registered, when the text began)
         out += self._content_head
         out += _enc(text)
         out += _CONTENT_TAIL
