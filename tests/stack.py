@@ -60,6 +60,25 @@ def proc_children(pid: int) -> list[int]:
         return []
 
 
+def proc_descendants(pid: int) -> list[int]:
+    """Every descendant of `pid`, deepest first (children in their own process groups too)."""
+    out: list[int] = []
+    for child in proc_children(pid):
+        out += proc_descendants(child)
+        out.append(child)
+    return out
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every descendant at once, deepest first, as when the host dies (a
+    SIGKILLed supervisor alone lets its children see it go and stop on their own)."""
+    for p in proc_descendants(pid) + [pid]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def proc_cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

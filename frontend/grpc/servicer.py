@@ -7,9 +7,12 @@ per choice with all its ids, once every choice has finished. `finish_reason` is 
 | abort; a stop token or stop string is `matched_token_id` / `matched_stop_str`.
 
 Failures: a request this worker must not send (bad field, id out of vocabulary, value out of
-range) is INVALID_ARGUMENT and never reaches the engine; no engine available, or the worker
-draining, is UNAVAILABLE (the gateway retries those elsewhere); the engine failing a request is
-INTERNAL. A cancelled call aborts its engine requests, as an HTTP client that leaves does.
+range) is INVALID_ARGUMENT and never reaches the engine; no engine available, the worker
+draining, or the engine aborting the request on its own (its shutdown aborts what is in flight)
+is UNAVAILABLE (the gateway retries those elsewhere; vLLM's servicer answers the last with a
+`complete` whose finish_reason is abort, which a gateway passes on as an empty answer); the
+engine failing a request is INTERNAL. A cancelled call aborts its engine requests, as an HTTP
+client that leaves does; an Abort RPC ends the call's choices with finish_reason abort.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ _TOKENIZER_FILES = (
 _CHUNK = 64 * 1024
 
 
+_ENGINE_ABORTED = Failure(FailureKind.SHUTTING_DOWN,
+                          "The engine aborted the request (it is shutting down or paused); retry it.")
+
+
 class _Call:
     """The `GenerationConsumer` of one Generate call: engine deltas queued for the handler."""
 
@@ -64,6 +71,13 @@ class _Call:
         self.choices_metrics: list = []
 
     def on_delta(self, gen: Generation, token_ids, logprobs, finish_reason, stop_reason) -> None:
+        if finish_reason == "abort":
+            # The engine's own abort (its shutdown, or a pause with mode=abort): the aborts this
+            # worker asks for finish the choice before any later output could reach it. Not a
+            # result: a retryable error, so a gateway serves the request elsewhere instead of
+            # passing on an empty answer.
+            self.on_error(gen, _ENGINE_ABORTED)
+            return
         if token_ids:
             m = self.choices_metrics[gen.index]
             if m is not None:

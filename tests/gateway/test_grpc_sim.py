@@ -6,7 +6,9 @@ workers keep serving."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import time
 
 import grpc
@@ -221,3 +223,40 @@ def test_http_still_served_beside_grpc(stack):
     r = httpx.post(stack.base_url + "/v1/completions", json={"model": "dsv4", "prompt": "hi", "max_tokens": 2},
                    timeout=30)
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_requests_the_engine_aborts_are_unavailable_not_an_empty_complete():
+    """The supervisor SIGKILLed mid-run: its engine sees it go and aborts what is in flight
+    (vLLM's engine does so on SIGTERM). Those calls end UNAVAILABLE, which a gateway retries on
+    another deployment; never a `complete` with finish_reason abort, which smg passes on to its
+    client as a 200 with no tokens."""
+    port = free_port()
+    s = Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.01", "--max-model-len", "4096",
+               "--served-model-name", "dsv4", "--shutdown-timeout", "5", "--grpc-port", str(port), MODEL],
+              ready_timeout=120)
+    target = f"127.0.0.1:{port}"
+
+    async def main():
+        async with grpc.aio.insecure_channel(target) as ch:
+            stub = pb_grpc.VllmEngineStub(ch)
+            streaming = stub.Generate(_req(stream=True, max_tokens=2000, rid="s"))
+            plain = [stub.Generate(_req(max_tokens=2000, rid=f"p{i}")) for i in range(6)]
+            first = await streaming.read()  # every call is in the engine (the chunk came a step later)
+            assert first.WhichOneof("response") == "chunk"
+            os.kill(s.proc.pid, signal.SIGKILL)
+            ends = []
+            for call in [streaming, *plain]:
+                try:
+                    out = []
+                    while (r := await call.read()) is not grpc.aio.EOF:
+                        out.append(r)
+                    ends.append(("ok", [(r.WhichOneof("response"), r.complete.finish_reason) for r in out]))
+                except grpc.aio.AioRpcError as e:
+                    ends.append((e.code(), e.details()))
+            return ends
+
+    try:
+        ends = run(main())
+    finally:
+        s.stop()
+    assert all(end[0] == grpc.StatusCode.UNAVAILABLE for end in ends), ends
