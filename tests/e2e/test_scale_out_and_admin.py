@@ -390,26 +390,35 @@ def test_abort_reaches_the_request_on_any_worker(pair):
     finish_reason "abort", as vLLM's does."""
     finals: dict[str, Any] = {}
 
-    def run(base: str) -> None:
+    def run(base: str, streaming: threading.Event) -> None:
         body = {**_generate_body({"request_id": f"abort-me-{base[-5:]}", "stream": True,
                                   "sampling_params": {"max_tokens": 3000, "temperature": 0, "ignore_eos": True}})}
         with httpx.stream("POST", base + "/inference/v1/generate", json=body, timeout=300) as r:
             for line in r.iter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
+                    streaming.set()
                     ev = json.loads(line[6:])
                     for c in ev["choices"]:
                         if c["finish_reason"] is not None:
-                            finals[base] = (c["finish_reason"], ev["request_id"])
+                            finals[base] = (c["finish_reason"], ev["request_id"], time.monotonic())
 
     for base in (pair.ours, pair.vllm):
-        t = threading.Thread(target=run, args=(base,))
+        streaming = threading.Event()
+        t = threading.Thread(target=run, args=(base, streaming))
         t.start()
         rid = f"generate-tokens-abort-me-{base[-5:]}"
+        # Abort once the request is running (an abort for an id not yet known is a no-op on both
+        # servers), and keep sending until the stream ends; each send is a new connection, so
+        # with 2 workers they land on either.
+        assert streaming.wait(120), f"{base}: no tokens streamed"
+        first_abort = None
         deadline = time.monotonic() + 120
         while t.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.5)
-            for _ in range(4):  # several sends: with 2 workers, both receive one
-                assert _post(base, "/inference/v1/abort_requests", {"request_ids": [rid]}).status_code == 200
+            assert _post(base, "/inference/v1/abort_requests", {"request_ids": [rid]}).status_code == 200
+            first_abort = first_abort or time.monotonic()
+            time.sleep(0.1)
         t.join(30)
         assert not t.is_alive(), f"{base}: the aborted stream did not end"
-        assert finals[base] == ("abort", rid), finals
+        assert first_abort is not None and finals[base][2] > first_abort, (
+            f"{base}: the 3000-token stream ended before the first abort was answered", finals)
+        assert finals[base][:2] == ("abort", rid), finals
