@@ -27,21 +27,23 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    root = str(config.rootpath)  # node ids are relative to it
+
     class EngineTierScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module, _, rest = nodeid.partition("::")
-            whole, marked = _real_engine_tests(module)
+            whole, marked = _real_engine_tests(os.path.join(root, module))
             return "real-engine" if whole or rest.split("[", 1)[0] in marked else module
 
     return EngineTierScheduling(config, log)
 
 
 @functools.cache
-def _real_engine_tests(module: str) -> tuple[bool, frozenset[str]]:
+def _real_engine_tests(path: str) -> tuple[bool, frozenset[str]]:
     """Whether the whole module needs a real engine (a module-level `real_engine` mark, or the
     `tiny_pair` fixture), and the names of its test functions marked `real_engine` one by one."""
     try:
-        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), module)) as f:
+        with open(path) as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError):
         return False, frozenset()

@@ -414,11 +414,11 @@ def test_abort_reaches_the_request_on_any_worker(pair):
         first_abort = None
         deadline = time.monotonic() + 120
         while t.is_alive() and time.monotonic() < deadline:
+            first_abort = first_abort or time.monotonic()  # stamped before the send
             assert _post(base, "/inference/v1/abort_requests", {"request_ids": [rid]}).status_code == 200
-            first_abort = first_abort or time.monotonic()
             time.sleep(0.1)
         t.join(30)
         assert not t.is_alive(), f"{base}: the aborted stream did not end"
         assert first_abort is not None and finals[base][2] > first_abort, (
-            f"{base}: the 3000-token stream ended before the first abort was answered", finals)
+            f"{base}: the 3000-token stream ended before the first abort was sent", finals)
         assert finals[base][:2] == ("abort", rid), finals
