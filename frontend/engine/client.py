@@ -86,6 +86,14 @@ class UtilityError(RuntimeError):
     """A utility call that the engine ran and reported as failed."""
 
 
+def _rank_range(indices: list[int]) -> str:
+    """The engines' ranks as vLLM words them, "[0, 2)"; a list when they are not contiguous."""
+    lo, hi = min(indices), max(indices)
+    if hi - lo + 1 == len(indices):
+        return f"[{lo}, {hi + 1})"
+    return str(sorted(indices))
+
+
 class EngineClient:
     """ZMQ client of one or more EngineCores (data parallel) for one worker."""
 
@@ -387,6 +395,10 @@ class EngineClient:
         if not self.healthy:
             raise self._unavailable()
         req.client_index = self.client_index
+        if req.data_parallel_rank is not None and req.data_parallel_rank not in self._in_flight:
+            raise InvalidEngineRequest(
+                f"data_parallel_rank {req.data_parallel_rank} is out of range "
+                f"{_rank_range(self.engine_indices)}.", "data_parallel_rank")
         validate_engine_request(
             req,
             max_model_len=self._max_model_len,
@@ -423,10 +435,6 @@ class EngineClient:
     def _route(self, req: EngineRequest) -> int:
         indices = self.engine_indices
         if req.data_parallel_rank is not None:
-            if req.data_parallel_rank not in self._in_flight:
-                raise InvalidEngineRequest(
-                    f"data_parallel_rank {req.data_parallel_rank} is not one of the engines "
-                    f"{indices}", "data_parallel_rank")
             return req.data_parallel_rank
         if self._engines_down:
             indices = [e for e in indices if e not in self._engines_down]

@@ -39,6 +39,7 @@ class Submission:
         trace_headers: dict[str, str] | None = None,
         lora_request: list[Any] | None = None,
         multimodal: Any = None,
+        data_parallel_rank: int | None = None,
     ) -> Generation:
         """One engine request for choice `index`; returns the Generation that tracks it."""
         engine_id = make_request_id(self.id_prefix, self.worker_index)
@@ -53,6 +54,7 @@ class Submission:
             cache_salt=cache_salt,
             trace_headers=trace_headers,
             lora_request=lora_request,
+            data_parallel_rank=data_parallel_rank,
         )
         if multimodal is not None:  # frontend/multimodal `Processed`: features + their frames
             req.mm_features = multimodal.features

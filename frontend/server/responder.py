@@ -53,6 +53,19 @@ def new_sse(state, run_id: str, model: str, created: int, object_name: str) -> S
     return sse
 
 
+def data_parallel_rank(request: web.Request) -> int | None:
+    """The engine a router picked for this request (vLLM's `X-data-parallel-rank` header), or
+    None for least-loaded routing. As in vLLM, a value that is not an integer is ignored and one
+    outside the deployment's ranks is a 400."""
+    raw = request.headers.get("X-data-parallel-rank")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
 def submit_choices(
     state, request: web.Request, run: RequestRun, items: list[tuple[Choice, list[int], dict[str, Any]]], *,
     priority: int, cache_salt: str | None, lora_request: list[Any] | None = None, multimodal: Any = None,
@@ -64,10 +77,11 @@ def submit_choices(
     sub = Submission(state.engine, state.worker_index, run, run.response_id.split("-", 1)[0])
     arrival = time.monotonic()
     trace = request.get("trace_headers")
+    rank = data_parallel_rank(request)
     for choice, prompt_ids, sampling in items:
         choice.gen = sub.add(choice.index, prompt_ids, sampling, external_id=run.response_id, priority=priority,
                              cache_salt=cache_salt, trace_headers=trace, lora_request=lora_request,
-                             multimodal=multimodal)
+                             multimodal=multimodal, data_parallel_rank=rank)
         choice.metrics = state.metrics.start_request(arrival=arrival)
     try:
         sub.submit()

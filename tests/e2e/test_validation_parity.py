@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.e2e.validation_cases import STRICTER_THAN_VLLM, VALIDATION_CASES
+from tests.e2e.validation_cases import MODEL, STRICTER_THAN_VLLM, VALIDATION_CASES
 
 pytestmark = pytest.mark.real_engine
 
@@ -63,3 +63,21 @@ def test_gated_routes_answer_as_vllm(servers, method, path, body):
     assert ours.status_code == theirs.status_code, (path, ours.text, theirs.text)
     if ours.status_code == 403:
         assert ours.json()["error"]["type"] == theirs.json()["error"]["type"] == "PermissionDeniedError"
+
+
+# vLLM's X-data-parallel-rank header (a router's choice of engine) on a deployment of one engine.
+RANKS = ["0", "1", "-1", "one", ""]
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+@pytest.mark.parametrize("rank", RANKS, ids=[r or "empty" for r in RANKS])
+def test_data_parallel_rank_header_as_vllm(servers, route, rank):
+    ours_url, vllm_url = servers
+    body = {"model": MODEL, "max_tokens": 2}
+    body.update({"messages": [{"role": "user", "content": "Hi"}]} if route == "chat" else {"prompt": "Hi"})
+    headers = {"X-data-parallel-rank": rank}
+    ours = httpx.post(ours_url + ROUTES[route], json=body, headers=headers, timeout=120)
+    theirs = httpx.post(vllm_url + ROUTES[route], json=body, headers=headers, timeout=120)
+    assert ours.status_code == theirs.status_code, f"ours {ours.text[:300]} / vLLM {theirs.text[:300]}"
+    if theirs.status_code == 400:
+        assert ours.json()["error"]["message"] == theirs.json()["error"]["message"], (ours.text, theirs.text)

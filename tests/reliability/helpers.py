@@ -81,8 +81,10 @@ class Reply:
 
 
 def request(stack: Stack, path: str, body: bytes | None = None, *, method: str | None = None,
-            content_type: str = "application/json", timeout: float = 60) -> Reply:
-    req = urllib.request.Request(stack.base_url + path, data=body, method=method or ("POST" if body is not None else "GET"))
+            content_type: str = "application/json", timeout: float = 60,
+            headers: dict[str, str] | None = None) -> Reply:
+    req = urllib.request.Request(stack.base_url + path, data=body, method=method or ("POST" if body is not None else "GET"),
+                                 headers=headers or {})
     if body is not None:
         req.add_header("Content-Type", content_type)
     try:
@@ -133,7 +135,7 @@ def server_load(stack: Stack, polls: int = 16) -> int:
 # -- raw streaming ---------------------------------------------------------------------------
 
 def open_stream(stack: Stack, body: bytes, *, rcvbuf: int | None = None, timeout: float = 30,
-                after: bytes = b"") -> socket.socket:
+                after: bytes = b"", headers: dict[str, str] | None = None) -> socket.socket:
     """Send a streaming request on a raw socket and return it unread (the caller misbehaves)."""
     s = socket.socket()
     if rcvbuf is not None:
@@ -141,7 +143,8 @@ def open_stream(stack: Stack, body: bytes, *, rcvbuf: int | None = None, timeout
     s.settimeout(timeout)
     s.connect(("127.0.0.1", stack.port))
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+            f"Content-Length: {len(body)}\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()) + "\r\n").encode()
     s.sendall(head + body + after)
     return s
 

@@ -86,6 +86,15 @@ class DPDeployment:
                     best[idx] = stats
         return best
 
+    def diagnosis(self) -> str:
+        """What a timed-out wait reports: each worker's /load and the deployment's last log lines."""
+        loads = {}
+        for _ in range(16):
+            with urllib.request.urlopen(self.stack.base_url + "/load", timeout=30) as r:
+                load = json.load(r)
+            loads[load.get("worker")] = load
+        return f"loads {loads}\n" + "\n".join(self.stack.logs().splitlines()[-40:])
+
     def close(self) -> None:
         if hasattr(self, "stack"):
             self.stack.terminate(60)
@@ -124,6 +133,29 @@ def test_one_engine_fails_under_live_streams(fault):
     _one_engine_fails(dp, fault, LONG)
 
 
+def test_a_router_picks_the_engine():
+    """vLLM's X-data-parallel-rank header: the request runs on that engine whatever the load; a
+    rank outside the deployment is a 400 in vLLM's words; a value that is not a number is
+    ignored (least-loaded routing), as in vLLM."""
+    model = materialize_deepseek_v4(os.path.join(REPO, ".cache", "demo-deepseek-v4"))
+    dp = DPDeployment(lambda port: [sim_engine(0, port, model), sim_engine(1, port, model)], model)
+    try:
+        opened = [open_stream(dp.stack, chat_body(stream=True, max_tokens=LONG, ignore_eos=True),
+                              headers={"X-data-parallel-rank": "1"}) for _ in range(3)]
+        stats = _wait(lambda: (st := dp.per_engine_stats()) and int(st.get("1", {}).get("num_running_reqs", 0)) >= 3
+                      and st, 30, lambda: f"three streams on engine 1: {dp.per_engine_stats()}")
+        assert int(stats.get("0", {}).get("num_running_reqs", 0)) == 0, stats
+        for s in opened:
+            s.close()
+        bad = request(dp.stack, "/v1/chat/completions", chat_body(), headers={"X-data-parallel-rank": "2"})
+        assert bad.status == 400, bad.body
+        assert bad.json()["error"]["message"] == "data_parallel_rank 2 is out of range [0, 2).", bad.body
+        ignored = request(dp.stack, "/v1/chat/completions", chat_body(), headers={"X-data-parallel-rank": "one"})
+        assert ignored.status == 200, ignored.body
+    finally:
+        dp.close()
+
+
 @pytest.mark.real_engine
 def test_one_real_engine_killed_under_live_streams():
     """The same with two of vLLM's own CPU EngineCores (tiny random-weight model). Their first
@@ -133,22 +165,28 @@ def test_one_real_engine_killed_under_live_streams():
     model = build_tiny_model()
     dp = DPDeployment(lambda port: [vllm_engine(0, port, model), vllm_engine(1, port, model)], model,
                       ready_timeout=600, engine_timeout=20)
-    for _ in range(4):  # least-loaded routing alternates: both engines run their first steps
-        assert request(dp.stack, "/v1/chat/completions", chat_body(max_tokens=4)).status == 200
+    for i in range(4):  # both engines run their first steps
+        assert request(dp.stack, "/v1/chat/completions", chat_body(max_tokens=4),
+                       headers={"X-data-parallel-rank": str(i % 2)}).status == 200
     # The streams that finish run 1,600 tokens (they only need to outlive the kill); the ones
     # whose clients leave ask 3,800, far longer than the 15 s the aborts get to reach engine 0.
-    _one_engine_fails(dp, "killed", 1600, streams=4, gone_long=3800)
+    # They are pinned two to each engine (a router's X-data-parallel-rank): least-loaded routing
+    # reads the engines' stats, which a busy box delivers late, and the test needs both engines.
+    _one_engine_fails(dp, "killed", 1600, streams=4, gone_long=3800, pin=True)
 
 
-def _one_engine_fails(dp: DPDeployment, fault: str, long: int, streams: int = 8, gone_long: int | None = None) -> None:
+def _one_engine_fails(dp: DPDeployment, fault: str, long: int, streams: int = 8, gone_long: int | None = None,
+                      pin: bool = False) -> None:
     try:
-        # Streams on both engines (least-loaded routing spreads them), long enough to outlive
-        # the fault by far.
+        # Streams on both engines (least-loaded routing spreads them, or `pin` sends them to
+        # alternate engines), long enough to outlive the fault by far.
         opened = [open_stream(dp.stack, chat_body(stream=True, max_tokens=long, temperature=1.0, seed=i,
-                                                   ignore_eos=True))
+                                                   ignore_eos=True),
+                              headers={"X-data-parallel-rank": str(i % 2)} if pin else None)
                    for i in range(streams)]
         _wait(lambda: all(int(s["num_running_reqs"]) >= 1 for s in dp.per_engine_stats().values())
-              and len(dp.per_engine_stats()) == 2, 20, "streams running on both engines")
+              and len(dp.per_engine_stats()) == 2, 60,
+              lambda: f"streams running on both engines: {dp.per_engine_stats()}\n" + dp.diagnosis())
         if fault == "killed":
             os.killpg(dp.engines[1].pid, signal.SIGKILL)  # vLLM's EngineCore is a child of its launcher
         # (hung: engine 1 stops stepping after 150 steps, ~0.75 s in)
