@@ -58,9 +58,15 @@ from .wire import (
 class OutputClock:
     """`time.monotonic()` when the engine output batch being delivered now arrived; 0.0 outside
     a delivery. Per-token consumers (ITL metrics) read it instead of the clock: one clock read
-    per engine step, not per token, and every output of one step stamped alike."""
+    per engine step, not per token, and every output of one step stamped alike.
+
+    A delivery may carry several engine steps of one stream (a backlog drained at once, see
+    `EngineClient._drain`): `steps` says how many, `now` is when the first of them arrived and
+    `last` when the last did (`last == now` for one step)."""
 
     now = 0.0
+    last = 0.0
+    steps = 1
 
 
 log = logging.getLogger(__name__)
@@ -130,6 +136,9 @@ class EngineClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reader_fd: int | None = None
         self._drain_scheduled = False
+        # While a drain reads a backlog: each running stream's new token ids of the messages
+        # read so far, delivered once per stream at the end of the drain (see `_drain`).
+        self._coalesce: dict[str, list] | None = None
         # Called around each drain of the output socket (one or more engine steps' outputs):
         # the server gathers a stream's writes of one drain into one (vllm_pyfrontend.server.sse).
         self.drain_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
@@ -705,36 +714,83 @@ class EngineClient:
 
     def _drain(self, sock: zmq.Socket) -> bool:
         """Handle queued output messages; False when the time slice or budget ran out first
-        (another drain is scheduled)."""
+        (another drain is scheduled).
+
+        The first message is delivered as it is read. When more are queued behind it (the
+        engine steps faster than this worker streams), the plain token steps of each stream
+        are gathered over the rest of the drain and delivered once per stream at its end: the
+        detokenizer, parsers and SSE framing run once per stream per drain instead of once per
+        step, so a worker that falls behind catches up instead of falling further behind, and
+        a new stream's first token waits for one pass over the backlog, not for every step
+        before it to be streamed (vLLM's output collector merges a slow consumer's deltas the
+        same way). Anything else for a stream (its finish, logprobs, an error) is delivered in
+        order, after the steps gathered before it."""
         recv = sock.recv_multipart
         deadline = time.monotonic() + _DRAIN_SECONDS
-        for _ in range(_DRAIN_BUDGET):
-            try:
-                frames = recv(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return True  # drained: the FD is re-armed
-            except zmq.ZMQError as e:
-                log.error("output socket error: %s", e)
-                return True
-            try:
-                self._handle_message(frames)
-            except Exception:  # never let one batch stop the reader
-                log.exception("failed to process an engine output batch")
-            if self._output is None:
-                return True
-            if time.monotonic() > deadline:
-                break
+        done = False
+        try:
+            for i in range(_DRAIN_BUDGET):
+                try:
+                    frames = recv(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    done = True  # drained: the FD is re-armed
+                    break
+                except zmq.ZMQError as e:
+                    log.error("output socket error: %s", e)
+                    done = True
+                    break
+                if i == 1:
+                    self._coalesce = {}
+                try:
+                    self._handle_message(frames)
+                except Exception:  # never let one batch stop the reader
+                    log.exception("failed to process an engine output batch")
+                if self._output is None:
+                    done = True
+                    break
+                if time.monotonic() > deadline:
+                    break
+        finally:
+            gathered, self._coalesce = self._coalesce, None
+            if gathered:
+                self._deliver_gathered(gathered)
+        if done:
+            return True
         # Budget spent with messages possibly left: the FD will not fire for
         # them, so come back on the next loop iteration.
         self._schedule_drain()
         return False
 
+    def _deliver_gathered(self, gathered: dict[str, list]) -> None:
+        """Each stream's token steps gathered by a drain, as one output (`_drain`)."""
+        sinks = self._sinks
+        try:
+            for rid, entry in gathered.items():
+                self._deliver_steps(rid, sinks.get(rid), entry)
+        finally:
+            OutputClock.now = OutputClock.last = 0.0
+            OutputClock.steps = 1
+
+    def _deliver_steps(self, rid: str, sink: OutputSink | None, entry: list) -> None:
+        """One stream's gathered steps: [token ids, steps, first arrival, last arrival]."""
+        if sink is None:  # ended meanwhile (aborted here, its engine down)
+            return
+        ids, OutputClock.steps, OutputClock.now, OutputClock.last = entry
+        on_tokens = getattr(sink, "on_tokens", None)
+        try:
+            if on_tokens is not None:
+                on_tokens(ids)
+            else:
+                sink.on_output(EngineOutput(rid, ids))
+        except Exception as e:
+            self._sink_failed(rid, sink, EngineOutput(rid, ids), e)
+
     def _handle_message(self, frames: list) -> None:
-        OutputClock.now = time.monotonic()
+        OutputClock.now = OutputClock.last = time.monotonic()
         try:
             self._handle_batch(frames)
         finally:
-            OutputClock.now = 0.0
+            OutputClock.now = OutputClock.last = 0.0
 
     def _handle_batch(self, frames: list) -> None:
         if len(frames) == 1 and is_engine_dead(frames):
@@ -756,12 +812,22 @@ class EngineClient:
         if batch.utility_output is not None:
             self._resolve_utility(batch.utility_output)
         sinks = self._sinks
+        gathering = self._coalesce
         for out in batch.outputs:
             if type(out) is tuple:
                 # The common step: a running request's new token ids, nothing else.
                 rid, ids = out
                 sink = sinks.get(rid)
                 if sink is not None:
+                    if gathering is not None:  # a backlog: delivered at the drain's end
+                        entry = gathering.get(rid)
+                        if entry is None:
+                            gathering[rid] = [ids, 1, OutputClock.now, OutputClock.now]
+                        else:
+                            entry[0] += ids
+                            entry[1] += 1
+                            entry[3] = OutputClock.now
+                        continue
                     on_tokens = getattr(sink, "on_tokens", None)
                     try:
                         if on_tokens is not None:
@@ -773,6 +839,13 @@ class EngineClient:
                     continue
                 out = EngineOutput(rid, ids)
             rid = out.request_id
+            if gathering and rid in gathering:  # its steps gathered so far go first
+                now = OutputClock.now
+                try:
+                    self._deliver_steps(rid, sinks.get(rid), gathering.pop(rid))
+                finally:
+                    OutputClock.now = OutputClock.last = now
+                    OutputClock.steps = 1
             sink = sinks.get(rid)
             if sink is None:
                 self._orphan(engine, out)

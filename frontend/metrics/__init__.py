@@ -351,6 +351,20 @@ class RequestMetrics:
         counts[bisect_left(_ITL_BOUNDS, itl)] += 1
         self._itl_sum += itl
 
+    def on_steps(self, first: float, last: float, steps: int) -> None:
+        """`steps` engine outputs with new tokens, the first arrived at `first` and the last at
+        `last`, delivered at once (a drained backlog): as many ITL observations as steps, the
+        time between the first and the last spread evenly over them (the sum is exact)."""
+        self.on_output(first)
+        if steps > 1:
+            gap = (last - first) / (steps - 1)
+            counts = self._itl_counts
+            if counts is None:
+                counts = self._itl_counts = [0] * (len(_ITL_BOUNDS) + 1)
+            counts[bisect_left(_ITL_BOUNDS, gap)] += steps - 1
+            self._itl_sum += last - first
+            self.last_token_at = last
+
     def on_finished(
         self,
         finish_reason: str,

@@ -116,7 +116,10 @@ class RequestRun:
         if choice.finished:
             return
         if token_ids and choice.metrics is not None:
-            choice.metrics.on_output(OutputClock.now or None)
+            if OutputClock.steps == 1:
+                choice.metrics.on_output(OutputClock.now or None)
+            else:  # a backlog's steps at once: each step still counts for ITL, as in vLLM
+                choice.metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
         engine_stopped = finish_reason == "stop"
         text, matched = choice.text.feed(token_ids, engine_stopped)
         if matched is not None:

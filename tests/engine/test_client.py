@@ -473,6 +473,57 @@ async def test_many_batches_are_all_delivered(addresses, zctx):
 
 
 @on_uvloop
+async def test_a_backlog_is_delivered_once_per_stream(addresses, zctx, monkeypatch):
+    """Messages queued behind the first of a drain: each stream's plain token steps go to its
+    sink once, at the drain's end, in order, with the number of steps on the OutputClock; a
+    stream's finish comes after the steps gathered before it; a stream aborted meanwhile gets
+    nothing more."""
+    import vllm_pyfrontend.engine.client as client_mod
+    from vllm_pyfrontend.engine.client import OutputClock
+
+    monkeypatch.setattr(client_mod, "_DRAIN_SECONDS", 60.0)  # the whole backlog in one drain
+    client, (eng,), _ = await _started(addresses, zctx)
+
+    class Clocked(Sink):
+        def __init__(self, on_gathered=None):
+            super().__init__()
+            self.seen: list[tuple[int, int, bool]] = []
+            self.on_gathered = on_gathered
+
+        def on_output(self, o) -> None:
+            super().on_output(o)
+            self.seen.append((len(o.new_token_ids), OutputClock.steps, OutputClock.last >= OutputClock.now > 0))
+            if OutputClock.steps > 1 and self.on_gathered:
+                self.on_gathered()
+
+    try:
+        sinks = {"r0": Clocked(lambda: client.abort(["r2"])), "r1": Clocked(), "r2": Clocked()}
+        for rid, sink in sinks.items():
+            client.add_request(_req(rid, max_tokens=100), sink)
+        for _ in range(3):
+            await eng.recv()
+        for step in range(10):
+            eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput(rid, [step]) for rid in sinks]))
+        eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r0", [10]),
+                                            EngineCoreOutput("r1", [10], finish_reason=1)]))
+        eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r0", [11])]))
+        time.sleep(0.3)  # every message queued in the client's socket before its loop reads one
+        await until(lambda: sinks["r1"].outputs and sinks["r1"].outputs[-1].finished
+                    and len(sinks["r0"].tokens) == 12)
+        r0, r1, r2 = sinks.values()
+        assert r0.tokens == list(range(12)) and r0.seen == [(1, 1, True), (11, 11, True)]
+        # r1: the first step as read, the next nine at once, then its finish (in order)
+        assert r1.tokens == list(range(11)) and r1.seen == [(1, 1, True), (9, 9, True), (1, 1, True)]
+        assert r2.tokens == [0] and r2.seen == [(1, 1, True)]  # aborted by r0's delivery
+        assert await eng.recv() == (b"\x01", ["r2"])
+        assert OutputClock.now == OutputClock.last == 0.0 and OutputClock.steps == 1
+        assert client.num_in_flight == 1  # r0 runs on
+    finally:
+        await client.close()
+        eng.close()
+
+
+@on_uvloop
 async def test_abort_goes_out_while_a_drain_is_held_open(addresses, zctx, monkeypatch):
     """A drain cut by its time slice stays open across loop iterations (writes held): an abort
     made meanwhile (a client left) still goes to the engine at once, between slices, and the

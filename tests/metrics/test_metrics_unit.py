@@ -260,3 +260,20 @@ def test_stats_tap_passes_the_engines_clock():
     client._stats_engine_at[0] = 1234.5  # as EngineClient stores it, before the sample
     client._stats[0] = {"num_running_reqs": 1}
     assert seen == [(0, 1234.5)]
+
+
+def test_steps_delivered_at_once_count_as_steps():
+    """A drained backlog delivers several engine steps of a stream at once (on_steps): TTFT is
+    the first step's arrival, ITL has one observation per step after the first, their sum the
+    time from the first arrival to the last."""
+    m = WorkerMetrics("m", [0], 128)
+    r = m.start_request(arrival=0.0)
+    r.on_steps(0.5, 0.5 + 0.004 * 4, 5)  # first token, then 4 steps 4 ms apart
+    r.on_output(0.6)
+    r.on_finished("length", 1, 6, now=0.6)
+    s = samples(m.render())
+    lbl = {"model_name": "m", "engine": "0"}
+    assert value(s, "vllm:time_to_first_token_seconds_sum", **lbl) == pytest.approx(0.5)
+    assert value(s, "vllm:inter_token_latency_seconds_count", **lbl) == 5
+    assert value(s, "vllm:inter_token_latency_seconds_sum", **lbl) == pytest.approx(0.1)
+    assert value(s, "vllm:inter_token_latency_seconds_bucket", le="0.01", **lbl) == 4
