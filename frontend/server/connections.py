@@ -19,8 +19,10 @@ This leans on three aiohttp internals (`Server._kwargs`, `RequestHandler._waiter
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import socket
 import ssl
 import time
 from typing import Any
@@ -155,9 +157,90 @@ class GuardedSite(web.SockSite):
         def protocol() -> GuardedRequestHandler:
             return GuardedRequestHandler(self._guard, server, loop=loop, **kwargs)
 
-        self._server = await loop.create_server(
-            protocol, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog
-        )
+        self._sock.listen(self._backlog)
+        self._server = Acceptor(loop, self._sock, protocol, self._ssl_context)  # type: ignore[assignment]
+
+
+class Acceptor:
+    """Serves a listening socket: each time it is readable, every pending connection is taken.
+
+    uvloop's own server (`loop.create_server`) takes one connection per event-loop iteration. A
+    worker that is streaming runs iterations of 10 ms or more (an output drain is one), so a
+    burst of 1000 connections whose TCP handshakes had all completed waited in the listen queue
+    for ~10 s, and their time to first token with them. Here the whole queue is taken at once,
+    in arrival order, and each connection gets its protocol (and TLS handshake) as on
+    `create_server`. Stands in for the `asyncio.Server` that aiohttp's site keeps (`close`,
+    `wait_closed`, `sockets`, `is_serving`)."""
+
+    BATCH = 1024  # connections taken per readiness; a longer queue is taken on the next pass
+    PAUSE_S = 1.0  # out of file descriptors (or memory): stop accepting this long, as asyncio does
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: Any, protocol_factory: Any,
+                 ssl_context: ssl.SSLContext | None):
+        self._loop = loop
+        self._sock = sock
+        self._factory = protocol_factory
+        self._ssl = ssl_context
+        self._tcp = sock.family in (socket.AF_INET, socket.AF_INET6)
+        self._serving = True
+        self._paused: asyncio.TimerHandle | None = None
+        sock.setblocking(False)
+        loop.add_reader(sock.fileno(), self._accept_all)
+
+    @property
+    def sockets(self) -> tuple[Any, ...]:
+        return (self._sock,) if self._serving else ()
+
+    def is_serving(self) -> bool:
+        return self._serving
+
+    def close(self) -> None:
+        if not self._serving:
+            return
+        self._serving = False
+        if self._paused is not None:
+            self._paused.cancel()
+            self._paused = None
+        else:
+            self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+
+    async def wait_closed(self) -> None:
+        return None
+
+    def _accept_all(self) -> None:
+        sock = self._sock
+        for _ in range(self.BATCH):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:  # the client left while queued
+                continue
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.error("cannot accept connections (%s): paused for %.0f s", e, self.PAUSE_S)
+                    self._loop.remove_reader(sock.fileno())
+                    self._paused = self._loop.call_later(self.PAUSE_S, self._resume)
+                else:
+                    log.error("accept failed: %s", e)
+                return
+            conn.setblocking(False)
+            if self._tcp:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._loop.create_task(self._connect(conn))
+
+    def _resume(self) -> None:
+        self._paused = None
+        if self._serving:
+            self._loop.add_reader(self._sock.fileno(), self._accept_all)
+
+    async def _connect(self, conn: Any) -> None:
+        try:
+            await self._loop.connect_accepted_socket(self._factory, sock=conn, ssl=self._ssl)
+        except Exception as e:  # a TLS handshake that failed, a client that reset at once
+            log.debug("connection dropped before it started: %s", e)
+            conn.close()
 
 
 def check_tls_files(policy: WorkerPolicy) -> None:
