@@ -141,11 +141,13 @@ class GuardedRequestHandler(RequestHandler):
 class GuardedSite(web.SockSite):
     """`web.SockSite` whose connections are `GuardedRequestHandler`s."""
 
-    __slots__ = ("_guard",)
+    __slots__ = ("_guard", "_shared")
 
-    def __init__(self, runner: web.BaseRunner, sock: Any, guard: ConnectionGuard, **kwargs: Any):
+    def __init__(self, runner: web.BaseRunner, sock: Any, guard: ConnectionGuard, *, shared: bool = False,
+                 **kwargs: Any):
         super().__init__(runner, sock, **kwargs)
         self._guard = guard
+        self._shared = shared  # the socket's queue is every worker's (see Acceptor.SHARED_BATCH)
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
@@ -158,7 +160,8 @@ class GuardedSite(web.SockSite):
             return GuardedRequestHandler(self._guard, server, loop=loop, **kwargs)
 
         self._sock.listen(self._backlog)
-        self._server = Acceptor(loop, self._sock, protocol, self._ssl_context)  # type: ignore[assignment]
+        self._server = Acceptor(loop, self._sock, protocol, self._ssl_context,  # type: ignore[assignment]
+                                shared=self._shared)
 
 
 class Acceptor:
@@ -173,10 +176,15 @@ class Acceptor:
     `wait_closed`, `sockets`, `is_serving`)."""
 
     BATCH = 1024  # connections taken per readiness; a longer queue is taken on the next pass
+    # A listening socket that all workers share (a Unix socket, or the one vLLM's launcher hands
+    # over) has one queue: taking it whole would give a burst to whichever worker woke first,
+    # so a worker takes this many per pass and the others take theirs meanwhile.
+    SHARED_BATCH = 16
     PAUSE_S = 1.0  # out of file descriptors (or memory): stop accepting this long, as asyncio does
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sock: Any, protocol_factory: Any,
-                 ssl_context: ssl.SSLContext | None):
+                 ssl_context: ssl.SSLContext | None, *, shared: bool = False):
+        self._batch = self.SHARED_BATCH if shared else self.BATCH
         self._loop = loop
         self._sock = sock
         self._factory = protocol_factory
@@ -210,7 +218,7 @@ class Acceptor:
 
     def _accept_all(self) -> None:
         sock = self._sock
-        for _ in range(self.BATCH):
+        for _ in range(self._batch):
             try:
                 conn, _ = sock.accept()
             except (BlockingIOError, InterruptedError):

@@ -185,7 +185,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     # aiohttp listen()s again with its own backlog (128 by default): bursts of connections
     # (1024 streams opening at once) would overflow it and wait for SYN retransmits.
     guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker)
-    site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy))
+    site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy),
+                       shared=config.listen_fd is not None)
     await site.start()
     grpc_frontend = None
     if config.grpc_port is not None:

@@ -95,3 +95,16 @@ def test_a_closed_acceptor_refuses_and_frees_the_port():
         raise AssertionError("a closed acceptor still takes connections")
 
     uvloop.run(main())
+
+
+def test_a_shared_socket_is_taken_a_few_at_a_time():
+    """A listening socket every worker shares: each pass takes SHARED_BATCH connections, so the
+    other workers get their share of a burst."""
+
+    async def serve(loop, sock, factory):
+        return Acceptor(loop, sock, factory, None, shared=True)
+
+    made = _burst_iterations(serve)
+    assert len(made) == BURST
+    passes = -(-BURST // Acceptor.SHARED_BATCH)
+    assert passes - 2 <= max(made) - min(made) <= passes + 2, (min(made), max(made))
