@@ -776,6 +776,10 @@ class EngineClient:
         if sink is None:  # ended meanwhile (aborted here, its engine down)
             return
         ids, OutputClock.steps, OutputClock.now, OutputClock.last = entry
+        self._give_tokens(rid, sink, ids)
+
+    def _give_tokens(self, rid: str, sink: OutputSink, ids: list[int]) -> None:
+        """A running output with nothing but new token ids (the per-token path)."""
         on_tokens = getattr(sink, "on_tokens", None)
         try:
             if on_tokens is not None:
@@ -828,14 +832,7 @@ class EngineClient:
                             entry[1] += 1
                             entry[3] = OutputClock.now
                         continue
-                    on_tokens = getattr(sink, "on_tokens", None)
-                    try:
-                        if on_tokens is not None:
-                            on_tokens(ids)
-                        else:
-                            sink.on_output(EngineOutput(rid, ids))
-                    except Exception as e:
-                        self._sink_failed(rid, sink, EngineOutput(rid, ids), e)
+                    self._give_tokens(rid, sink, ids)
                     continue
                 out = EngineOutput(rid, ids)
             rid = out.request_id
