@@ -764,19 +764,20 @@ class EngineClient:
     def _deliver_gathered(self, gathered: dict[str, list]) -> None:
         """Each stream's token steps gathered by a drain, as one output (`_drain`)."""
         sinks = self._sinks
-        try:
-            for rid, entry in gathered.items():
-                self._deliver_steps(rid, sinks.get(rid), entry)
-        finally:
-            OutputClock.now = OutputClock.last = 0.0
-            OutputClock.steps = 1
+        for rid, entry in gathered.items():
+            self._deliver_steps(rid, sinks.get(rid), entry)
 
     def _deliver_steps(self, rid: str, sink: OutputSink | None, entry: list) -> None:
-        """One stream's gathered steps: [token ids, steps, first arrival, last arrival]."""
+        """One stream's gathered steps: [token ids, steps, first arrival, last arrival], with
+        the OutputClock set to them for the delivery and put back after it."""
         if sink is None:  # ended meanwhile (aborted here, its engine down)
             return
+        clock = OutputClock.now, OutputClock.last, OutputClock.steps
         ids, OutputClock.steps, OutputClock.now, OutputClock.last = entry
-        self._give_tokens(rid, sink, ids)
+        try:
+            self._give_tokens(rid, sink, ids)
+        finally:
+            OutputClock.now, OutputClock.last, OutputClock.steps = clock
 
     def _give_tokens(self, rid: str, sink: OutputSink, ids: list[int]) -> None:
         """A running output with nothing but new token ids (the per-token path)."""
@@ -837,12 +838,7 @@ class EngineClient:
                 out = EngineOutput(rid, ids)
             rid = out.request_id
             if gathering and rid in gathering:  # its steps gathered so far go first
-                now = OutputClock.now
-                try:
-                    self._deliver_steps(rid, sinks.get(rid), gathering.pop(rid))
-                finally:
-                    OutputClock.now = OutputClock.last = now
-                    OutputClock.steps = 1
+                self._deliver_steps(rid, sinks.get(rid), gathering.pop(rid))
             sink = sinks.get(rid)
             if sink is None:
                 self._orphan(engine, out)

@@ -182,8 +182,9 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         sock.setblocking(False)
     else:
         sock = make_listen_socket(config.host, config.port, config.reuse_port)
-    # aiohttp listen()s again with its own backlog (128 by default): bursts of connections
-    # (1024 streams opening at once) would overflow it and wait for SYN retransmits.
+    # The site listen()s again with this backlog (a socket handed over may have a smaller one):
+    # bursts of connections (1024 streams opening at once) would overflow it and wait for SYN
+    # retransmits.
     guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker)
     site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy),
                        shared=config.listen_fd is not None)
