@@ -24,6 +24,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import deque
 from typing import Any, Callable, Iterable
 
 import zmq
@@ -79,6 +80,9 @@ _DRAIN_BUDGET = 512
 # is ~1 s of work). One drain still gathers every step that fits, so a stream's steps of one
 # drain go out in one write.
 _DRAIN_SECONDS = 0.01
+# Messages taken off the output socket per drain at most (~1 µs each): an engine that sends
+# faster than this is read on the next loop iteration.
+_TAKE_BUDGET = 8192
 # How long the writes of a drain that spans several slices may be held back (see _on_readable).
 _DRAIN_HOLD_SECONDS = 0.05
 # Ids aborted locally are remembered this long (in entries) so late outputs for
@@ -139,6 +143,8 @@ class EngineClient:
         # While a drain reads a backlog: each running stream's new token ids of the messages
         # read so far, delivered once per stream at the end of the drain (see `_drain`).
         self._coalesce: dict[str, list] | None = None
+        # Output messages taken off the socket and not handled yet (see `_take`).
+        self._received: deque[list[bytes]] = deque()
         # Called around each drain of the output socket (one or more engine steps' outputs):
         # the server gathers a stream's writes of one drain into one (vllm_pyfrontend.server.sse).
         self.drain_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
@@ -716,49 +722,68 @@ class EngineClient:
         """Handle queued output messages; False when the time slice or budget ran out first
         (another drain is scheduled).
 
-        The first message is delivered as it is read. When more are queued behind it (the
-        engine steps faster than this worker streams), the plain token steps of each stream
-        are gathered over the rest of the drain and delivered once per stream at its end: the
-        detokenizer, parsers and SSE framing run once per stream per drain instead of once per
-        step, so a worker that falls behind catches up instead of falling further behind, and
-        a new stream's first token waits for one pass over the backlog, not for every step
-        before it to be streamed (vLLM's output collector merges a slow consumer's deltas the
-        same way). Anything else for a stream (its finish, logprobs, an error) is delivered in
-        order, after the steps gathered before it."""
-        recv = sock.recv_multipart
+        Every message waiting on the socket is first taken off it (`_take`); they are then
+        handled in order for up to one time slice. The first message is delivered as it is
+        handled. When more are queued behind it (the engine steps faster than this worker
+        streams), the plain token steps of each stream are gathered over the rest of the drain
+        and delivered once per stream at its end: the detokenizer, parsers and SSE framing run
+        once per stream per drain instead of once per step, so a worker that falls behind
+        catches up instead of falling further behind, and a new stream's first token waits for
+        one pass over the backlog, not for every step before it to be streamed (vLLM's output
+        collector merges a slow consumer's deltas the same way). Anything else for a stream
+        (its finish, logprobs, an error) is delivered in order, after the steps gathered
+        before it."""
+        received = self._received
+        drained = self._take(sock, received)
         deadline = time.monotonic() + _DRAIN_SECONDS
-        done = False
         try:
             for i in range(_DRAIN_BUDGET):
-                try:
-                    frames = recv(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    done = True  # drained: the FD is re-armed
+                if not received:
                     break
-                except zmq.ZMQError as e:
-                    log.error("output socket error: %s", e)
-                    done = True
-                    break
+                frames = received.popleft()
                 if i == 1:
                     self._coalesce = {}
                 try:
                     self._handle_message(frames)
                 except Exception:  # never let one batch stop the reader
                     log.exception("failed to process an engine output batch")
-                if self._output is None:
-                    done = True
-                    break
+                if self._output is None:  # closed meanwhile: what is left has no reader
+                    received.clear()
+                    return True
                 if time.monotonic() > deadline:
                     break
         finally:
             gathered, self._coalesce = self._coalesce, None
             if gathered:
                 self._deliver_gathered(gathered)
-        if done:
+        if drained and not received:
             return True
-        # Budget spent with messages possibly left: the FD will not fire for
-        # them, so come back on the next loop iteration.
+        # Messages left (taken or still on the socket): the FD will not fire for them, so come
+        # back on the next loop iteration.
         self._schedule_drain()
+        return False
+
+    @staticmethod
+    def _take(sock: zmq.Socket, received: deque) -> bool:
+        """Move every message waiting on the output socket into `received`, each frame copied
+        into its own bytes; True when the socket is empty (its FD re-armed).
+
+        A message left on the socket keeps alive the receive buffer that ZMQ decoded it into
+        (shared by the messages of one read), so a backlog of small step messages costs
+        several times its size there. Against a zero-work engine (workers 1-3 s behind it) a
+        worker's C heap in use grew by ~200 MiB with the backlog left on the socket, by ~40
+        MiB with it taken off at once (`bench/run.py --workload fbound0`, glibc mallinfo2).
+        """
+        recv = sock.recv_multipart
+        append = received.append
+        for _ in range(_TAKE_BUDGET):
+            try:
+                append(recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return True
+            except zmq.ZMQError as e:
+                log.error("output socket error: %s", e)
+                return True
         return False
 
     def _deliver_gathered(self, gathered: dict[str, list]) -> None:

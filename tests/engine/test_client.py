@@ -524,6 +524,42 @@ async def test_a_backlog_is_delivered_once_per_stream(addresses, zctx, monkeypat
 
 
 @on_uvloop
+async def test_a_backlog_is_taken_off_the_socket_before_it_is_handled(addresses, zctx, monkeypatch):
+    """Every message waiting on the output socket is taken off it (copied into its own bytes)
+    when a drain begins, even when the drain's time slice handles only one: a backlog left on
+    the socket keeps ZMQ's shared receive buffers alive. The messages are still delivered one
+    per slice, in order."""
+    import vllm_pyfrontend.engine.client as client_mod
+
+    monkeypatch.setattr(client_mod, "_DRAIN_SECONDS", 0.0)  # every slice: one message
+    client, (eng,), _ = await _started(addresses, zctx)
+
+    class Watching(Sink):
+        def __init__(self):
+            super().__init__()
+            self.socket_had_more: list[bool] = []
+
+        def on_output(self, o) -> None:
+            super().on_output(o)
+            self.socket_had_more.append(bool(client._output.getsockopt(zmq.EVENTS) & zmq.POLLIN))
+
+    try:
+        sink = Watching()
+        client.add_request(_req("r0", max_tokens=100), sink)
+        await eng.recv()
+        for step in range(20):
+            eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r0", [step])]))
+        time.sleep(0.3)  # all queued in the client's socket before its loop reads one
+        await until(lambda: len(sink.tokens) == 20)
+        assert sink.tokens == list(range(20))
+        assert len(sink.outputs) == 20  # one message per slice: nothing gathered
+        assert sink.socket_had_more == [False] * 20  # all taken off before the first was handled
+    finally:
+        await client.close()
+        eng.close()
+
+
+@on_uvloop
 async def test_abort_goes_out_while_a_drain_is_held_open(addresses, zctx, monkeypatch):
     """A drain cut by its time slice stays open across loop iterations (writes held): an abort
     made meanwhile (a client left) still goes to the engine at once, between slices, and the
