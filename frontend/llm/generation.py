@@ -34,6 +34,21 @@ class GenerationConsumer(Protocol):
     def on_error(self, gen: "Generation", failure: Failure) -> None: ...
 
 
+class _Ended:
+    """The consumer of a generation whose request is over (`Generation.detach`): hears nothing."""
+
+    __slots__ = ()
+
+    def on_delta(self, gen, token_ids, logprobs, finish_reason, stop_reason) -> None:
+        pass
+
+    def on_error(self, gen, failure) -> None:
+        pass
+
+
+ENDED: GenerationConsumer = _Ended()
+
+
 class EngineSubmitter(Protocol):
     def abort(self, request_ids) -> None: ...
 
@@ -153,6 +168,14 @@ class Generation:
             return
         self._finish(FINISH_REASON_NAMES[FINISH_ABORT], None)
         self.client.abort((self.request_id,))
+
+    def detach(self) -> None:
+        """The request is answered: let go of its consumer. The consumer (a RequestRun) holds
+        this generation, so the two form a reference cycle that only the cyclic collector
+        frees, and with it everything the request built (detokenizer, writer, parsers): under
+        1024 streams ~900 ended requests per worker waited for it, ~40% of the worker's
+        growth in memory. Outputs that still arrive are dropped (it is finished by then)."""
+        self.consumer = ENDED
 
     def _finish(self, reason: str, stop_reason: int | str | None) -> None:
         self.finished = True

@@ -263,6 +263,13 @@ class RequestRun:
         """The error event of a failed stream, in this API's SSE framing (OpenAI's here)."""
         return b"data: " + error.to_bytes() + b"\n\n"
 
+    def release(self) -> None:
+        """The handler is done with this request: its generations let go of it (see
+        `Generation.detach`), so reference counting frees the request at once."""
+        for c in self.choices:
+            if c.gen is not None:
+                c.gen.detach()
+
     def cancel(self) -> None:
         """Client gone: abort every engine request, finish quietly."""
         for c in self.choices:

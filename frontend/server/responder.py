@@ -160,6 +160,7 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
                 _record_span(state.tracer, request, run, sub)
             except Exception:  # noqa: BLE001 - tracing never fails a request
                 log.exception("could not record the request's span")
+        run.release()
 
 
 def _record_metrics(run: RequestRun, sub: Submission) -> None:

@@ -68,7 +68,6 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
     ) -> None:
-        self.token_ids: list[int] = []
         self._skip = skip_special_tokens
         self._skip_ids: frozenset[int] = (
             vocab.special_token_ids if skip_special_tokens else frozenset()
@@ -97,7 +96,6 @@ class IncrementalDetokenizer:
     # ----------------------------------------------------------------- API
     def feed(self, token_ids: list[int]) -> str:
         """Consume ``token_ids``; return the complete new text they produce."""
-        self.token_ids.extend(token_ids)
         if len(token_ids) == 1:
             token_id = token_ids[0]
             if self._stream is None and self._raw_added is None and not self._pending:

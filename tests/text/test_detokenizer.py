@@ -35,7 +35,6 @@ def compare_streams(tok: Tokenizer, hf: tokenizers.Tokenizer, ids, prompt, skip,
         want = ref.get_next_output_text(False, True)
         got = ours.feed(chunk)
         assert got == want, (ids, prompt, skip, spaces, chunk)
-    assert ours.token_ids == ids
     assert ours.flush() == ""
 
 

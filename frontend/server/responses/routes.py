@@ -268,6 +268,7 @@ class _Turn:
                 m.on_finished("error" if run.error is not None else (gen.finish_reason or "abort"),
                               gen.num_prompt_tokens, gen.num_output_tokens,
                               max_tokens=req.sampling_params.get("max_tokens"), n=1)
+        run.release()
 
 
 # -- POST /v1/responses ---------------------------------------------------------------------------
