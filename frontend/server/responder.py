@@ -94,6 +94,15 @@ def submit_choices(
     return sub
 
 
+class _EventStream(web.StreamResponse):
+    """A streamed response whose headers wait for its first body write (aiohttp sends a
+    StreamResponse's headers at `prepare` unless told otherwise): the headers and the role
+    chunk go out in one write instead of two, ~one send() per request fewer. After that first
+    write the events go straight to the transport (SSEWriter)."""
+
+    _send_headers_immediately = False
+
+
 async def respond(state, request: web.Request, run: RequestRun, sub: Submission, *,
                   role_chunks: bool) -> web.StreamResponse:
     """Wait for the run's end and answer: SSE as it goes (streaming) or one JSON body."""
@@ -101,23 +110,24 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
     state.request_started()
     try:
         if run.stream:
-            resp = web.StreamResponse(
+            sse = run.sse
+            assert sse is not None
+            ids = run.prompt_token_ids if run.return_token_ids else None
+            first = b"".join(sse.role_chunk(c.index, ids) for c in run.choices) if role_chunks else b""
+            if run.echo_text:
+                first += b"".join(sse.content_chunk_bytes(c.index, run.echo_text) for c in run.choices)
+            resp = _EventStream(
                 status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
             )
             resp.enable_chunked_encoding()
             try:
                 await resp.prepare(request)
+                await resp.write(first)  # the headers and the first events: one write
             except ConnectionError:  # the client left before the headers went out
                 run.cancel()
                 return resp
-            sse = run.sse
-            assert sse is not None
             try:
-                ids = run.prompt_token_ids if run.return_token_ids else None
-                first = b"".join(sse.role_chunk(c.index, ids) for c in run.choices) if role_chunks else b""
-                if run.echo_text:
-                    first += b"".join(sse.content_chunk_bytes(c.index, run.echo_text) for c in run.choices)
-                sse.attach(request.transport, first_chunk=first)
+                sse.attach(request.transport, first_chunk=b"")
                 if not sse.alive:
                     run.cancel()
                 interval = state.config.policy.sse_keep_alive_interval
