@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from vllm_pyfrontend.config import WorkerPolicy
-from vllm_pyfrontend.server.connections import check_tls_files
+from vllm_pyfrontend.server.tls import check_tls_files
 from vllm_pyfrontend.supervisor.config_file import split_with_config
 from vllm_pyfrontend.llm.lora import parse_lora_modules
 from vllm_pyfrontend.supervisor.frontend_flags import is_refused, refusal

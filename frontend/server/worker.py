@@ -31,7 +31,8 @@ from vllm_pyfrontend.metrics import install_stats_tap
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.server.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
-from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite, make_ssl_context
+from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
+from vllm_pyfrontend.server.tls import make_ssl_context
 from vllm_pyfrontend.server.sse import begin_drain, end_drain
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
