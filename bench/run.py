@@ -315,12 +315,13 @@ def ratios(rows: list[dict]) -> dict:
     return out
 
 
-def chart(rows: list[dict], path: Path, title: str) -> None:
+def chart(rows: list[dict], path: Path, title: str) -> bool:
+    """Draw the run's chart; False (and nothing written) without matplotlib."""
     try:
         import matplotlib
     except ImportError:  # the `bench` extra; the JSON results are written already
         print(f"[bench] no chart ({path}): pip install '.[bench]' for matplotlib")
-        return
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -358,6 +359,7 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def _write(path: Path, doc: dict) -> None:
@@ -436,12 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     title = (f"{m['cpus']} cores ({m['cpu_model']}), sim engine step: {steps}, "
              f"{args.concurrency} concurrent streams, workers={args.workers}, median of "
              f"{args.repeat} trial(s); {info['started']}")
-    chart(rows, out.with_suffix(".png"), title)
+    charted = chart(rows, out.with_suffix(".png"), title)
     print(table(rows))
     print()
     for k, v in sorted(doc["ratios"].items()):
         print(k, {kk: (round(vv, 2) if vv is not None else None) for kk, vv in v.items()})
-    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    print(f"\nwrote {out}" + (f" and {out.with_suffix('.png')}" if charted else " (no chart)"))
     return 0 if all(r.get("ok") for r in rows) else 1
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 _CLI = "supervisor/cli.py"
 _MW = "frontend/server/middleware.py"
-_TLS = "frontend/server/connections.py (TLS in every worker; files checked at start)"
+_TLS = "frontend/server/tls.py (TLS in every worker; files checked at start)"
 _NO_ASGI = "there is no ASGI/FastAPI app here (aiohttp workers)"
 
 FRONTEND_FLAGS: dict[str, str] = {
