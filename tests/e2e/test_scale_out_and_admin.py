@@ -392,9 +392,15 @@ def test_abort_reaches_the_request_on_any_worker(pair):
 
     def run(base: str, streaming: threading.Event) -> None:
         body = {**_generate_body({"request_id": f"abort-me-{base[-5:]}", "stream": True,
-                                  "sampling_params": {"max_tokens": 3000, "temperature": 0, "ignore_eos": True}})}
+                                  "sampling_params": {"max_tokens": 4000, "temperature": 0, "ignore_eos": True}})}
         with httpx.stream("POST", base + "/inference/v1/generate", json=body, timeout=300) as r:
             for line in r.iter_lines():
+                # A reader that never yields the GIL starved the abort POSTs of the test's main
+                # thread: they reached the server 10-18 s late, near the stream's end, and on a
+                # busy CI box after its last token (finish "length"). vLLM's server still takes
+                # its first abort ~8 s into the stream (a probe: stream aborted at token ~2,160),
+                # hence 4,000 tokens (the model's 4,096 less the prompt), not 3,000.
+                time.sleep(0.001)
                 if line.startswith("data: ") and line != "data: [DONE]":
                     streaming.set()
                     ev = json.loads(line[6:])
@@ -420,5 +426,5 @@ def test_abort_reaches_the_request_on_any_worker(pair):
         t.join(30)
         assert not t.is_alive(), f"{base}: the aborted stream did not end"
         assert first_abort is not None and finals[base][2] > first_abort, (
-            f"{base}: the 3000-token stream ended before the first abort was sent", finals)
+            f"{base}: the 4000-token stream ended before the first abort was sent", finals)
         assert finals[base][:2] == ("abort", rid), finals
