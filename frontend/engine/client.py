@@ -439,11 +439,23 @@ class EngineClient:
             payload = encode_add(req, self._layout)
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
+        self._track(rid, sink, engine)
+        self._unsent[rid] = (payload, req)
+        self._schedule_flush()
+
+    def _track(self, rid: str, sink: OutputSink, engine: int) -> None:
+        """`rid` is in flight on `engine`: its outputs go to `sink`."""
         self._sinks[rid] = sink
         self._owner[rid] = engine
         self._in_flight[engine] += 1
-        self._unsent[rid] = (payload, req)
-        self._schedule_flush()
+
+    def _untrack(self, rid: str) -> tuple[int | None, OutputSink | None]:
+        """Forget `rid` (its engine and sink, None for what it no longer had)."""
+        sink = self._sinks.pop(rid, None)
+        engine = self._owner.pop(rid, None)
+        if engine is not None:
+            self._in_flight[engine] -= 1
+        return engine, sink
 
     def _route(self, req: EngineRequest) -> int:
         indices = self.engine_indices
@@ -502,11 +514,9 @@ class EngineClient:
         """
         queued = False
         for rid in request_ids:
-            self._sinks.pop(rid, None)
-            engine = self._owner.pop(rid, None)
+            engine, _ = self._untrack(rid)
             if engine is None:
                 continue
-            self._in_flight[engine] -= 1
             if self._unsent.pop(rid, None) is not None:
                 continue  # never sent: nothing to abort
             self._queue_abort(engine, rid)
@@ -552,9 +562,7 @@ class EngineClient:
                     self._lost_engine(engine, e, unsent)
                 except Exception as e:  # noqa: BLE001 - this one fails, the others still go
                     log.exception("could not send request %s", rid)
-                    sink = self._sinks.pop(rid, None)
-                    del self._owner[rid]
-                    self._in_flight[engine] -= 1
+                    _, sink = self._untrack(rid)
                     if sink is not None:
                         self._notify_failure(sink, Failure(FailureKind.INTERNAL, f"The request could not be sent: {e}"))
                     break
@@ -566,21 +574,18 @@ class EngineClient:
         moving = []
         for rid, (_, req) in unsent.items():
             if self._owner.get(rid) == engine and rid in self._sinks:
-                moving.append((rid, req, self._sinks.pop(rid)))
-                del self._owner[rid]
-                self._in_flight[engine] -= 1
+                moving.append((rid, req, self._untrack(rid)[1]))
         failure = error.failure
         reroute = len(self.engine_indices) > 1 and self._input is not None
         if reroute:
             self._engine_down(engine, failure)  # (what it ran fails; these were never sent)
+            if not self.healthy:  # that was the last engine
+                failure = self._unavailable().failure
         for rid, req, sink in moving:
             if reroute and req.data_parallel_rank is None and self.healthy:
-                new = self._route(req)
-                self._sinks[rid] = sink
-                self._owner[rid] = new
-                self._in_flight[new] += 1
+                self._track(rid, sink, self._route(req))
             else:
-                self._notify_failure(sink, failure if not reroute or self.healthy else self._unavailable().failure)
+                self._notify_failure(sink, failure)
 
     def _flush_aborts(self) -> None:
         pending, self._pending_aborts = self._pending_aborts, {}
