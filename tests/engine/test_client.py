@@ -620,6 +620,9 @@ async def test_abort_goes_out_while_a_drain_is_held_open(addresses, zctx, monkey
         sent.clear()
         for _ in range(5):
             eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r1", [1]), EngineCoreOutput("r2", [1])]))
+        # All five queued before the loop reads one: a drain that found only the first (the
+        # others still in flight) would end after it, with nothing left to hold it open.
+        time.sleep(0.3)
         assert await eng.recv() == (b"\x01", ["r2"])
         await until(lambda: len(first.outputs) == 5 and hooks and hooks[-1] == "end")
         assert sent == [(b"\x01", True)]  # sent between slices of the open drain
