@@ -44,15 +44,16 @@ def tree_pids(root: int) -> list[int]:
     return out
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of one process, its threads included."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return 0.0
+        return 0.0, 0.0
     fields = stat[stat.rfind(b")") + 2 :].split()
     # fields[0] is field 3 (state); utime is field 14, stime field 15.
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
 
 def _rss_bytes(pid: int) -> int:
@@ -69,6 +70,7 @@ class CpuSample:
     samples is visible as missing rather than silently lowering the total)."""
 
     per_pid: dict[int, float]
+    sys_per_pid: dict[int, float] | None = None  # the kernel's part of per_pid (stime)
 
     @property
     def total(self) -> float:
@@ -76,7 +78,8 @@ class CpuSample:
 
 
 def sample_cpu(root: int) -> CpuSample:
-    return CpuSample({pid: _cpu_seconds(pid) for pid in tree_pids(root)})
+    split = {pid: _cpu_seconds(pid) for pid in tree_pids(root)}
+    return CpuSample({pid: u + s for pid, (u, s) in split.items()}, {pid: s for pid, (u, s) in split.items()})
 
 
 def cpu_delta(before: CpuSample, after: CpuSample) -> float:
@@ -84,6 +87,12 @@ def cpu_delta(before: CpuSample, after: CpuSample) -> float:
     zero; one that died in between contributes nothing after `before` (its last ticks are lost,
     which is why the harness checks that the tree's membership did not change)."""
     return sum(t - before.per_pid.get(pid, 0.0) for pid, t in after.per_pid.items())
+
+
+def sys_delta(before: CpuSample, after: CpuSample) -> float:
+    """The kernel's part of `cpu_delta` (system calls: socket reads and writes, mostly)."""
+    b, a = before.sys_per_pid or {}, after.sys_per_pid or {}
+    return sum(t - b.get(pid, 0.0) for pid, t in a.items())
 
 
 def tree_rss(root: int) -> int:

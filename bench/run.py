@@ -169,6 +169,7 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
             "tpot_ms": {p: _pct(result, "tpot", p) for p in (50, 90, 99)},
             "itl_ms": {p: _pct(result, "itl", p) for p in (50, 90, 99)},
             "cpu_s": cpu,
+            "cpu_sys_s": procstat.sys_delta(before, after),
             "cpu_us_per_out_token": cpu / out_tokens * 1e6 if out_tokens else None,
             "cpu_ms_per_request": cpu / done * 1e3 if done else None,
             "cpu_util_cores": cpu / result["duration"],

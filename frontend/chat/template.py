@@ -41,6 +41,7 @@ from datetime import datetime
 from typing import Any
 
 import minijinja
+import msgspec
 
 from vllm_pyfrontend.text.tokenizer import read_model_chat_template
 
@@ -62,6 +63,10 @@ class ChatTemplateError(ValueError):
         self.message = message
 
 
+_json_encode = msgspec.json.encode
+_PLAIN_JSON = json.JSONEncoder(ensure_ascii=False)  # what json.dumps builds for tojson's defaults
+
+
 def _tojson(
     value: Any,
     ensure_ascii: bool = False,
@@ -69,6 +74,8 @@ def _tojson(
     separators: Any = None,
     sort_keys: bool = False,
 ) -> str:
+    if not ensure_ascii and indent is None and separators is None and not sort_keys:
+        return _PLAIN_JSON.encode(value)  # (the common call: one encoder, not one per call)
     if isinstance(separators, list):
         separators = tuple(separators)
     return json.dumps(
@@ -169,7 +176,12 @@ def _mark_final_message(messages: list[dict[str, Any]]) -> tuple[list[dict[str, 
 
 
 def _input_size(value: Any, budget: int = 1 << 26) -> int:
-    """Rough character count of the request data (for the fuel budget)."""
+    """Rough character count of the request data (for the fuel budget): the length of its
+    JSON, or where something in it is not JSON, a walk that counts strings' characters."""
+    try:
+        return len(_json_encode(value))
+    except (TypeError, ValueError, OverflowError):
+        pass
     stack = [value]
     total = 0
     while stack and total < budget:

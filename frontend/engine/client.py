@@ -877,14 +877,21 @@ class EngineClient:
 
     def _give_tokens(self, rid: str, sink: OutputSink, ids: list[int]) -> None:
         """A running output with nothing but new token ids (the per-token path)."""
-        on_tokens = getattr(sink, "on_tokens", None)
         try:
-            if on_tokens is not None:
-                on_tokens(ids)
-            else:
-                sink.on_output(EngineOutput(rid, ids))
+            sink.on_tokens(ids)
         except Exception as e:
-            self._sink_failed(rid, sink, EngineOutput(rid, ids), e)
+            self._tokens_failed(rid, sink, ids, e)
+
+    def _tokens_failed(self, rid: str, sink: OutputSink, ids: list[int], exc: Exception) -> None:
+        """`sink.on_tokens(ids)` raised: a sink without `on_tokens` (it is optional) gets the
+        step as an output; any other error fails the request."""
+        if isinstance(exc, AttributeError) and not hasattr(sink, "on_tokens"):
+            try:
+                sink.on_output(EngineOutput(rid, ids))
+            except Exception as e:
+                self._sink_failed(rid, sink, EngineOutput(rid, ids), e)
+            return
+        self._sink_failed(rid, sink, EngineOutput(rid, ids), exc)
 
     def _handle_message(self, frames: list) -> None:
         OutputClock.now = OutputClock.last = time.monotonic()
@@ -929,7 +936,10 @@ class EngineClient:
                             entry[1] += 1
                             entry[3] = OutputClock.now
                         continue
-                    self._give_tokens(rid, sink, ids)
+                    try:  # (_give_tokens, inlined: once per stream per step)
+                        sink.on_tokens(ids)
+                    except Exception as e:
+                        self._tokens_failed(rid, sink, ids, e)
                     continue
                 out = EngineOutput(rid, ids)
             rid = out.request_id

@@ -38,7 +38,7 @@ from smg_grpc_proto.generated import common_pb2
 from vllm_pyfrontend.engine.types import EngineDeadError, Failure, FailureKind, Logprobs
 from vllm_pyfrontend.grpc.lowering import Lowered, engine_limits, lower_generate
 from vllm_pyfrontend.llm.errors import InvalidRequestError
-from vllm_pyfrontend.llm.generation import Generation
+from vllm_pyfrontend.llm.generation import DeltaConsumer, Generation
 from vllm_pyfrontend.llm.submission import Submission
 from vllm_pyfrontend.text.text_stream import TextStream
 
@@ -59,7 +59,7 @@ _ENGINE_ABORTED = Failure(FailureKind.SHUTTING_DOWN,
                           "The engine aborted the request (it is shutting down or paused); retry it.")
 
 
-class _Call:
+class _Call(DeltaConsumer):
     """The `GenerationConsumer` of one Generate call: engine deltas queued for the handler."""
 
     __slots__ = ("events", "wake", "texts", "choices_metrics")

@@ -23,7 +23,7 @@ import numpy as np
 
 from vllm_pyfrontend.engine.types import Failure, Logprobs
 from vllm_pyfrontend.llm.errors import InvalidRequestError
-from vllm_pyfrontend.llm.generation import Generation
+from vllm_pyfrontend.llm.generation import DeltaConsumer, Generation
 from vllm_pyfrontend.llm.submission import Submission
 
 MAX_BEAM_WIDTH = 1024  # vLLM's VLLM_MAX_N_SEQUENCES default
@@ -91,7 +91,7 @@ def beam_score(tokens: list[int], cum_logprob: float, eos_token_id: int | None, 
     return cum_logprob / denominator
 
 
-class _Step:
+class _Step(DeltaConsumer):
     """The GenerationConsumer of one step's requests: each beam's logprob row."""
 
     def __init__(self, size: int):

@@ -31,7 +31,21 @@ class GenerationConsumer(Protocol):
         stop_reason: int | str | None,
     ) -> None: ...
 
+    def on_tokens(self, gen: "Generation", token_ids: list[int]) -> None:
+        """A running step with nothing but new token ids (the per-token path): the same as
+        `on_delta(gen, token_ids, None, None, None)`. `DeltaConsumer` supplies that."""
+        ...
+
     def on_error(self, gen: "Generation", failure: Failure) -> None: ...
+
+
+class DeltaConsumer:
+    """Base of a GenerationConsumer that handles every step in `on_delta`."""
+
+    __slots__ = ()
+
+    def on_tokens(self, gen: "Generation", token_ids: list[int]) -> None:
+        self.on_delta(gen, token_ids, None, None, None)  # type: ignore[attr-defined]
 
 
 class _Ended:
@@ -40,6 +54,9 @@ class _Ended:
     __slots__ = ()
 
     def on_delta(self, gen, token_ids, logprobs, finish_reason, stop_reason) -> None:
+        pass
+
+    def on_tokens(self, gen, token_ids) -> None:
         pass
 
     def on_error(self, gen, failure) -> None:
@@ -132,7 +149,7 @@ class Generation:
         if self.admission is not None:
             self.admission.on_output(self)
         self.num_output_tokens += len(token_ids)
-        self.consumer.on_delta(self, token_ids, None, None, None)
+        self.consumer.on_tokens(self, token_ids)
 
     def _add_prompt_logprobs(self, rows: Logprobs) -> None:
         """Chunked prefill sends the prompt's rows in pieces, in order."""

@@ -554,10 +554,13 @@ class Probe:
     the parse is still on.
     """
 
-    __slots__ = ("events",)
+    __slots__ = ("events", "memo")
 
     def __init__(self) -> None:
         self.events: list[tuple[str, int, int, Any]] = []
+        # Results of parsers that memoize within one probe (they report no events), keyed
+        # by (parser, input, position, eof).
+        self.memo: dict[tuple[Any, str, int, bool], Any] = {}
 
 
 def probe(p: P, s: str, pos: int = 0, eof: bool = False) -> tuple[Result, list[tuple[str, int, int, Any]]]:

@@ -24,7 +24,7 @@ from vllm_pyfrontend.text.text_stream import TextStream
 class Choice:
     __slots__ = (
         "index", "gen", "text", "assistant", "content", "reasoning", "tool_calls",
-        "logprobs", "token_ids", "finished", "tools_called", "metrics", "plain",
+        "logprobs", "token_ids", "finished", "tools_called", "metrics", "plain", "fast",
     )  # fmt: skip
 
     def __init__(self, index: int, text: TextStream, assistant):
@@ -40,6 +40,7 @@ class Choice:
         self.finished = False
         self.tools_called = False
         self.plain = type(assistant) is AssistantStream  # no parser: text is content
+        self.fast = False  # plain content that RequestRun writes as chunks itself (RequestRun._fast)
         self.metrics = None  # vllm_pyfrontend.metrics.RequestMetrics of this choice's engine request
 
 
@@ -98,12 +99,40 @@ class RequestRun:
         self.error: APIError | None = None
         self.error_sent = False  # streaming: the error event went to the writer
         self.sse: SSEWriter | None = None
+        # The handler writes the stream's end with `SSEWriter.last_frame` (server/responder.py):
+        # the events of the drain that ends the stream can wait for it (`SSEWriter.ending`).
+        self.ends_with_last_frame = False
         self._remaining = len(choices)
         # Plain content chunks may skip the assistant/formatter layers (see on_delta).
         self._fast = (stream and getattr(formatter, "plain_content_chunks", False) and not want_logprobs
                       and not return_token_ids and not continuous_usage)
+        for c in choices:
+            c.fast = self._fast and c.plain
 
     # -- GenerationConsumer -------------------------------------------------------------
+    def on_tokens(self, gen: Generation, token_ids: list[int]) -> None:
+        """`on_delta` of a running step with nothing but new token ids: the per-token path.
+        Plain streamed content (`Choice.fast`) goes from the text stream to the writer here;
+        anything else continues as in `on_delta`."""
+        choice = self.choices[gen.index]
+        if choice.finished:
+            return
+        metrics = choice.metrics
+        if metrics is not None and token_ids:
+            if OutputClock.steps == 1:
+                metrics.on_output(OutputClock.now or None)
+            else:
+                metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
+        text, matched = choice.text.feed(token_ids, False)
+        sse = self.sse
+        if matched is None and choice.fast and sse is not None:
+            if text:
+                sse.write_content(choice.index, text)
+                if not sse.alive:
+                    self.cancel()
+            return
+        self._after_text(gen, choice, token_ids, None, None, None, text, matched)
+
     def on_delta(
         self,
         gen: Generation,
@@ -120,8 +149,23 @@ class RequestRun:
                 choice.metrics.on_output(OutputClock.now or None)
             else:  # a backlog's steps at once: each step still counts for ITL, as in vLLM
                 choice.metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
+        text, matched = choice.text.feed(token_ids, finish_reason == "stop")
+        self._after_text(gen, choice, token_ids, logprobs, finish_reason, stop_reason, text, matched)
+
+    def _after_text(
+        self,
+        gen: Generation,
+        choice: Choice,
+        token_ids: list[int],
+        logprobs: Logprobs | None,
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+        text: str,
+        matched: str | None,
+    ) -> None:
+        """A step's released text (and the stop string it matched) through the assistant
+        stream to the formatter."""
         engine_stopped = finish_reason == "stop"
-        text, matched = choice.text.feed(token_ids, engine_stopped)
         if matched is not None:
             gen.stop_early("stop", matched)
             finish_reason, stop_reason = "stop", matched
@@ -135,9 +179,9 @@ class RequestRun:
                     logprobs = logprobs.head(kept)
         elif finish_reason is not None and not engine_stopped:
             text += choice.text.finish()
-        if finish_reason is None and choice.plain and self._fast and self.sse is not None:
-            # The common case, one call per token: plain streamed content, nothing per chunk
-            # but the text. Same bytes as the general path below.
+        if finish_reason is None and choice.fast and self.sse is not None:
+            # Plain streamed content, nothing per chunk but the text. Same bytes as the
+            # general path below.
             if text:
                 sse = self.sse
                 sse.write_content(choice.index, text)
@@ -234,8 +278,11 @@ class RequestRun:
         choice.finished = True
         self._remaining -= 1
         if self._remaining == 0:
-            if self.stream and self.sse is not None and self.include_usage:
-                self.formatter.stream_usage(self)
+            if self.stream and self.sse is not None:
+                if self.include_usage:
+                    self.formatter.stream_usage(self)
+                if self.ends_with_last_frame:
+                    self.sse.ending = True
             # [DONE] goes out with the end of the body, from the handler (SSEWriter.last_frame).
             if not self.done.done():
                 self.done.set_result(None)

@@ -133,6 +133,7 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
                 interval = state.config.policy.sse_keep_alive_interval
                 if interval > 0:
                     sse.keep_alive(interval)
+                run.ends_with_last_frame = True  # (written below, whatever ends the run)
                 try:
                     await run.done
                 finally:

@@ -61,6 +61,8 @@ def end_drain() -> None:
         return
     now = monotonic()
     for w in dirty:
+        if w.ending:
+            continue  # its stream ended in this drain: these events go with its end (last_frame)
         if w.text is not None:
             w._frame_text()
         out, w.out = w.out, None
@@ -79,7 +81,7 @@ class SSEWriter:
     keep_alive_frame = KEEP_ALIVE
 
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
-                 "out", "text", "last_write", "_keep_alive", "_content_head")
+                 "out", "text", "last_write", "_keep_alive", "_content_head", "ending")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -99,6 +101,9 @@ class SSEWriter:
         self.last_write = 0.0  # monotonic time of the last write to the transport
         self._keep_alive: asyncio.TimerHandle | None = None
         self._content_head = self.prefix + b'{"index":0,"delta":{"content":'  # choice 0's
+        # The stream's last events are written: what the current drain gathered for it waits
+        # for `last_frame`, which the handler writes with the end of the body (one write).
+        self.ending = False
 
     def attach(self, transport, first_chunk: bytes) -> None:
         """The response headers are out: write the role chunk, then anything held."""

@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from vllm_pyfrontend.engine.types import EngineDeadError, Failure
+from vllm_pyfrontend.llm.generation import DeltaConsumer
 from vllm_pyfrontend.llm.sampling import SamplingOptions, lower_sampling, resolve_max_tokens
 from vllm_pyfrontend.llm.submission import Submission
 from vllm_pyfrontend.server.errors import APIError
@@ -171,7 +172,7 @@ async def _in_pool(state: Any, fn, *args, **kwargs):
 
 
 # ----------------------------------------------------------------------------------- engine
-class _Chunk:
+class _Chunk(DeltaConsumer):
     """The output of one engine request (one audio chunk)."""
 
     def __init__(self, state: Any, prompt_ids: list[int], index: int, queue: asyncio.Queue | None):
@@ -210,7 +211,7 @@ class _Chunk:
             self.done.set_exception(err)
 
 
-class _Router:
+class _Router(DeltaConsumer):
     """Routes a Generation's outputs to its chunk."""
 
     def __init__(self, chunks: list[_Chunk]):

@@ -22,7 +22,8 @@ import functools
 class StopStringMatcher:
     """Per-request matcher; feed it detokenized deltas in order."""
 
-    __slots__ = ("_stops", "_include", "_max_len", "_keep", "_ends", "_tail", "_held", "_done", "_prefixes")
+    __slots__ = ("_stops", "_include", "_max_len", "_keep", "_ends", "_tail", "_held", "_done", "_prefixes",
+                 "_firsts")
 
     def __init__(self, stops: list[str], include_stop_str_in_output: bool) -> None:
         # Empty stop strings never match (vLLM's str.find would match "" at
@@ -34,6 +35,9 @@ class StopStringMatcher:
         # The stops' last characters: a stop can only complete in a delta holding one of them.
         self._ends: tuple[str, ...] = tuple(dict.fromkeys(s[-1] for s in self._stops))
         self._prefixes = _prefixes_by_last_char(tuple(self._stops))
+        # The stops' first characters: with nothing held, a delta holding none of them can
+        # neither complete a stop nor begin one (see feed).
+        self._firsts = frozenset(s[0] for s in self._stops)
         # Last (max_len - 1) characters seen: the overlap searched together
         # with the next delta.
         self._tail = ""
@@ -57,6 +61,14 @@ class StopStringMatcher:
         if self._done or not delta:
             return "", None
         if not self._stops:
+            return delta, None
+        if not self._held and not self._include and self._firsts.isdisjoint(delta):
+            # The common step. A stop that completes in this delta or ever reaches past it
+            # begins in it (none of its first characters here) or in a suffix of the text
+            # before it that is a stop's prefix, which would be held: none is. So nothing of
+            # the text so far can take part in a match: all of it goes out, no overlap kept.
+            # (With include_stop_str_in_output nothing is held, so `_held` says nothing.)
+            self._tail = ""
             return delta, None
 
         tail = self._tail

@@ -223,6 +223,20 @@ async def test_full_session(addresses, zctx):
         await until(lambda: last.dead is not None)
         assert last.failure.kind is FailureKind.INTERNAL and client.num_in_flight == 0
 
+        # A sink's own AttributeError in `on_tokens` fails its request like any other error
+        # (only a sink without `on_tokens` gets the step as an output instead).
+        class TokenSink(Sink):
+            def on_tokens(self, ids) -> None:
+                raise AttributeError("token sink bug")
+
+        broken = TokenSink()
+        client.add_request(_req("r6b"), broken)
+        await eng.recv()
+        eng.send(EngineCoreOutputs(outputs=[EngineCoreOutput("r6b", [1])]))
+        assert await eng.recv() == (b"\x01", ["r6b"])
+        assert broken.failure.kind is FailureKind.INTERNAL and "token sink bug" in broken.failure.message
+        assert broken.outputs == [] and client.num_in_flight == 0
+
         # Validation happens before anything is sent.
         with pytest.raises(InvalidEngineRequest) as e:
             client.add_request(_req("r6", temperature=5.0), Sink())

@@ -6,6 +6,7 @@ import pytest
 
 from vllm_pyfrontend.engine.types import EngineDeadError, InvalidEngineRequest
 from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.llm.generation import DeltaConsumer
 from vllm_pyfrontend.llm.submission import Submission
 
 
@@ -24,7 +25,7 @@ class _Engine:
         self.aborted.extend(ids)
 
 
-class _Consumer:
+class _Consumer(DeltaConsumer):
     def on_delta(self, *a) -> None: ...
 
     def on_error(self, *a) -> None: ...

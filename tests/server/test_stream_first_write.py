@@ -3,6 +3,7 @@ the headers at `prepare` and another for the role chunk: a send() per request fe
 
 from __future__ import annotations
 
+import asyncio
 import asyncio.selector_events as selector_events
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ from aiohttp.test_utils import TestServer
 from vllm_pyfrontend.chat.assistant import AssistantStream
 from vllm_pyfrontend.server.formatters import ChatFormatter
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
+from vllm_pyfrontend.server import sse as sse_mod
 from vllm_pyfrontend.server.responder import respond
 from vllm_pyfrontend.server.sse import SSEWriter
 from vllm_pyfrontend.text.text_stream import TextStream
@@ -70,3 +72,61 @@ async def test_headers_and_role_chunks_go_out_in_one_write(monkeypatch):
     assert answer[0].count(b'"role":"assistant"') == 2  # with the headers
     assert answer[-1].endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
     assert len(answer) == 2
+
+
+async def _answer_one_step(request: web.Request) -> web.StreamResponse:
+    """One choice whose last step (its finish) arrives in a drain of the engine's output after
+    the headers are out."""
+    choices = [Choice(0, TextStream(_Detok(), []), AssistantStream())]
+    run = RequestRun(response_id="chatcmpl-t", model="m", created=0, choices=choices, num_prompt_tokens=3,
+                     stream=True, include_usage=True, continuous_usage=False, formatter=ChatFormatter(str, 0))
+    run.sse = SSEWriter("chatcmpl-t", "m", 0)
+    gen = SimpleNamespace(index=0, num_output_tokens=1, finish_reason="length", stop_early=lambda *a: None)
+    choices[0].gen = gen
+
+    async def last_step() -> None:
+        while not run.ends_with_last_frame:  # (the headers are out, the handler waits)
+            await asyncio.sleep(0.001)
+        sse_mod.begin_drain()
+        run.on_delta(gen, [7], None, "length", None)
+        sse_mod.end_drain()
+
+    task = asyncio.ensure_future(last_step())
+    try:
+        return await respond(_state(), request, run, SimpleNamespace(requests=[]), role_chunks=True)
+    finally:
+        await task
+
+
+async def test_the_last_step_goes_out_with_the_end_of_the_body(monkeypatch):
+    """The drain that ends a stream leaves its events (the finish chunk, the usage) to the
+    handler, which writes them with [DONE] and the chunked terminator: one send() per request
+    fewer."""
+    writes: list[bytes] = []
+    cls = selector_events._SelectorSocketTransport
+    write, writelines = cls.write, cls.writelines
+
+    def counting_write(self, data):
+        writes.append(bytes(data))
+        return write(self, data)
+
+    def counting_writelines(self, lines):
+        lines = [bytes(x) for x in lines]
+        writes.append(b"".join(lines))
+        return writelines(self, lines)
+
+    monkeypatch.setattr(cls, "write", counting_write)
+    monkeypatch.setattr(cls, "writelines", counting_writelines)
+    app = web.Application()
+    app.router.add_post("/", _answer_one_step)
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        async with session.post(server.make_url("/"), json={}) as r:
+            body = await r.read()
+    events = [e for e in body.split(b"\n\n") if e]
+    assert len(events) == 4, events  # role, finish, usage, [DONE]
+    assert b'"finish_reason":"length"' in events[1] and b'"usage":' in events[2]
+    answer = [w for w in writes if not w.startswith(b"POST ")]
+    assert len(answer) == 2, answer
+    last = answer[1]
+    assert b'"finish_reason":"length"' in last and b'"usage":' in last
+    assert last.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")

@@ -154,3 +154,51 @@ def test_held_suffix_is_the_longest_stop_prefix() -> None:
         released, _ = m.feed(text, check_stops=False)
         assert released == text[: len(text) - held], (text, stops)
         assert m.flush() == text[len(text) - held :], (text, stops)
+
+
+class _NeverDisjoint:
+    def isdisjoint(self, other) -> bool:
+        return False
+
+
+def test_text_without_a_stops_first_character_against_vllm() -> None:
+    """Most deltas of real text hold none of the stops' first characters (prose against
+    "###" or "</answer>"): the matcher then releases them whole and keeps no overlap. Stops
+    whose later characters are common letters, split anywhere, with min_tokens-style
+    unchecked text, still end exactly where vLLM ends."""
+    rng = random.Random(11)
+    stops_pool = [["</answer>", "###"], ["<end>"], ["#!", "x<y"], ["<a", "aa<"]]
+    for _ in range(3000):
+        stops = rng.choice(stops_pool)
+        words = ["answer", "the", "end", " ", "an", "swer>", "#", "<", "</", "##", "a", "y", "x<", "\n"]
+        text = "".join(rng.choice(words) for _ in range(rng.randint(0, 30)))
+        include = rng.random() < 0.3
+        chunks, i = [], 0
+        while i < len(text):
+            k = rng.randint(1, 6)
+            chunks.append(text[i : i + k])
+            i += k
+        assert run(chunks, stops, include) == vllm_final(text, stops, include), (text, stops, chunks)
+        # unchecked first chunks (min_tokens): a stop is only found from the first checked
+        # chunk on, as with the plain path
+        m = StopStringMatcher(stops, include)
+        unchecked = rng.randint(0, len(chunks))
+        out, matched = [], None
+        for j, c in enumerate(chunks):
+            released, matched = m.feed(c, check_stops=j >= unchecked)
+            out.append(released)
+            if matched is not None:
+                break
+        if matched is None:
+            out.append(m.flush())
+        slow = StopStringMatcher(stops, include)
+        slow._firsts = _NeverDisjoint()  # the general path for every delta
+        ref, ref_matched = [], None
+        for j, c in enumerate(chunks):
+            released, ref_matched = slow.feed(c, check_stops=j >= unchecked)
+            ref.append(released)
+            if ref_matched is not None:
+                break
+        if ref_matched is None:
+            ref.append(slow.flush())
+        assert ("".join(out), matched) == ("".join(ref), ref_matched), (text, stops, chunks, unchecked)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
+from vllm_pyfrontend.parsers import combinators
 from vllm_pyfrontend.parsers.combinators import (
     NEED,
     Fail,
@@ -92,6 +93,18 @@ class XmlParam(P):
         self.ends = (close, *self.stops)
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
+        pr = combinators._probe
+        if pr is None:
+            return self._parse(s, pos, eof)
+        # Under a probe the open call's arguments are parsed twice (the call's grammar, then
+        # `XmlArgs.partial` for what can stream): the second pass finds the first's results.
+        key = (self, s, pos, eof)
+        r = pr.memo.get(key)
+        if r is None:
+            r = pr.memo[key] = self._parse(s, pos, eof)
+        return r
+
+    def _parse(self, s: str, pos: int, eof: bool) -> Result:
         r = self.head.parse(s, pos, eof)
         if not isinstance(r, Ok):
             return r
