@@ -49,17 +49,15 @@ class AssistantPipeline:
         return self.tool.n_calls if self.tool is not None else 0
 
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
-        ids = list(token_ids) if token_ids is not None else None
         if self.reasoning is None and self.tool is not None:
             # Tool parser only (the common tool-call setup), once per token: what _tool_step
             # does for that case, without the intermediate deltas.
-            if ids is not None:
-                self.tool.gate.note_ids(ids)
-            t = self.tool.feed(text)
+            t = self.tool.feed(text, token_ids)
             if t is None:
                 return None
             out = AssistantDelta(content=t.content, tool_calls=t.tool_calls)
             return None if out.is_empty() else out
+        ids = list(token_ids) if token_ids is not None else None
         if self.reasoning is not None:
             r = self.reasoning.feed(text, ids)
         else:

@@ -77,3 +77,53 @@ def test_dsml_format_is_shared_and_streams_stay_independent() -> None:
         ("get_weather", {"location": "Paris", "days": 3})]
     assert [(c["name"], json.loads(c["arguments"])) for c in calls["b"].values()] == [
         ("get_time", {"location": "東京 and more", "days": 3})]
+
+
+def test_dsml_parameter_head_parses_as_its_grammar() -> None:
+    """The hand-written DSML parameter head (`_DsmlParamHead`) answers as its combinator
+    grammar does on every prefix, mutation and position: the same Ok (end, name, string
+    attribute), NEED, or failure at the same position, with and without eof."""
+    from vllm_pyfrontend.parsers.tool.xml_calls import _DsmlParamHead, dsml_param_head_grammar
+
+    fast, spec = _DsmlParamHead(), dsml_param_head_grammar()
+    heads = [
+        f'<{DSML}parameter name="city" string="true">',
+        f'<{DSML}parameter name="days" string="false">3',
+        f'<{DSML}parameter  name="x">v',
+        f'<{DSML}parameter\nname="a b" string="true">',
+        f'<{DSML}parameter name="ok"string="true">',
+        f'<{DSML}parameter name="k" strin="true">',
+        f'<{DSML}parameter name="k" string="true"  >',
+        f'<{DSML}parameter name="k" string="tr',
+        f'<{DSML}parameter name="<bad>">',
+        f'<{DSML}parameter name="">',
+        f'<{DSML}parameter name="k" \n>',
+        f'<{DSML}parameter name="k" x>',
+        f"<{DSML}param",
+        f'<{DSML}parametername="k">',
+    ]
+    rng = random.Random(5)
+    alphabet = f' "=<>/\nastringuex{DSML}'
+    texts = list(heads)
+    for _ in range(3000):
+        h = rng.choice(heads)
+        cut = list(h)
+        for _ in range(rng.randint(1, 3)):
+            k = rng.randrange(len(cut) + 1)
+            op = rng.random()
+            if op < 0.4 and cut:
+                del cut[min(k, len(cut) - 1)]
+            elif op < 0.8:
+                cut.insert(k, rng.choice(alphabet))
+            elif cut:
+                cut[min(k, len(cut) - 1)] = rng.choice(alphabet)
+        texts.append("".join(cut))
+    checked = 0
+    for text in texts:
+        for stop in range(len(text) + 1):
+            s = "xy" + text[:stop]
+            for pos in (2, 0):
+                for eof in (False, True):
+                    assert fast.parse(s, pos, eof) == spec.parse(s, pos, eof), (s, pos, eof)
+                    checked += 1
+    assert checked > 100000

@@ -200,7 +200,16 @@ class SectionToolParser:
         if token_ids is not None:
             self.gate.note_ids(token_ids)
         if text:
-            self._buf += text
+            buf = self._buf = self._buf + text
+            marker = self._in_section
+            if marker is not None and self._tail is None and len(buf) < self._next_check:
+                # Most tokens of a call: inside an open section, no partial parse due, no
+                # string value streaming. Unless an end marker may have begun, nothing
+                # changes but the buffer (what _section_step would find, without its work).
+                ends = self.fmt.sections[marker].ends
+                if ends and find_first(buf, ends, self._search_from)[0] == -1:
+                    self._search_from = max(self._search_from, len(buf) - self._longest + 1, 0)
+                    return self._take()
             self._run(eof=False)
         return self._take()
 

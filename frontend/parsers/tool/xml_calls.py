@@ -288,6 +288,101 @@ def _dsml_hold(value: str) -> int:
     return k
 
 
+def dsml_param_head_grammar() -> P:
+    """A DSML parameter's opening tag, ``<｜DSML｜parameter name="city" string="true">``:
+    value ``(name, string-attribute or None)``. The specification of `_DsmlParamHead`, which
+    parses the same (same results, NEED and failure positions) without the combinators'
+    per-part calls: the head is most of the work of every partial parse of a DSML call."""
+    return fmap(
+        seq(
+            lit(f"<{DSML}parameter"),
+            ws(1),
+            lit('name="'),
+            take_until('"'),
+            lit('"'),
+            opt(fmap(seq(ws(1), lit('string="'), take_until('"'), lit('"')), lambda v: v[2])),
+            ws(),
+            lit(">"),
+        ),
+        lambda v: (_name(v[3]), v[5]),
+    )
+
+
+def _lit_at(s: str, pos: int, text: str, eof: bool) -> Result | None:
+    """`lit(text)` at ``pos``: None when it matches, else its NEED or failure."""
+    if s.startswith(text, pos):
+        return None
+    rest = s[pos : pos + len(text)]
+    if not eof and len(s) - pos < len(text) and text.startswith(rest):
+        return NEED
+    i = 0
+    while i < len(rest) and rest[i] == text[i]:
+        i += 1
+    return Fail(pos + i)
+
+
+def _skip_ws(s: str, i: int) -> int:
+    n = len(s)
+    while i < n and s[i].isspace():
+        i += 1
+    return i
+
+
+class _DsmlParamHead(P):
+    """`dsml_param_head_grammar()`, by hand (see there)."""
+
+    __slots__ = ()
+
+    _OPEN = f"<{DSML}parameter"
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        n = len(s)
+        r = _lit_at(s, pos, self._OPEN, eof)
+        if r is not None:
+            return r
+        i = pos + len(self._OPEN)
+        j = _skip_ws(s, i)
+        if j == n and not eof:
+            return NEED
+        if j == i:
+            return Fail(j)
+        r = _lit_at(s, j, 'name="', eof)
+        if r is not None:
+            return r
+        i = j + 6
+        k = s.find('"', i)
+        if k == -1:
+            return NEED if not eof else Fail(n)
+        name = s[i:k]
+        i = k + 1
+        meta = None
+        # opt(ws(1) 'string="' text '"'): NEED passes through, a failure leaves it out
+        j = _skip_ws(s, i)
+        if j == n and not eof:
+            return NEED
+        if j > i:
+            r = _lit_at(s, j, 'string="', eof)
+            if r is NEED:
+                return NEED
+            if r is None:
+                k = s.find('"', j + 8)
+                if k == -1:
+                    if not eof:
+                        return NEED
+                else:
+                    meta = s[j + 8 : k]
+                    i = k + 1
+        i = _skip_ws(s, i)
+        if i == n and not eof:
+            return NEED
+        if i < n and s[i] == ">":
+            try:
+                return Ok(i + 1, (_name(name), meta))
+            except ValueError:
+                return Fail(pos)
+        return Fail(i)
+
+
 class DsmlTyping(XmlTyping):
     """DSML says per parameter whether its value is a string (``string="true"``)
     or JSON (anything else: decoded when it is JSON, else kept as text)."""
@@ -332,21 +427,8 @@ class Dsml(ToolFormat):
         self.sections = self.build()
 
     def _invoke(self) -> P:
-        head = fmap(
-            seq(
-                lit(f"<{DSML}parameter"),
-                ws(1),
-                lit('name="'),
-                take_until('"'),
-                lit('"'),
-                opt(fmap(seq(ws(1), lit('string="'), take_until('"'), lit('"')), lambda v: v[2])),
-                ws(),
-                lit(">"),
-            ),
-            lambda v: (_name(v[3]), v[5]),
-        )
         param = XmlParam(
-            head,
+            _DsmlParamHead(),
             f"</{DSML}parameter>",
             stops=(f"<{DSML}parameter", f"</{DSML}invoke>"),
             hold=_dsml_hold,
