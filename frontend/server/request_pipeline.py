@@ -45,7 +45,11 @@ class Choice:
 
 
 class Formatter(Protocol):
-    """Turns pipeline events into the API's wire format (chat or text completion)."""
+    """Turns pipeline events into the API's wire format (chat or text completion).
+
+    A formatter whose `stream_delta` writes nothing for a running step without a delta,
+    logprobs or token ids says so with a true `quiet_empty_deltas` class attribute: such steps
+    then skip it."""
 
     def stream_delta(
         self, run: "RequestRun", choice: Choice, delta: AssistantDelta | None, logprobs: Any,
@@ -108,6 +112,9 @@ class RequestRun:
                       and not return_token_ids and not continuous_usage)
         for c in choices:
             c.fast = self._fast and c.plain
+        # A running step whose delta is empty needs no formatter call (see on_tokens).
+        self._skip_empty = not want_logprobs and not return_token_ids and (
+            not stream or (getattr(formatter, "quiet_empty_deltas", False) and not continuous_usage))
 
     # -- GenerationConsumer -------------------------------------------------------------
     def on_tokens(self, gen: Generation, token_ids: list[int]) -> None:
@@ -124,13 +131,21 @@ class RequestRun:
             else:
                 metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
         text, matched = choice.text.feed(token_ids, False)
-        sse = self.sse
-        if matched is None and choice.fast and sse is not None:
-            if text:
-                sse.write_content(choice.index, text)
-                if not sse.alive:
-                    self.cancel()
-            return
+        if matched is None:
+            sse = self.sse
+            if choice.fast and sse is not None:
+                if text:
+                    sse.write_content(choice.index, text)
+                    if not sse.alive:
+                        self.cancel()
+                return
+            if self._skip_empty:
+                # Through the parsers; most of a tool call's tokens give no delta, and an
+                # empty running delta is nothing to this API (`Formatter.quiet_empty_deltas`).
+                delta = choice.assistant.feed(text, token_ids)
+                if delta is not None:
+                    self._send_delta(gen, choice, token_ids, None, None, None, delta)
+                return
         self._after_text(gen, choice, token_ids, None, None, None, text, matched)
 
     def on_delta(
@@ -193,6 +208,19 @@ class RequestRun:
             tail = choice.assistant.finish()
             if tail is not None:
                 delta = _merge(delta, tail)
+        self._send_delta(gen, choice, token_ids, logprobs, finish_reason, stop_reason, delta)
+
+    def _send_delta(
+        self,
+        gen: Generation,
+        choice: Choice,
+        token_ids: list[int],
+        logprobs: Logprobs | None,
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+        delta: AssistantDelta | None,
+    ) -> None:
+        """The assistant stream's delta of a step to the formatter (streaming) or the body."""
         if delta is not None:
             delta = self._shape_delta(delta)
         if delta is not None and delta.tool_calls:

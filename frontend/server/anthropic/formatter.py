@@ -89,6 +89,7 @@ class AnthropicFormatter:
     """Formatter (request_pipeline.Formatter) of one Messages request (always one choice)."""
 
     plain_content_chunks = False
+    quiet_empty_deltas = True  # an empty running delta writes nothing (RequestRun.on_tokens)
 
     def __init__(self, message_id: str, model: str):
         self.message_id = message_id

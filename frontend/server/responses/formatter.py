@@ -33,6 +33,7 @@ def sse_event(event: dict[str, Any]) -> bytes:
 
 class ResponsesFormatter:
     plain_content_chunks = False  # every delta goes through stream_delta
+    quiet_empty_deltas = True  # an empty running delta writes nothing (RequestRun.on_tokens)
 
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int,
                  emit: Callable[[bytes], None] | None):
