@@ -213,6 +213,10 @@ class ChatTemplate:
         self.source = source
         self.max_output_chars = max_output_chars
         self._envs: dict[int, minijinja.Environment] = {}
+        # A Python renderer of this exact template for the inputs it recognises (chat/renderers).
+        from vllm_pyfrontend.chat.renderers import renderer_for
+
+        self._renderer = renderer_for(source)
         # Compile once now so a broken template fails at startup.
         self._env_for(BASE_FUEL)
 
@@ -269,6 +273,13 @@ class ChatTemplate:
         context["tools"] = tools
         context["documents"] = documents
         context["add_generation_prompt"] = add_generation_prompt
+
+        if self._renderer is not None and final_text is None:
+            text = self._renderer(msgs, tools, context)
+            if text is not None:
+                if len(text) > self.max_output_chars:
+                    raise ChatTemplateError(f"rendered prompt exceeds {self.max_output_chars} characters")
+                return text
 
         fuel = (
             BASE_FUEL
