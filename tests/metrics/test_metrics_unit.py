@@ -236,6 +236,50 @@ def test_multiprocess_merge_no_double_counting_freshest_gauge_dead_worker(tmp_pa
     assert pid_a != pid_b
 
 
+_FORK_SCRIPT = textwrap.dedent("""
+    import os
+    calls = [0]
+    real_getpid = os.getpid
+    def counting_getpid():
+        calls[0] += 1
+        return real_getpid()
+    os.getpid = counting_getpid  # (before prometheus_client binds it)
+    from vllm_pyfrontend.metrics import WorkerMetrics
+    m = WorkerMetrics("m", [0], 4096)  # made before the fork, as a worker template does
+    def one():
+        r = m.start_request(arrival=0.0)
+        r.on_output(0.1)
+        r.on_finished("stop", 10, 2, now=1.0)
+    pid = os.fork()
+    if pid == 0:
+        one(); one()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, status
+    before = calls[0]
+    one()
+    assert calls[0] == before, calls  # no process id asked per write
+    print("ok", pid, flush=True)
+""")
+
+
+
+def test_multiprocess_values_follow_a_fork_without_asking_the_pid_per_write(tmp_path, monkeypatch):
+    """Values remember the process id (renewed in a forked child): a child's counts go to its
+    own files, the parent's to its, and the merge sums both."""
+    path = str(tmp_path)
+    env = {**os.environ, MULTIPROC_ENV: path, "PYTHONPATH": REPO}
+    p = subprocess.Popen([sys.executable, "-c", _FORK_SCRIPT], env=env, stdout=subprocess.PIPE, text=True)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0 and out.startswith("ok"), out
+    child = int(out.split()[1])
+    files = set(os.listdir(path))
+    assert f"counter_{p.pid}.db" in files and f"counter_{child}.db" in files
+    monkeypatch.setenv(MULTIPROC_ENV, path)
+    s = samples(render_latest())
+    assert value(s, "vllm:request_success_total", finished_reason="stop") == 3
+
+
 def test_multiprocess_gauge_is_the_engines_newest_step_not_the_latest_receipt(tmp_path, monkeypatch):
     # The engine sends each step's stats to one worker. Worker a gets the newer step (idle, the
     # clients left); worker b reads the older step (4 running) later. Once idle the engine sends
