@@ -846,9 +846,15 @@ class EngineClient:
         MiB with it taken off at once (`bench/run.py --workload fbound0`, glibc mallinfo2).
         """
         recv = sock.recv_multipart
+        events = sock.getsockopt
         append = received.append
         for _ in range(_TAKE_BUDGET):
             try:
+                # (ZMQ_EVENTS says whether a message waits, and re-arms the FD like a failed
+                # receive would, without building a zmq.Again: the FD also fires when nothing
+                # came, e.g. after requests went out.)
+                if not events(zmq.EVENTS) & zmq.POLLIN:
+                    return True
                 append(recv(zmq.NOBLOCK))
             except zmq.Again:
                 return True
