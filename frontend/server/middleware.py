@@ -289,5 +289,9 @@ def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None) -> li
 
 
 def install(app: web.Application, config: WorkerConfig) -> None:
-    """Response-header hooks (call once on the app built with `build_middlewares`)."""
-    app.on_response_prepare.append(_response_hook(config.policy.enable_request_id_headers))
+    """Response-header hooks (call once on the app built with `build_middlewares`); none when
+    no response gets such headers (request id echo and CORS both off, the defaults): a hook
+    costs every response a signal dispatch and a coroutine."""
+    policy = config.policy
+    if policy.enable_request_id_headers or policy.allowed_origins:
+        app.on_response_prepare.append(_response_hook(policy.enable_request_id_headers))
