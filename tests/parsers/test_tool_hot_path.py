@@ -80,30 +80,34 @@ def test_dsml_format_is_shared_and_streams_stay_independent() -> None:
 
 
 def test_dsml_parameter_head_parses_as_its_grammar() -> None:
-    """The hand-written DSML parameter head (`_DsmlParamHead`) answers as its combinator
+    """The hand-written DSML parameter head (`DsmlParamHead`) answers as its combinator
     grammar does on every prefix, mutation and position: the same Ok (end, name, string
     attribute), NEED, or failure at the same position, with and without eof."""
-    from vllm_pyfrontend.parsers.tool.xml_calls import _DsmlParamHead, dsml_param_head_grammar
+    from vllm_pyfrontend.parsers.tool.xml_calls import DsmlParamHead, dsml_param_head_grammar
 
-    fast, spec = _DsmlParamHead(), dsml_param_head_grammar()
+    for prefix in (DSML, "｜DSML｜ "):  # DeepSeek V4's and V4.1's (spaced) tags
+        _check_head(DsmlParamHead(prefix), dsml_param_head_grammar(prefix), prefix)
+
+
+def _check_head(fast, spec, prefix: str) -> None:
     heads = [
-        f'<{DSML}parameter name="city" string="true">',
-        f'<{DSML}parameter name="days" string="false">3',
-        f'<{DSML}parameter  name="x">v',
-        f'<{DSML}parameter\nname="a b" string="true">',
-        f'<{DSML}parameter name="ok"string="true">',
-        f'<{DSML}parameter name="k" strin="true">',
-        f'<{DSML}parameter name="k" string="true"  >',
-        f'<{DSML}parameter name="k" string="tr',
-        f'<{DSML}parameter name="<bad>">',
-        f'<{DSML}parameter name="">',
-        f'<{DSML}parameter name="k" \n>',
-        f'<{DSML}parameter name="k" x>',
-        f"<{DSML}param",
-        f'<{DSML}parametername="k">',
+        f'<{prefix}parameter name="city" string="true">',
+        f'<{prefix}parameter name="days" string="false">3',
+        f'<{prefix}parameter  name="x">v',
+        f'<{prefix}parameter\nname="a b" string="true">',
+        f'<{prefix}parameter name="ok"string="true">',
+        f'<{prefix}parameter name="k" strin="true">',
+        f'<{prefix}parameter name="k" string="true"  >',
+        f'<{prefix}parameter name="k" string="tr',
+        f'<{prefix}parameter name="<bad>">',
+        f'<{prefix}parameter name="">',
+        f'<{prefix}parameter name="k" \n>',
+        f'<{prefix}parameter name="k" x>',
+        f"<{prefix}param",
+        f'<{prefix}parametername="k">',
     ]
     rng = random.Random(5)
-    alphabet = f' "=<>/\nastringuex{DSML}'
+    alphabet = f' "=<>/\nastringuex{prefix}'
     texts = list(heads)
     for _ in range(3000):
         h = rng.choice(heads)

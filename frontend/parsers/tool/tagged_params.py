@@ -25,7 +25,7 @@ from vllm_pyfrontend.parsers.combinators import (
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
 from vllm_pyfrontend.parsers.tool.json_calls import json_members
-from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, xml_args, xml_call
+from vllm_pyfrontend.parsers.tool.xml_calls import DsmlParamHead, XmlParam, XmlTyping, xml_args, xml_call
 from vllm_pyfrontend.parsers.tool.schema_values import (
     param_schema,
     schema_types,
@@ -443,20 +443,7 @@ class DsmlSpaced(_Typed):
 
     def build(self) -> dict[str, Section]:
         p = self.prefix
-        head = fmap(
-            seq(
-                lit(f"<{p}parameter"),
-                ws(1),
-                lit('name="'),
-                take_until('"'),
-                lit('"'),
-                opt(fmap(seq(ws(1), lit('string="'), take_until('"'), lit('"')), lambda v: v[2])),
-                ws(),
-                lit(">"),
-            ),
-            lambda v: (_name(v[3]), v[5]),
-        )
-        param = XmlParam(head, f"</{p}parameter>")
+        param = XmlParam(DsmlParamHead(p), f"</{p}parameter>")
         typing = _DsmlTyping()
         make = xml_call(typing)
         invoke = tag(

@@ -288,14 +288,15 @@ def _dsml_hold(value: str) -> int:
     return k
 
 
-def dsml_param_head_grammar() -> P:
-    """A DSML parameter's opening tag, ``<｜DSML｜parameter name="city" string="true">``:
-    value ``(name, string-attribute or None)``. The specification of `_DsmlParamHead`, which
-    parses the same (same results, NEED and failure positions) without the combinators'
-    per-part calls: the head is most of the work of every partial parse of a DSML call."""
+def dsml_param_head_grammar(prefix: str = DSML) -> P:
+    """A DSML parameter's opening tag, ``<｜DSML｜parameter name="city" string="true">``
+    (``prefix``: the tag prefix, ``｜DSML｜ `` in DeepSeek V4.1's spaced DSML): value
+    ``(name, string-attribute or None)``. The specification of `DsmlParamHead`, which parses
+    the same (same results, NEED and failure positions) without the combinators' per-part
+    calls: the head is most of the work of every partial parse of a DSML call."""
     return fmap(
         seq(
-            lit(f"<{DSML}parameter"),
+            lit(f"<{prefix}parameter"),
             ws(1),
             lit('name="'),
             take_until('"'),
@@ -328,19 +329,20 @@ def _skip_ws(s: str, i: int) -> int:
     return i
 
 
-class _DsmlParamHead(P):
-    """`dsml_param_head_grammar()`, by hand (see there)."""
+class DsmlParamHead(P):
+    """`dsml_param_head_grammar(prefix)`, by hand (see there)."""
 
-    __slots__ = ()
+    __slots__ = ("_open",)
 
-    _OPEN = f"<{DSML}parameter"
+    def __init__(self, prefix: str = DSML) -> None:
+        self._open = f"<{prefix}parameter"
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         n = len(s)
-        r = _lit_at(s, pos, self._OPEN, eof)
+        r = _lit_at(s, pos, self._open, eof)
         if r is not None:
             return r
-        i = pos + len(self._OPEN)
+        i = pos + len(self._open)
         j = _skip_ws(s, i)
         if j == n and not eof:
             return NEED
@@ -428,7 +430,7 @@ class Dsml(ToolFormat):
 
     def _invoke(self) -> P:
         param = XmlParam(
-            _DsmlParamHead(),
+            DsmlParamHead(),
             f"</{DSML}parameter>",
             stops=(f"<{DSML}parameter", f"</{DSML}invoke>"),
             hold=_dsml_hold,
