@@ -44,7 +44,8 @@ async def _answer(request: web.Request) -> web.StreamResponse:
     return await respond(_state(), request, run, SimpleNamespace(requests=[]), role_chunks=True)
 
 
-async def test_headers_and_role_chunks_go_out_in_one_write(monkeypatch):
+def _count_writes(monkeypatch) -> list[bytes]:
+    """Every transport write of the test server and client, in order."""
     writes: list[bytes] = []
     cls = selector_events._SelectorSocketTransport
     write, writelines = cls.write, cls.writelines
@@ -60,6 +61,11 @@ async def test_headers_and_role_chunks_go_out_in_one_write(monkeypatch):
 
     monkeypatch.setattr(cls, "write", counting_write)
     monkeypatch.setattr(cls, "writelines", counting_writelines)
+    return writes
+
+
+async def test_headers_and_role_chunks_go_out_in_one_write(monkeypatch):
+    writes = _count_writes(monkeypatch)
     app = web.Application()
     app.router.add_post("/", _answer)
     async with TestServer(app) as server, aiohttp.ClientSession() as session:
@@ -102,21 +108,7 @@ async def test_the_last_step_goes_out_with_the_end_of_the_body(monkeypatch):
     """The drain that ends a stream leaves its events (the finish chunk, the usage) to the
     handler, which writes them with [DONE] and the chunked terminator: one send() per request
     fewer."""
-    writes: list[bytes] = []
-    cls = selector_events._SelectorSocketTransport
-    write, writelines = cls.write, cls.writelines
-
-    def counting_write(self, data):
-        writes.append(bytes(data))
-        return write(self, data)
-
-    def counting_writelines(self, lines):
-        lines = [bytes(x) for x in lines]
-        writes.append(b"".join(lines))
-        return writelines(self, lines)
-
-    monkeypatch.setattr(cls, "write", counting_write)
-    monkeypatch.setattr(cls, "writelines", counting_writelines)
+    writes = _count_writes(monkeypatch)
     app = web.Application()
     app.router.add_post("/", _answer_one_step)
     async with TestServer(app) as server, aiohttp.ClientSession() as session:

@@ -181,24 +181,21 @@ def test_text_without_a_stops_first_character_against_vllm() -> None:
         assert run(chunks, stops, include) == vllm_final(text, stops, include), (text, stops, chunks)
         # unchecked first chunks (min_tokens): a stop is only found from the first checked
         # chunk on, as with the plain path
-        m = StopStringMatcher(stops, include)
         unchecked = rng.randint(0, len(chunks))
-        out, matched = [], None
-        for j, c in enumerate(chunks):
-            released, matched = m.feed(c, check_stops=j >= unchecked)
-            out.append(released)
-            if matched is not None:
-                break
-        if matched is None:
-            out.append(m.flush())
         slow = StopStringMatcher(stops, include)
         slow._firsts = _NeverDisjoint()  # the general path for every delta
-        ref, ref_matched = [], None
-        for j, c in enumerate(chunks):
-            released, ref_matched = slow.feed(c, check_stops=j >= unchecked)
-            ref.append(released)
-            if ref_matched is not None:
-                break
-        if ref_matched is None:
-            ref.append(slow.flush())
-        assert ("".join(out), matched) == ("".join(ref), ref_matched), (text, stops, chunks, unchecked)
+        got = _feed_unchecked_first(StopStringMatcher(stops, include), chunks, unchecked)
+        assert got == _feed_unchecked_first(slow, chunks, unchecked), (text, stops, chunks, unchecked)
+
+
+def _feed_unchecked_first(m: StopStringMatcher, chunks: list[str], unchecked: int) -> tuple[str, str | None]:
+    """Released text and matched stop, the first `unchecked` chunks fed without matching."""
+    out, matched = [], None
+    for j, c in enumerate(chunks):
+        released, matched = m.feed(c, check_stops=j >= unchecked)
+        out.append(released)
+        if matched is not None:
+            break
+    if matched is None:
+        out.append(m.flush())
+    return "".join(out), matched
