@@ -83,14 +83,19 @@ class _Lit(P):
         t = self.text
         if s.startswith(t, pos):
             return Ok(pos + len(t), t)
-        rest = s[pos:]
-        if not eof and len(rest) < len(t) and t.startswith(rest):
-            return NEED
-        # first differing position
-        i = 0
-        while i < len(rest) and i < len(t) and rest[i] == t[i]:
-            i += 1
-        return Fail(pos + i)
+        return lit_mismatch(s, pos, t, eof)
+
+
+def lit_mismatch(s: str, pos: int, text: str, eof: bool) -> Result:
+    """What `lit(text)` answers at ``pos`` where ``s`` does not continue with ``text``: NEED
+    while ``s`` ends inside it (not at eof), else failure at the first differing position."""
+    rest = s[pos : pos + len(text)]
+    if not eof and len(s) - pos < len(text) and text.startswith(rest):
+        return NEED
+    i = 0
+    while i < len(rest) and rest[i] == text[i]:
+        i += 1
+    return Fail(pos + i)
 
 
 def lit(text: str) -> P:

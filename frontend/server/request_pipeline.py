@@ -40,7 +40,7 @@ class Choice:
         self.finished = False
         self.tools_called = False
         self.plain = type(assistant) is AssistantStream  # no parser: text is content
-        self.fast = False  # plain content that RequestRun writes as chunks itself (RequestRun._fast)
+        self.fast = False  # plain content that RequestRun writes as chunks itself (set by RequestRun)
         self.metrics = None  # vllm_pyfrontend.metrics.RequestMetrics of this choice's engine request
 
 
@@ -107,11 +107,11 @@ class RequestRun:
         # the events of the drain that ends the stream can wait for it (`SSEWriter.ending`).
         self.ends_with_last_frame = False
         self._remaining = len(choices)
-        # Plain content chunks may skip the assistant/formatter layers (see on_delta).
-        self._fast = (stream and getattr(formatter, "plain_content_chunks", False) and not want_logprobs
-                      and not return_token_ids and not continuous_usage)
+        # Plain content chunks may skip the assistant/formatter layers (`Choice.fast`).
+        fast = (stream and getattr(formatter, "plain_content_chunks", False) and not want_logprobs
+                and not return_token_ids and not continuous_usage)
         for c in choices:
-            c.fast = self._fast and c.plain
+            c.fast = fast and c.plain
         # A running step whose delta is empty needs no formatter call (see on_tokens).
         self._skip_empty = not want_logprobs and not return_token_ids and (
             not stream or (getattr(formatter, "quiet_empty_deltas", False) and not continuous_usage))

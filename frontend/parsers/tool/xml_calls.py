@@ -22,6 +22,7 @@ from vllm_pyfrontend.parsers.combinators import (
     find_first,
     fmap,
     lit,
+    lit_mismatch,
     many,
     opt,
     partial_tail,
@@ -47,6 +48,7 @@ from vllm_pyfrontend.parsers.tool.streaming import (
     escape,
     min_open,
     probe_name,
+    skip_ws,
     xml_args_text,
 )
 
@@ -203,7 +205,6 @@ class XmlArgs(P):
         parts: list[str] = []
         seen: set[str] = set()
         i = pos
-        n = len(s)
         while True:
             if self.sep is not None:
                 if parts or i > pos:
@@ -212,8 +213,7 @@ class XmlArgs(P):
                         break
                     i = r.end
             elif parts or i > pos:
-                while i < n and s[i].isspace():
-                    i += 1
+                i = skip_ws(s, i)
             r = param.parse(s, i, False)
             if isinstance(r, Ok):
                 key, meta, text = r.value
@@ -311,22 +311,7 @@ def dsml_param_head_grammar(prefix: str = DSML) -> P:
 
 def _lit_at(s: str, pos: int, text: str, eof: bool) -> Result | None:
     """`lit(text)` at ``pos``: None when it matches, else its NEED or failure."""
-    if s.startswith(text, pos):
-        return None
-    rest = s[pos : pos + len(text)]
-    if not eof and len(s) - pos < len(text) and text.startswith(rest):
-        return NEED
-    i = 0
-    while i < len(rest) and rest[i] == text[i]:
-        i += 1
-    return Fail(pos + i)
-
-
-def _skip_ws(s: str, i: int) -> int:
-    n = len(s)
-    while i < n and s[i].isspace():
-        i += 1
-    return i
+    return None if s.startswith(text, pos) else lit_mismatch(s, pos, text, eof)
 
 
 class DsmlParamHead(P):
@@ -343,7 +328,7 @@ class DsmlParamHead(P):
         if r is not None:
             return r
         i = pos + len(self._open)
-        j = _skip_ws(s, i)
+        j = skip_ws(s, i)
         if j == n and not eof:
             return NEED
         if j == i:
@@ -359,7 +344,7 @@ class DsmlParamHead(P):
         i = k + 1
         meta = None
         # opt(ws(1) 'string="' text '"'): NEED passes through, a failure leaves it out
-        j = _skip_ws(s, i)
+        j = skip_ws(s, i)
         if j == n and not eof:
             return NEED
         if j > i:
@@ -374,7 +359,7 @@ class DsmlParamHead(P):
                 else:
                     meta = s[j + 8 : k]
                     i = k + 1
-        i = _skip_ws(s, i)
+        i = skip_ws(s, i)
         if i == n and not eof:
             return NEED
         if i < n and s[i] == ">":
