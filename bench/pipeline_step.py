@@ -69,6 +69,7 @@ async def run(args) -> dict:
     import vllm_pyfrontend
     from vllm_pyfrontend.chat.assistant import AssistantStream
     from vllm_pyfrontend.engine.client import EngineClient
+    from vllm_pyfrontend.engine.wire import layout_for_version
     from vllm_pyfrontend.server import sse as sse_mod
     from vllm_pyfrontend.supervisor.sim import wire as sim_wire
     from vllm_pyfrontend.text.text_stream import TextStream
@@ -83,6 +84,8 @@ async def run(args) -> dict:
     # Tokens that are complete words (the common case); the prose of a model's output.
     words = [i for i in range(1000, 60000) if (t := tok.decode([i])) and t.isascii() and t.strip().isalpha()]
     layout = sim_wire.Layout("0.32.0")
+    # The field layout the handshake would pick for this engine version (the installed vLLM's).
+    client._layout = layout_for_version(layout.vllm_version)
     best = None
     for _ in range(args.repeat):
         transports = []

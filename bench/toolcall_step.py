@@ -66,6 +66,7 @@ async def run(args) -> dict:
     from vllm_pyfrontend.chat.template import load_chat_template
     from vllm_pyfrontend.chat.tools import plan_tools
     from vllm_pyfrontend.engine.client import EngineClient
+    from vllm_pyfrontend.engine.wire import layout_for_version
     from vllm_pyfrontend.parsers.selection import ParserSelection
     from vllm_pyfrontend.server import sse as sse_mod
     from vllm_pyfrontend.supervisor.sim import wire as sim_wire
@@ -86,6 +87,8 @@ async def run(args) -> dict:
     client = EngineClient(client_index=0, input_address="inproc://x", output_address="inproc://y",
                           engine_indices=[0], vocab_size=tok.vocab_size)
     layout = sim_wire.Layout("0.32.0")
+    # The field layout the handshake would pick for this engine version (the installed vLLM's).
+    client._layout = layout_for_version(layout.vllm_version)
     n = args.streams
     steps = [[sim_wire.output_item(layout, f"chatcmpl-{s}", [t]) for s in range(n)] for t in script]
     steps.append([sim_wire.output_item(layout, f"chatcmpl-{s}", [eos], sim_wire.FINISH_STOP) for s in range(n)])

@@ -46,7 +46,9 @@ from .wire import (
     REQUEST_ADD,
     REQUEST_UTILITY,
     ProtocolError,
-    decode_outputs,
+    decode_message,
+    decode_output,
+    plain_running,
     decode_ready,
     encode_abort,
     encode_add,
@@ -910,8 +912,9 @@ class EngineClient:
         if len(frames) == 1 and is_engine_dead(frames):
             self.mark_dead("The engine died (ENGINE_CORE_DEAD).")
             return
+        layout = self._layout
         try:
-            batch = decode_outputs(frames, self._layout, pairs=True)
+            batch, raw_outputs = decode_message(frames, layout)
         except ProtocolError as e:
             # Outputs of unknown requests are lost: they would hang forever.
             self.mark_dead(f"Undecodable message from the engine: {e}")
@@ -927,10 +930,14 @@ class EngineClient:
             self._resolve_utility(batch.utility_output)
         sinks = self._sinks
         gathering = self._coalesce
-        for out in batch.outputs:
-            if type(out) is tuple:
-                # The common step: a running request's new token ids, nothing else.
-                rid, ids = out
+        plain_tail = layout.plain_tail
+        error_index = layout.error_index
+        for o in raw_outputs:
+            # The common step, a running request's new token ids and nothing else (`is_plain`,
+            # inlined): straight to its sink, without an EngineOutput.
+            if type(o) is list and (len(o) == 2 or o[2:] == plain_tail or plain_running(o, error_index)):
+                rid = o[0]
+                ids = o[1]
                 sink = sinks.get(rid)
                 if sink is not None:
                     if gathering is not None:  # a backlog: delivered at the drain's end
@@ -948,6 +955,12 @@ class EngineClient:
                         self._tokens_failed(rid, sink, ids, e)
                     continue
                 out = EngineOutput(rid, ids)
+            else:
+                try:
+                    out = decode_output(o, frames, layout)
+                except ProtocolError as e:
+                    self.mark_dead(f"Undecodable message from the engine: {e}")
+                    return
             rid = out.request_id
             if gathering and rid in gathering:  # its steps gathered so far go first
                 self._deliver_steps(rid, sinks.get(rid), gathering.pop(rid))

@@ -380,7 +380,7 @@ def _queue_time(events: Any) -> float | None:
     return None
 
 
-def _plain_running(o: list, error_index: int | None) -> bool:
+def plain_running(o: list, error_index: int | None) -> bool:
     """An output written at full length (no trailing defaults omitted) that carries nothing
     but the request id and new token ids: no logprobs, pooling output, finish, events, prefill
     stats or error. `_decode_output` would build the same `EngineOutput(id, ids)`."""
@@ -432,31 +432,22 @@ def _decode_utility(u: Any) -> tuple[int, str | None, Any]:
     return call_id, failure, result
 
 
-def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT, pairs: bool = False) -> EngineOutputs:
-    """One `EngineCoreOutputs` (`[payload, *aux_frames]`) -> `EngineOutputs`.
-
-    `pairs`: a running output that carries nothing but new token ids (the common step) is a
-    `(request_id, new_token_ids)` tuple in `outputs` instead of an `EngineOutput` (the engine
-    client's per-token path, `OutputSink.on_tokens`); the order of `outputs` is kept."""
+def decode_message(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT) -> tuple[EngineOutputs, Sequence[Any]]:
+    """One `EngineCoreOutputs` (`[payload, *aux_frames]`) -> (`EngineOutputs` with every field
+    but `outputs`, the raw outputs). A raw output that `is_plain` holds nothing but the request
+    id (`o[0]`) and new token ids (`o[1]`); `decode_output` turns any raw output into an
+    `EngineOutput`. The engine client walks the raw outputs itself (its per-token path);
+    `decode_outputs` decodes them all."""
     if not frames:
         raise ProtocolError("empty output message")
     msg = unpack(_frame_buffer(frames[0]))
     if not isinstance(msg, (list, tuple)):
         raise ProtocolError(f"EngineCoreOutputs must be an array, got {type(msg).__name__}")
     n = len(msg)
-    error_index = layout.error_index
     raw_outputs = msg[1] if n > 1 and msg[1] is not None else ()
-    # Hot path: a running request's output is just `[request_id, new_token_ids]`
-    # (msgspec omits trailing defaults), so build those without the general decoder.
-    outputs: list[EngineOutput] = []
-    append = outputs.append
-    plain_tail = layout.plain_tail
-    for o in raw_outputs:
-        if type(o) is list and (len(o) == 2 or o[2:] == plain_tail or _plain_running(o, error_index)):
-            append((o[0], o[1]) if pairs else EngineOutput(o[0], o[1]))
-        else:
-            append(_decode_output(o, frames, error_index))
-    result = EngineOutputs(engine_index=msg[0] if n > 0 else 0, outputs=outputs)
+    if not isinstance(raw_outputs, (list, tuple)):
+        raise ProtocolError(f"EngineCoreOutputs.outputs must be an array, got {type(raw_outputs).__name__}")
+    result = EngineOutputs(engine_index=msg[0] if n > 0 else 0, outputs=[])
     if n > 2:
         result.scheduler_stats = msg[2]
         if n > 3 and msg[3] is not None:
@@ -465,6 +456,33 @@ def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT, pa
             result.utility_output = _decode_utility(msg[4])
         if n > 5 and msg[5] is not None:
             result.finished_requests = list(msg[5])
+    return result, raw_outputs
+
+
+def is_plain(o: Any, layout: WireLayout) -> bool:
+    """A raw running output with nothing but request id and new token ids: `[id, ids]` with
+    the rest omitted, or written at full length (as vLLM's encoder does) with every later
+    field at its default. (The engine client inlines this test.)"""
+    return type(o) is list and (len(o) == 2 or o[2:] == layout.plain_tail or plain_running(o, layout.error_index))
+
+
+def decode_output(o: Any, frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT) -> EngineOutput:
+    """One raw EngineCoreOutput -> `EngineOutput` (aux `frames` for its arrays)."""
+    return _decode_output(o, frames, layout.error_index)
+
+
+def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT) -> EngineOutputs:
+    """One `EngineCoreOutputs` (`[payload, *aux_frames]`) -> `EngineOutputs`, every output
+    decoded (a plain running one without the general decoder)."""
+    result, raw_outputs = decode_message(frames, layout)
+    error_index = layout.error_index
+    plain_tail = layout.plain_tail
+    append = result.outputs.append
+    for o in raw_outputs:
+        if type(o) is list and (len(o) == 2 or o[2:] == plain_tail or plain_running(o, error_index)):
+            append(EngineOutput(o[0], o[1]))
+        else:
+            append(_decode_output(o, frames, error_index))
     return result
 
 

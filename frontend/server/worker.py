@@ -115,8 +115,10 @@ class SharedParts:
 
     @classmethod
     def load(cls, config: WorkerConfig) -> "SharedParts":
+        tokenizer = Tokenizer.load(config.tokenizer or config.model)
+        tokenizer.detokenizer_vocab.build_tables()  # (shared by the forked workers)
         return cls(
-            tokenizer=Tokenizer.load(config.tokenizer or config.model),
+            tokenizer=tokenizer,
             template=load_chat_template(config.model, config.chat_template),
             defaults=GenerationDefaults.load(config.model, config.generation_config),
             model_config=ModelConfig.load(config.model),

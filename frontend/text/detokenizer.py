@@ -40,6 +40,7 @@ class DetokenizerVocab:
     token_bytes: list[bytes] | None  # byte-level BPE: id -> bytes; None: use DecodeStream
     hf_tokenizer: Any  # tokenizers.Tokenizer, for DecodeStream
     _text: list[str | None] | None = field(default=None, repr=False)
+    _skipping_text: list[str | None] | None = field(default=None, repr=False)
 
     def text_table(self) -> list[str | None]:
         """Per token id: its text when it is complete UTF-8 on its own, else None."""
@@ -57,9 +58,29 @@ class DetokenizerVocab:
             self._text = table
         return self._text
 
+    def build_tables(self) -> None:
+        """Build the per-token text tables now (byte-level tokenizers): a worker template does
+        it before forking, so its workers share them instead of each building ~10 MB."""
+        if self.token_bytes is not None:
+            self.text_table()
+            self.skipping_text_table()
+
+    def skipping_text_table(self) -> list[str | None]:
+        """`text_table` with every special token's text "" (skip_special_tokens)."""
+        if self._skipping_text is None:
+            table = list(self.text_table())
+            for tid in self.special_token_ids:
+                if 0 <= tid < len(table):
+                    table[tid] = ""
+            self._skipping_text = table
+        return self._skipping_text
+
 
 class IncrementalDetokenizer:
     """Per-request detokenizer; create with ``Tokenizer.new_detokenizer``."""
+
+    __slots__ = ("_skip", "_skip_ids", "_raw_added", "_last_added", "_bytes", "_text", "_pending",
+                 "_stream", "_hf", "_fast", "_plain")
 
     def __init__(
         self,
@@ -80,8 +101,13 @@ class IncrementalDetokenizer:
         self._last_added = False
 
         self._bytes = vocab.token_bytes
+        # Byte-level and no raw added-token rule: `feed`'s one-token step is one table lookup
+        # in `_fast` (per token id its text, "" for a skipped special token, None when it is
+        # not complete UTF-8 on its own) whenever nothing is pending.
+        self._plain = self._bytes is not None and self._raw_added is None
         if self._bytes is not None:
             self._text = vocab.text_table()
+            self._fast = vocab.skipping_text_table() if self._skip_ids else self._text
             self._pending = bytearray()
             self._stream = None
             if prompt_ids:
@@ -98,13 +124,11 @@ class IncrementalDetokenizer:
         """Consume ``token_ids``; return the complete new text they produce."""
         if len(token_ids) == 1:
             token_id = token_ids[0]
-            if self._stream is None and self._raw_added is None and not self._pending:
-                # The common step, inlined: one token, complete UTF-8 on its own, nothing
-                # pending (same result as _step_bytes).
-                if token_id in self._skip_ids:
-                    return ""
+            if self._plain and not self._pending:
+                # The common step, inlined: one token, skipped or complete UTF-8 on its own,
+                # nothing pending (same result as _step_bytes).
                 try:
-                    text = self._text[token_id]
+                    text = self._fast[token_id]
                 except (IndexError, TypeError):
                     return ""
                 if text is not None:

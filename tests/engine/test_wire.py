@@ -317,10 +317,11 @@ def test_full_length_outputs_decode_as_the_general_decoder_does(version):
 
 
 @pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
-def test_plain_outputs_come_as_pairs_in_order_when_asked(version):
-    """`pairs=True` (the engine client's per-token path): outputs with nothing but id and
-    tokens, as vLLM's own encoder writes them, become (id, ids) in their place; the others
-    stay EngineOutputs equal to the general decoder's."""
+def test_plain_outputs_are_told_apart_in_order(version):
+    """`decode_message` + `is_plain` (the engine client's per-token path): outputs with nothing
+    but id and tokens, at full length as vLLM's own encoder writes them or with the trailing
+    defaults omitted, are plain in their place; the others decode as the general decoder does,
+    and `decode_outputs` gives the same outputs either way."""
     from vllm_pyfrontend.supervisor.sim import wire as sim_wire
 
     layout = sim_wire.Layout(version)
@@ -331,9 +332,15 @@ def test_plain_outputs_come_as_pairs_in_order_when_asked(version):
         sim_wire.output_item(layout, "short", [9])[:2],  # trailing defaults omitted
     ]
     ours = wire.layout_for_version(version)
-    got = wire.decode_outputs([sim_wire.pack_outputs(0, items, 1.0)], ours, pairs=True).outputs
-    assert got[0] == ("a", [5, 6]) and got[2] == ("b", [8]) and got[3] == ("short", [9])
-    assert got[1] == wire._decode_output(items[1], [], ours.output_index("error"))
+    frames = [sim_wire.pack_outputs(0, items, 1.0, finished_requests=["done"])]
+    head, raw = wire.decode_message(frames, ours)
+    assert head.outputs == [] and head.timestamp == 1.0 and head.finished_requests == ["done"]
+    assert [wire.is_plain(o, ours) for o in raw] == [True, False, True, True]
+    assert [(o[0], o[1]) for o in raw if wire.is_plain(o, ours)] == [("a", [5, 6]), ("b", [8]), ("short", [9])]
+    assert wire.decode_output(raw[1], frames, ours) == wire._decode_output(items[1], [], ours.output_index("error"))
+    assert wire.decode_outputs(frames, ours).outputs == [
+        wire.EngineOutput("a", [5, 6]), wire.decode_output(raw[1], frames, ours),
+        wire.EngineOutput("b", [8]), wire.EngineOutput("short", [9])]
     assert len(ours.plain_tail) == len(ours.output_fields) - 2
 
 
@@ -345,5 +352,5 @@ def test_vllms_own_running_output_is_plain():
 
     frames = MsgpackEncoder().encode(
         EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput(request_id="r", new_token_ids=[1, 2])]))
-    got = wire.decode_outputs(frames, wire.layout_for_version("0.32.0"), pairs=True).outputs
-    assert got == [("r", [1, 2])]
+    _, raw = wire.decode_message(frames, wire.layout_for_version("0.32.0"))
+    assert [wire.is_plain(o, wire.layout_for_version("0.32.0")) for o in raw] == [True]

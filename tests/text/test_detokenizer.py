@@ -134,3 +134,9 @@ def test_fallback_decoder_equals_vllm(sp_tok: Tokenizer) -> None:
 def test_table_shared_between_requests(tok: Tokenizer) -> None:
     a, b = tok.new_detokenizer(), tok.new_detokenizer()
     assert a._text is b._text and a._bytes is b._bytes
+    # The one-token step's table: shared too, special tokens "" when they are skipped.
+    assert a._fast is b._fast is tok.detokenizer_vocab.skipping_text_table()
+    assert all(a._fast[i] == "" for i in tok.special_token_ids)
+    kept = tok.new_detokenizer(skip_special_tokens=False)
+    assert kept._fast is a._text and kept.feed([0]) == "<｜begin▁of▁sentence｜>"
+    assert a.feed([0]) == "" and a.feed([1]) == ""
