@@ -63,15 +63,25 @@ def end_drain() -> None:
     for w in dirty:
         if w.ending:
             continue  # its stream ended in this drain: these events go with its end (last_frame)
-        if w.text is not None:
-            w._frame_text()
         out, w.out = w.out, None
+        text = w.text
+        if text is not None:
+            if not out:  # nothing but this drain's content (the common case): one chunk
+                w.text = None
+                w._write_content_now(text, now)
+                continue
+            w.out = out
+            w._frame_text()
+            out, w.out = w.out, None
         if out:
             w._write_now(out, now)
 
 
 # The end of a plain content chunk (after the JSON string of the content), see content_chunk_bytes.
 _CONTENT_TAIL = b'},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+# A writer registered in this drain with nothing framed yet (`out`); falsy like an empty buffer.
+_NOTHING = b""
+_CONTENT_TAIL_LEN = len(_CONTENT_TAIL)
 
 
 class SSEWriter:
@@ -125,6 +135,8 @@ class SSEWriter:
             if out is None:
                 self.out = bytearray(data)
                 _Drain.dirty.append(self)
+            elif out is _NOTHING:
+                self.out = bytearray(data)
             else:
                 out += data
             return
@@ -145,7 +157,7 @@ class SSEWriter:
                 if text is None:
                     self.text = content
                     if self.out is None:
-                        self.out = bytearray()
+                        self.out = _NOTHING
                         _Drain.dirty.append(self)
                 else:
                     self.text = text + content
@@ -159,9 +171,23 @@ class SSEWriter:
         """The content gathered in this drain, as one chunk into the drain's buffer."""
         text, self.text = self.text, None
         out = self.out  # (set, and the writer registered, when the text began)
+        if out is _NOTHING:
+            out = self.out = bytearray()
         out += self._content_head
         out += _enc(text)
         out += _CONTENT_TAIL
+
+    def _write_content_now(self, text: str, now: float) -> None:
+        """`_frame_text` + `_write_now` when the chunk is all a drain has for the stream: the
+        chunked frame built in one piece."""
+        t = self.transport
+        if t is not None and self.held is None and not t.is_closing() and t.get_write_buffer_size() <= SOFT_LIMIT:
+            head = self._content_head
+            body = _enc(text)
+            t.write(b"%x\r\n%b%b%b\r\n" % (len(head) + len(body) + _CONTENT_TAIL_LEN, head, body, _CONTENT_TAIL))
+            self.last_write = now
+            return
+        self._write_now(self._content_head + _enc(text) + _CONTENT_TAIL, now)
 
     def _write_now(self, data: bytes | bytearray, now: float = 0.0) -> None:
         t = self.transport
