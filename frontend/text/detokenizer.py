@@ -136,8 +136,26 @@ class IncrementalDetokenizer:
                 return self._step_bytes(token_id)
             step = self._step_bytes if self._stream is None else self._step_stream
             return self._apply_raw_added(token_id, step(token_id))
+        return "".join(self.feed_each(token_ids))
+
+    def feed_each(self, token_ids: list[int]) -> list[str]:
+        """`[feed([t]) for t in token_ids]`: each token's new text."""
+        if self._plain:
+            fast = self._fast
+            step = self._step_bytes
+            parts = []
+            for t in token_ids:
+                if self._pending:
+                    parts.append(step(t))
+                    continue
+                try:
+                    text = fast[t]
+                except (IndexError, TypeError):
+                    text = ""
+                parts.append(step(t) if text is None else text)
+            return parts
         step = self._step_bytes if self._stream is None else self._step_stream
-        return "".join([self._apply_raw_added(t, step(t)) for t in token_ids])
+        return [self._apply_raw_added(t, step(t)) for t in token_ids]
 
     def flush(self, emit_incomplete: bool = False) -> str:
         """Text still held at the end of the request.

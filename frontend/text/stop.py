@@ -49,6 +49,12 @@ class StopStringMatcher:
     def stopped(self) -> bool:
         return self._done
 
+    def passes(self, text: str) -> bool:
+        """`feed(text)` would release all of it at once without a search: nothing is held and
+        the text holds none of the stops' first characters, so no stop can complete in it or
+        begin in it (feed's common step). Then feeding it in pieces releases the same."""
+        return not self._held and not self._include and not self._done and self._firsts.isdisjoint(text)
+
     def feed(self, delta: str, check_stops: bool = True) -> tuple[str, str | None]:
         """Add ``delta``; return (text safe to release now, matched stop or None).
 

@@ -70,15 +70,21 @@ class TextStream:
     def _feed_each(self, token_ids: list[int], prev: int) -> tuple[str, str | None]:
         """Several tokens in one step: token by token, so the min_tokens boundary falls
         between the right tokens and a match tells which token completed it."""
-        assert self.stop is not None
-        parts: list[str] = []
-        for i, token in enumerate(token_ids):
-            released, matched = self.stop.feed(self.detok.feed([token]), prev + i >= self.min_tokens)
-            parts.append(released)
+        stop = self.stop
+        assert stop is not None
+        texts = self.detok.feed_each(token_ids)
+        whole = "".join(texts)
+        if stop.passes(whole):  # (a backlog of prose: no stop can begin or end in any of it)
+            self.num_kept = len(token_ids)
+            return stop.feed(whole)
+        released: list[str] = []
+        for i, text in enumerate(texts):
+            part, matched = stop.feed(text, prev + i >= self.min_tokens)
+            released.append(part)
             if matched is not None:
                 self.num_kept = i + 1
-                return "".join(parts), matched
-        return "".join(parts), None
+                return "".join(released), matched
+        return "".join(released), None
 
     def finish(self) -> str:
         """Release whatever is still held when the request ends for another reason."""

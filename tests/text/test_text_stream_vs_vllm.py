@@ -78,3 +78,26 @@ def test_random_steps_match_vllm(tok, seed):
         i += n
     ours, ref = _run(tok, steps, stops, min_tokens, include, eos_last)
     assert ours == ref, (text, stops, include, min_tokens, steps)
+
+
+PROSE = [" river", " runs", " under", " the", " old", " bridge", ".", "\n", " é", "#", "##", "<", "/", "answer", ">", " <"]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_backlogged_prose_steps_match_vllm(tok, seed):
+    """Several tokens per step (a drained backlog) of mostly prose with rare stop characters:
+    steps holding none of the stops' first characters go out whole (`StopStringMatcher.passes`),
+    the others token by token; the text, the stop and the kept tokens stay vLLM's."""
+    rng = random.Random(1000 + seed)
+    words = [rng.choice(PROSE[:9]) if rng.random() < 0.85 else rng.choice(PROSE[9:]) for _ in range(rng.randint(5, 60))]
+    ids = tok.encode("".join(words), add_special_tokens=False)
+    stops = rng.choice([["###", "</answer>"], ["###"], ["</answer>"], [" <", "##"]])
+    include = rng.random() < 0.2
+    min_tokens = rng.choice([0, 0, 0, 3, 10])
+    steps, i = [], 0
+    while i < len(ids):
+        n = rng.choice([1, 2, 3, 5, 8])
+        steps.append(ids[i : i + n])
+        i += n
+    ours, ref = _run(tok, steps, stops, min_tokens, include, False)
+    assert ours == ref, (words, stops, include, min_tokens, steps)
