@@ -117,9 +117,11 @@ class SharedParts:
     def load(cls, config: WorkerConfig) -> "SharedParts":
         tokenizer = Tokenizer.load(config.tokenizer or config.model)
         tokenizer.detokenizer_vocab.build_tables()  # (shared by the forked workers)
+        template = load_chat_template(config.model, config.chat_template)
+        tokenizer.use_prompt_anchors(template.source if template is not None else None)
         return cls(
             tokenizer=tokenizer,
-            template=load_chat_template(config.model, config.chat_template),
+            template=template,
             defaults=GenerationDefaults.load(config.model, config.generation_config),
             model_config=ModelConfig.load(config.model),
             key=cls.key_of(config),

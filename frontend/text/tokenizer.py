@@ -24,6 +24,7 @@ import tokenizers
 
 from vllm_pyfrontend.text.bytelevel import build_token_bytes, is_pure_byte_level
 from vllm_pyfrontend.text.detokenizer import DetokenizerVocab, IncrementalDetokenizer
+from vllm_pyfrontend.text.prompt_pieces import PIECE_MIN_CHARS, TEXT_MAX_CHARS, PieceCache, safe_anchors
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,7 @@ class Tokenizer:
             self.special_token_ids, self.added_token_ids, self.token_bytes, hf
         )
 
+        self._pieces: PieceCache | None = None  # use_prompt_anchors
         if fast is not None:
             self._encode_impl: Callable[[str, bool], list[int]] = (
                 lambda text, add: fast.encode(text, add_special_tokens=add).ids
@@ -277,7 +279,43 @@ class Tokenizer:
 
     # ------------------------------------------------------------ encode/decode
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        pieces = self._pieces
+        if pieces is not None and not add_special_tokens and 2 * PIECE_MIN_CHARS <= len(text) <= TEXT_MAX_CHARS:
+            return pieces.encode(text)
         return self._encode_impl(text, add_special_tokens)
+
+    def use_prompt_anchors(self, template_source: str | None) -> bool:
+        """Keep the ids of repeated prompt pieces (text/prompt_pieces.py), cut after the added
+        tokens that `template_source` (the chat template) writes. Checked against the whole-text
+        encoding on the template's own text first; False (and no cache) when there is no safe
+        anchor or the check fails."""
+        self._pieces = None
+        if not template_source:
+            return False
+        added = list(self._hf.get_added_tokens_decoder().values())
+        present = [t.content for t in added if t.content and t.content in template_source]
+        anchors = safe_anchors(added, present, self._normalizer_is_identity())
+        if not anchors:
+            return False
+        whole = lambda text: self._encode_impl(text, False)  # noqa: E731
+        cache = PieceCache(whole, anchors)
+        probe = (template_source + "\n") * 3  # every piece seen, then looked up
+        for _ in range(3):
+            if cache.encode(probe) != whole(probe):
+                logger.warning("prompt piece cache disagrees with the tokenizer; not used")
+                return False
+        self._pieces = cache
+        return True
+
+    def _normalizer_is_identity(self) -> bool:
+        norm = self._hf.normalizer
+        if norm is None:
+            return True
+        probe = "Aa \u00c4\u0041\u0308 \ufb01 \u2460 \u3000\t\r\n  x \u00e9\u0301 \uff21"
+        try:
+            return norm.normalize_str(probe) == probe
+        except Exception:
+            return False
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._hf.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -89,6 +89,9 @@ class _Letters:
     def feed(self, ids):
         return "".join(chr(t) for t in ids)
 
+    def feed_each(self, ids):
+        return [chr(t) for t in ids]
+
     def flush(self, emit_incomplete=False):
         return ""
 
