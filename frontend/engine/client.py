@@ -866,10 +866,22 @@ class EngineClient:
         return False
 
     def _deliver_gathered(self, gathered: dict[str, list]) -> None:
-        """Each stream's token steps gathered by a drain, as one output (`_drain`)."""
+        """Each stream's token steps gathered by a drain, as one output (`_drain`): what
+        `_deliver_steps` does for one stream, for all of them."""
         sinks = self._sinks
-        for rid, entry in gathered.items():
-            self._deliver_steps(rid, sinks.get(rid), entry)
+        clock = OutputClock.now, OutputClock.last, OutputClock.steps
+        try:
+            for rid, entry in gathered.items():
+                sink = sinks.get(rid)
+                if sink is None:  # ended meanwhile (aborted here, its engine down)
+                    continue
+                ids, OutputClock.steps, OutputClock.now, OutputClock.last = entry
+                try:
+                    sink.on_tokens(ids)
+                except Exception as e:
+                    self._tokens_failed(rid, sink, ids, e)
+        finally:
+            OutputClock.now, OutputClock.last, OutputClock.steps = clock
 
     def _deliver_steps(self, rid: str, sink: OutputSink | None, entry: list) -> None:
         """One stream's gathered steps: [token ids, steps, first arrival, last arrival], with
@@ -930,6 +942,7 @@ class EngineClient:
             self._resolve_utility(batch.utility_output)
         sinks = self._sinks
         gathering = self._coalesce
+        now = OutputClock.now
         plain_tail = layout.plain_tail
         error_index = layout.error_index
         for o in raw_outputs:
@@ -943,11 +956,11 @@ class EngineClient:
                     if gathering is not None:  # a backlog: delivered at the drain's end
                         entry = gathering.get(rid)
                         if entry is None:
-                            gathering[rid] = [ids, 1, OutputClock.now, OutputClock.now]
+                            gathering[rid] = [ids, 1, now, now]
                         else:
                             entry[0] += ids
                             entry[1] += 1
-                            entry[3] = OutputClock.now
+                            entry[3] = now
                         continue
                     try:  # (_give_tokens, inlined: once per stream per step)
                         sink.on_tokens(ids)

@@ -26,18 +26,9 @@ class StopStringMatcher:
                  "_firsts")
 
     def __init__(self, stops: list[str], include_stop_str_in_output: bool) -> None:
-        # Empty stop strings never match (vLLM's str.find would match "" at
-        # once; the OpenAI layer rejects them), so drop them here.
-        self._stops: list[str] = [s for s in stops if s]
+        (self._stops, self._max_len, self._keep, self._ends, self._prefixes,
+         self._firsts) = _setup(tuple(stops))
         self._include = include_stop_str_in_output
-        self._max_len = max((len(s) for s in self._stops), default=0)
-        self._keep = max(self._max_len - 1, 0)
-        # The stops' last characters: a stop can only complete in a delta holding one of them.
-        self._ends: tuple[str, ...] = tuple(dict.fromkeys(s[-1] for s in self._stops))
-        self._prefixes = _prefixes_by_last_char(tuple(self._stops))
-        # The stops' first characters: with nothing held, a delta holding none of them can
-        # neither complete a stop nor begin one (see feed).
-        self._firsts = frozenset(s[0] for s in self._stops)
         # Last (max_len - 1) characters seen: the overlap searched together
         # with the next delta.
         self._tail = ""
@@ -134,6 +125,29 @@ class StopStringMatcher:
         text = self._tail[len(self._tail) - self._held :]
         self._held = 0
         return text
+
+
+@functools.lru_cache(maxsize=256)
+def _setup(stops: tuple[str, ...]) -> tuple:
+    """What a matcher derives from its stop list, once per list (requests of one deployment
+    mostly share theirs): (stops, longest, overlap kept, last characters, prefixes by last
+    character, first characters)."""
+    # Empty stop strings never match (vLLM's str.find would match "" at once; the OpenAI layer
+    # rejects them), so they are dropped here.
+    kept = tuple(s for s in stops if s)
+    longest = max((len(s) for s in kept), default=0)
+    return (
+        kept,
+        longest,
+        # The last (longest - 1) characters seen: the overlap searched with the next delta.
+        max(longest - 1, 0),
+        # A stop can only complete in a delta holding its last character.
+        tuple(dict.fromkeys(s[-1] for s in kept)),
+        _prefixes_by_last_char(kept),
+        # With nothing held, a delta holding none of these can neither complete nor begin a
+        # stop (see feed).
+        frozenset(s[0] for s in kept),
+    )
 
 
 @functools.lru_cache(maxsize=256)

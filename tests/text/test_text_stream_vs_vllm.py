@@ -44,6 +44,16 @@ def _run(tok: Tokenizer, steps: list[list[int]], stops, min_tokens, include, eos
     return (our_text, our_stop, our_ids), (ref_text, ref_stop, list(ref.output_token_ids))
 
 
+def _steps(rng: random.Random, ids: list[int], sizes: list[int]) -> list[list[int]]:
+    """`ids` cut into engine steps of sizes drawn from `sizes`."""
+    steps, i = [], 0
+    while i < len(ids):
+        n = rng.choice(sizes)
+        steps.append(ids[i : i + n])
+        i += n
+    return steps
+
+
 def test_min_tokens_boundary_inside_a_step(tok):
     a, b, c = (tok.encode(x, add_special_tokens=False)[0] for x in "abc")
     # min_tokens=1, "a" "b" "c" in separate steps: "ab" ends after the boundary -> stops, empty text.
@@ -71,11 +81,7 @@ def test_random_steps_match_vllm(tok, seed):
     eos = tok.eos_token_id
     eos_last = rng.random() < 0.3
     stream = ids + ([eos] if eos_last else [])
-    steps, i = [], 0
-    while i < len(stream):
-        n = rng.choice([1, 1, 2, 3, 4])
-        steps.append(stream[i : i + n])
-        i += n
+    steps = _steps(rng, stream, [1, 1, 2, 3, 4])
     ours, ref = _run(tok, steps, stops, min_tokens, include, eos_last)
     assert ours == ref, (text, stops, include, min_tokens, steps)
 
@@ -94,10 +100,6 @@ def test_backlogged_prose_steps_match_vllm(tok, seed):
     stops = rng.choice([["###", "</answer>"], ["###"], ["</answer>"], [" <", "##"]])
     include = rng.random() < 0.2
     min_tokens = rng.choice([0, 0, 0, 3, 10])
-    steps, i = [], 0
-    while i < len(ids):
-        n = rng.choice([1, 2, 3, 5, 8])
-        steps.append(ids[i : i + n])
-        i += n
+    steps = _steps(rng, ids, [1, 2, 3, 5, 8])
     ours, ref = _run(tok, steps, stops, min_tokens, include, False)
     assert ours == ref, (words, stops, include, min_tokens, steps)
