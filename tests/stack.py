@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -124,7 +126,41 @@ def worker_index(pid: int) -> int:
     return int(argv[argv.index("--worker-index") + 1])
 
 
+def _port_range() -> range:
+    """Ports for the servers tests start: below the kernel's ephemeral range, so that no port the
+    system hands out by itself (an engine's ZMQ sockets, vLLM's own server's ports, clients)
+    can take one between its pick and its bind; one share of it per pytest-xdist worker."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    base, top = 10000, max(ephemeral, 12000)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    index = int(worker) if worker.isdigit() else 0
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1), index + 1)
+    share = (top - base) // count
+    return range(base + index * share, base + (index + 1) * share)
+
+
+_picker = random.Random()  # (its own: tests seed the module's)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
+    """A port nothing listens on now, not handed out before by this process."""
+    ports = _port_range()
+    for _ in range(500):
+        port = _picker.randrange(ports.start, ports.stop)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
     return free_tcp_port("127.0.0.1")
 
 

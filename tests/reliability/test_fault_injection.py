@@ -27,6 +27,7 @@ import pytest
 import uvloop
 from aiohttp import web
 
+from tests.stack import free_port
 from tests.supervisor.sim_harness import EngineThread
 from vllm_pyfrontend.chat.template import load_chat_template
 from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
@@ -43,7 +44,6 @@ from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.sse import SSEWriter, begin_drain, end_drain
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
-from vllm_pyfrontend.supervisor.runtime import free_tcp_port
 from vllm_pyfrontend.supervisor.sim.engine import SimEngineConfig
 from vllm_pyfrontend.text.detokenizer import IncrementalDetokenizer
 from vllm_pyfrontend.text.stop import StopStringMatcher
@@ -70,7 +70,7 @@ class Worker:
         inp, out = f"ipc://{tmp_path}/in", f"ipc://{tmp_path}/out"
         handshake.run(engine_indices=[0], inputs=[inp], outputs=[out], timeout=60)
         handshake.close()
-        self.port = free_tcp_port("127.0.0.1")
+        self.port = free_port()
         self.config = WorkerConfig(
             worker_index=0, num_workers=1, host="127.0.0.1", port=self.port, model=model,
             served_model_names=[MODEL], input_address=inp, output_address=out, runtime_dir=str(tmp_path),

@@ -353,9 +353,9 @@ def test_second_sigint_kills_now(run):
 
 def test_external_engine_joins_over_tcp(run, tmp_path):
     """--data-parallel-size-local 0: no engine launched; a headless engine dials tcp://A:P."""
-    from vllm_pyfrontend.supervisor.runtime import free_tcp_port
+    from tests.stack import free_port
 
-    port = free_tcp_port()
+    port = free_port()
     r = run(workers=2, FAKE_EXTERNAL_PORT=str(port))
     r.wait_log(f"waiting for 1 headless engine(s) to join at tcp://127.0.0.1:{port}")
     engine = subprocess.Popen([sys.executable, str(tmp_path / "engine.py"), f"tcp://127.0.0.1:{port}"],
