@@ -384,14 +384,14 @@ def test_every_route_answers_as_vllm(pair):
 
 
 # -- abort by id, whichever worker gets it ---------------------------------------------------------
-def test_abort_reaches_the_request_on_any_worker(pair):
-    """A long streaming generate on this frontend (2 workers), then its id sent to
-    /inference/v1/abort_requests (which may land on the other worker): the stream ends with
-    finish_reason "abort", as vLLM's does."""
-    finals: dict[str, Any] = {}
+def _stream_and_abort(base: str, tag: str) -> tuple[str, str, float, float]:
+    """A 4,000-token streaming generate on `base`, its id sent to /inference/v1/abort_requests
+    every 0.1 s once tokens flow (each send a new connection, so with 2 workers they land on
+    either) until the stream ends: (finish reason, request id, end time, first abort time)."""
+    final: list = []
 
-    def run(base: str, streaming: threading.Event) -> None:
-        body = {**_generate_body({"request_id": f"abort-me-{base[-5:]}", "stream": True,
+    def run(streaming: threading.Event) -> None:
+        body = {**_generate_body({"request_id": f"abort-me-{tag}", "stream": True,
                                   "sampling_params": {"max_tokens": 4000, "temperature": 0, "ignore_eos": True}})}
         with httpx.stream("POST", base + "/inference/v1/generate", json=body, timeout=300) as r:
             for line in r.iter_lines():
@@ -406,25 +406,39 @@ def test_abort_reaches_the_request_on_any_worker(pair):
                     ev = json.loads(line[6:])
                     for c in ev["choices"]:
                         if c["finish_reason"] is not None:
-                            finals[base] = (c["finish_reason"], ev["request_id"], time.monotonic())
+                            final[:] = [c["finish_reason"], ev["request_id"], time.monotonic()]
 
-    for base in (pair.ours, pair.vllm):
-        streaming = threading.Event()
-        t = threading.Thread(target=run, args=(base, streaming))
-        t.start()
-        rid = f"generate-tokens-abort-me-{base[-5:]}"
-        # Abort once the request is running (an abort for an id not yet known is a no-op on both
-        # servers), and keep sending until the stream ends; each send is a new connection, so
-        # with 2 workers they land on either.
-        assert streaming.wait(120), f"{base}: no tokens streamed"
-        first_abort = None
-        deadline = time.monotonic() + 120
-        while t.is_alive() and time.monotonic() < deadline:
-            first_abort = first_abort or time.monotonic()  # stamped before the send
-            assert _post(base, "/inference/v1/abort_requests", {"request_ids": [rid]}).status_code == 200
-            time.sleep(0.1)
-        t.join(30)
-        assert not t.is_alive(), f"{base}: the aborted stream did not end"
-        assert first_abort is not None and finals[base][2] > first_abort, (
-            f"{base}: the 4000-token stream ended before the first abort was sent", finals)
-        assert finals[base][:2] == ("abort", rid), finals
+    streaming = threading.Event()
+    t = threading.Thread(target=run, args=(streaming,))
+    t.start()
+    rid = f"generate-tokens-abort-me-{tag}"
+    # Abort once the request is running (an abort for an id not yet known is a no-op on both
+    # servers), and keep sending until the stream ends.
+    assert streaming.wait(120), f"{base}: no tokens streamed"
+    first_abort = None
+    deadline = time.monotonic() + 120
+    while t.is_alive() and time.monotonic() < deadline:
+        first_abort = first_abort or time.monotonic()  # stamped before the send
+        assert _post(base, "/inference/v1/abort_requests", {"request_ids": [rid]}).status_code == 200
+        time.sleep(0.1)
+    t.join(30)
+    assert not t.is_alive(), f"{base}: the aborted stream did not end"
+    assert final and first_abort is not None, f"{base}: no final chunk"
+    assert final[1] == rid, final
+    return final[0], final[1], final[2], first_abort
+
+
+def test_abort_reaches_the_request_on_any_worker(pair):
+    """A long streaming generate on this frontend (2 workers), then its id sent to
+    /inference/v1/abort_requests (which may land on the other worker): the stream ends with
+    finish_reason "abort", as vLLM's does."""
+    reason, _, ended, first_abort = _stream_and_abort(pair.ours, "ours")
+    assert ended > first_abort, "the 4000-token stream ended before the first abort was sent"
+    assert reason == "abort"
+    # vLLM's server, the reference: once in CI (busy box) none of ~280 aborts sent over 28 s
+    # reached its stream, which ran to its length; a second request shows what it does.
+    for attempt in range(2):
+        reason, _, ended, first_abort = _stream_and_abort(pair.vllm, f"vllm{attempt}")
+        if reason == "abort":
+            break
+    assert ended > first_abort and reason == "abort"
