@@ -475,14 +475,8 @@ def decode_outputs(frames: Sequence[Any], layout: WireLayout = LATEST_LAYOUT) ->
     """One `EngineCoreOutputs` (`[payload, *aux_frames]`) -> `EngineOutputs`, every output
     decoded (a plain running one without the general decoder)."""
     result, raw_outputs = decode_message(frames, layout)
-    error_index = layout.error_index
-    plain_tail = layout.plain_tail
-    append = result.outputs.append
-    for o in raw_outputs:
-        if type(o) is list and (len(o) == 2 or o[2:] == plain_tail or plain_running(o, error_index)):
-            append(EngineOutput(o[0], o[1]))
-        else:
-            append(_decode_output(o, frames, error_index))
+    result.outputs = [EngineOutput(o[0], o[1]) if is_plain(o, layout) else _decode_output(o, frames, layout.error_index)
+                      for o in raw_outputs]
     return result
 
 

@@ -63,16 +63,14 @@ def end_drain() -> None:
     for w in dirty:
         if w.ending:
             continue  # its stream ended in this drain: these events go with its end (last_frame)
-        out, w.out = w.out, None
         text = w.text
         if text is not None:
-            if not out:  # nothing but this drain's content (the common case): one chunk
-                w.text = None
+            if not w.out:  # nothing but this drain's content (the common case): one chunk
+                w.text = w.out = None
                 w._write_content_now(text, now)
                 continue
-            w.out = out
             w._frame_text()
-            out, w.out = w.out, None
+        out, w.out = w.out, None
         if out:
             w._write_now(out, now)
 
