@@ -60,7 +60,9 @@ def attach_stream(client, rid: str, text, assistant, include_usage: bool, transp
     run_.sse = sse_mod.SSEWriter(rid, "m", 1)
     t = transport if transport is not None else _Transport()
     run_.sse.attach(t, b"")
-    client._sinks[rid] = gen
+    # The sink the server registers for it (server/responder.py submit_choices).
+    lane = getattr(run_, "lane", None)  # (a build from before the lane: the Generation)
+    client._sinks[rid] = (lane(choice) if lane is not None else None) or gen
     client._owner[rid] = 0
     return t
 

@@ -26,6 +26,10 @@ class Submission:
         self.consumer = consumer
         self.id_prefix = id_prefix
         self.requests: list[tuple[EngineRequest, Generation]] = []
+        # Another output sink for a request than its Generation (by engine request id): one
+        # that takes the common step itself and hands the rest to the Generation
+        # (server.request_pipeline.PlainLane).
+        self.sinks: dict[str, Any] = {}
 
     def add(
         self,
@@ -65,7 +69,9 @@ class Submission:
     def submit(self) -> None:
         """Send every request. Raises InvalidRequestError (a field the engine must not see;
         nothing is left in the engine) or EngineDeadError (no engine can take them now)."""
-        send_all(self.engine, self.requests)
+        sinks = self.sinks
+        send_all(self.engine, [(req, sinks.get(req.request_id, gen)) for req, gen in self.requests]
+                 if sinks else self.requests)
 
 
 def send_all(engine, requests) -> None:

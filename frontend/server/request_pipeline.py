@@ -116,6 +116,14 @@ class RequestRun:
         self._skip_empty = not want_logprobs and not return_token_ids and (
             not stream or (getattr(formatter, "quiet_empty_deltas", False) and not continuous_usage))
 
+    def lane(self, choice: Choice) -> "PlainLane | None":
+        """The engine output sink of `choice` when its common step can skip the layers
+        (`PlainLane`): plain content of a stream (`Choice.fast`) whose text stream has the
+        one-token step. None: its Generation is the sink."""
+        if choice.fast and self.sse is not None and choice.gen is not None and choice.text.has_one_token_step:
+            return PlainLane(self, choice)
+        return None
+
     # -- GenerationConsumer -------------------------------------------------------------
     def on_tokens(self, gen: Generation, token_ids: list[int]) -> None:
         """`on_delta` of a running step with nothing but new token ids: the per-token path.
@@ -353,6 +361,54 @@ class RequestRun:
                 c.gen.cancel()
         if not self.done.done():
             self.done.set_result(None)
+
+
+class PlainLane:
+    """The engine client's output sink of a plain streamed choice (`RequestRun.lane`): the
+    per-token path in one call. Its common step (one new token, the text stream's `feed_one`
+    takes it) does what `Generation.on_tokens` -> `RequestRun.on_tokens` -> `TextStream.feed`
+    -> detokenizer -> stop strings -> writer do for it, without the calls between them: the
+    Generation's token count, the ITL metric, the text to the writer. Every other output goes
+    to the Generation, as without the lane."""
+
+    __slots__ = ("gen", "run", "choice", "text", "sse", "index")
+
+    def __init__(self, run: RequestRun, choice: Choice):
+        assert choice.gen is not None and run.sse is not None
+        self.gen = choice.gen
+        self.run = run
+        self.choice = choice
+        self.text = choice.text
+        self.sse = run.sse
+        self.index = choice.index
+
+    def on_tokens(self, token_ids: list[int]) -> None:
+        gen = self.gen
+        if len(token_ids) == 1 and not gen.finished and not self.choice.finished:
+            text = self.text.feed_one(token_ids[0])
+            if text is not None:
+                if gen.admission is not None:
+                    gen.admission.on_output(gen)
+                gen.num_output_tokens += 1
+                metrics = self.choice.metrics
+                if metrics is not None:
+                    if OutputClock.steps == 1:
+                        metrics.on_output(OutputClock.now or None)
+                    else:
+                        metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
+                if text:
+                    sse = self.sse
+                    sse.write_content(self.index, text)
+                    if not sse.alive:
+                        self.run.cancel()
+                return
+        gen.on_tokens(token_ids)
+
+    def on_output(self, output) -> None:
+        self.gen.on_output(output)
+
+    def on_failure(self, failure: Failure) -> None:
+        self.gen.on_failure(failure)
 
 
 def fold_tool_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -83,6 +83,9 @@ def submit_choices(
                              cache_salt=cache_salt, trace_headers=trace, lora_request=lora_request,
                              multimodal=multimodal, data_parallel_rank=rank)
         choice.metrics = state.metrics.start_request(arrival=arrival)
+        lane = run.lane(choice)
+        if lane is not None:
+            sub.sinks[choice.gen.request_id] = lane
     try:
         sub.submit()
     except EngineDeadError as e:

@@ -138,6 +138,13 @@ class IncrementalDetokenizer:
             return self._apply_raw_added(token_id, step(token_id))
         return "".join(self.feed_each(token_ids))
 
+    def one_token_table(self) -> list[str | None] | None:
+        """The table behind `feed`'s one-token step, for callers that inline it: per token id
+        its text ("" for a skipped special token), None where the token is not complete UTF-8
+        on its own. Valid while nothing is pending (`_pending` empty); None for a detokenizer
+        without that step (not byte-level, or the raw added-token rule)."""
+        return self._fast if self._plain else None
+
     def feed_each(self, token_ids: list[int]) -> list[str]:
         """`[feed([t]) for t in token_ids]`: each token's new text."""
         if self._plain:

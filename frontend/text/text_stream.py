@@ -14,7 +14,7 @@ from vllm_pyfrontend.text.stop import StopStringMatcher
 
 
 class TextStream:
-    __slots__ = ("detok", "stop", "min_tokens", "include_stop", "num_tokens", "matched", "num_kept")
+    __slots__ = ("detok", "stop", "min_tokens", "include_stop", "num_tokens", "matched", "num_kept", "_table")
 
     def __init__(
         self,
@@ -31,6 +31,9 @@ class TextStream:
         self.num_tokens = 0
         self.matched: str | None = None
         self.num_kept = 0
+        # feed_one's table (a detokenizer of another kind has none: `feed` takes every step).
+        table_of = getattr(detok, "one_token_table", None)
+        self._table = table_of() if table_of is not None else None
 
     def feed(self, token_ids: list[int], engine_stopped: bool) -> tuple[str, str | None]:
         """Returns (text to release, stop string matched or None).
@@ -66,6 +69,35 @@ class TextStream:
         if matched is not None:
             self.matched = matched
         return released, matched
+
+    @property
+    def has_one_token_step(self) -> bool:
+        """`feed_one` can take steps (else it always answers None)."""
+        return self._table is not None
+
+    def feed_one(self, token_id: int) -> str | None:
+        """`feed([token_id], False)[0]` when that is the common step, else None with nothing
+        changed (the caller then takes `feed`). The common step: nothing matched yet, the
+        detokenizer's one-token table has the token's whole text (nothing pending, see
+        `IncrementalDetokenizer.one_token_table`) and the stop strings release it at once
+        (`StopStringMatcher.passes`, inlined with the state change of that step of its `feed`).
+        The per-token path of plain streamed content (server.request_pipeline.PlainLane)."""
+        table = self._table
+        if table is None or self.matched is not None or self.detok._pending:
+            return None
+        try:
+            text = table[token_id]
+        except (IndexError, TypeError):
+            text = ""  # (as the detokenizer: an id outside the vocabulary has no text)
+        if text is None:
+            return None
+        stop = self.stop
+        if text and stop is not None:
+            if stop._held or stop._include or stop._done or not stop._firsts.isdisjoint(text):
+                return None
+            stop._tail = ""
+        self.num_tokens += 1
+        return text
 
     def _feed_each(self, token_ids: list[int], prev: int) -> tuple[str, str | None]:
         """Several tokens in one step: token by token, so the min_tokens boundary falls
