@@ -87,6 +87,30 @@ def _tojson(
     )
 
 
+_msgpack_encode = msgspec.msgpack.encode
+_TOOL_JSON: dict[bytes, str] = {}
+_TOOL_JSON_MAX = 256
+
+
+def tojson_tool(value: Any) -> str:
+    """`_tojson(value)` with default arguments for a tool definition, remembered: requests of
+    one application send the same tools again and again. Keyed by the value's msgpack bytes,
+    which tell apart everything the JSON text tells apart (and more: 1 from 1.0, NaN from
+    None), so an entry is only reused for a value whose JSON text is the same. At most
+    `_TOOL_JSON_MAX` entries (then it starts over)."""
+    try:
+        key = _msgpack_encode(value)
+    except (TypeError, ValueError, OverflowError):
+        return _tojson(value)  # (not msgpack-able: whatever the encoder makes of it)
+    text = _TOOL_JSON.get(key)
+    if text is None:
+        text = _tojson(value)
+        if len(_TOOL_JSON) >= _TOOL_JSON_MAX:
+            _TOOL_JSON.clear()
+        _TOOL_JSON[key] = text
+    return text
+
+
 def _raise_exception(message: Any) -> None:
     raise ChatTemplateError(str(message))
 

@@ -28,7 +28,7 @@ class Submission:
         self.requests: list[tuple[EngineRequest, Generation]] = []
         # Another output sink for a request than its Generation (by engine request id): one
         # that takes the common step itself and hands the rest to the Generation
-        # (server.request_pipeline.PlainLane).
+        # (server.request_pipeline.StepLane).
         self.sinks: dict[str, Any] = {}
 
     def add(

@@ -40,6 +40,7 @@ labels prometheus-fastapi-instrumentator gives vLLM's server: `handler`, `method
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from bisect import bisect_left
@@ -120,6 +121,47 @@ def mark_worker_dead(pid: int, path: str) -> None:
     mark_process_dead(pid, path)
 
 
+class _Increments:
+    """The increments of finished requests' metric values, gathered within one pass of the
+    event loop and written once per value at its end (`flush`, scheduled with `call_soon`
+    when the first arrives): each multiprocess value write takes a lock and packs into the
+    shared file, ~20 per request, and the requests that end together (those of one engine
+    step) mostly add to the same values (their finish reason, token counters, the sums and
+    the few buckets they fall in). Without a running loop (a test, a script) each increment
+    is written at once. `/metrics` flushes before it merges the files."""
+
+    __slots__ = ("pending", "scheduled")
+
+    def __init__(self) -> None:
+        self.pending: dict[Any, float] = {}
+        self.scheduled = False
+
+    def add(self, value: Any, amount: float) -> None:
+        pending = self.pending
+        pending[value] = pending.get(value, 0) + amount
+
+    def done(self) -> None:
+        """The increments of one request are added: flush now or at the loop pass's end."""
+        if self.scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self.scheduled = True
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        pending, self.pending = self.pending, {}
+        for value, amount in pending.items():
+            value.inc(amount)
+
+
+INCREMENTS = _Increments()
+
+
 class _HistogramChild:
     """Direct access to one histogram child's bucket and sum values, for batch flushes.
 
@@ -133,6 +175,14 @@ class _HistogramChild:
         self.buckets = child._buckets
         self.sum = child._sum
         self.bounds = child._upper_bounds  # ends with +Inf
+
+    def observe(self, amount: float) -> None:
+        """`Histogram.observe(amount)` (no exemplar) into `INCREMENTS`, with a bisect for
+        prometheus_client's linear scan of the bounds: the first bucket whose bound is >=
+        amount (amounts here are finite: counts and durations)."""
+        add = INCREMENTS.add
+        add(self.sum, amount)
+        add(self.buckets[bisect_left(self.bounds, amount)], 1)
 
 
 class WorkerMetrics:
@@ -290,7 +340,14 @@ class WorkerMetrics:
             self.serving.set(0)
 
     def render(self) -> bytes:
+        """The exposition text (this worker's gathered increments must be flushed first, on
+        the event loop's thread: `flush`)."""
         return render_latest(self.registry)
+
+    @staticmethod
+    def flush() -> None:
+        """Write the gathered increments of finished requests now (`_Increments`)."""
+        INCREMENTS.flush()
 
 
 class _EngineChildren:
@@ -309,13 +366,14 @@ class _EngineChildren:
         self.generation_tokens = m.generation_tokens.labels(*lv)
         # Every finish reason exists from the start (at 0), as in vLLM.
         self.success = {r: m.request_success.labels(*lv, r) for r in FINISH_REASONS}
-        self.prompt_hist = m.request_prompt_tokens.labels(*lv)
-        self.generation_hist = m.request_generation_tokens.labels(*lv)
-        self.n_hist = m.request_params_n.labels(*lv)
-        self.max_tokens_hist = m.request_params_max_tokens.labels(*lv)
-        self.ttft = m.time_to_first_token.labels(*lv)
+        # Observed once per request each (`RequestMetrics.on_finished`): straight to the values.
+        self.prompt_hist = _HistogramChild(m.request_prompt_tokens.labels(*lv))
+        self.generation_hist = _HistogramChild(m.request_generation_tokens.labels(*lv))
+        self.n_hist = _HistogramChild(m.request_params_n.labels(*lv))
+        self.max_tokens_hist = _HistogramChild(m.request_params_max_tokens.labels(*lv))
+        self.ttft = _HistogramChild(m.time_to_first_token.labels(*lv))
         self.itl = _HistogramChild(m.inter_token_latency.labels(*lv))
-        self.e2e = m.e2e_latency.labels(*lv)
+        self.e2e = _HistogramChild(m.e2e_latency.labels(*lv))
         # Bound on first use: no queue-time series until a queue time is known.
         self.queue_time = None
         self._queue_family = m.queue_time
@@ -404,14 +462,15 @@ class RequestMetrics:
         if now is None:
             now = time.monotonic()
         c = self._c
+        add = INCREMENTS.add
         success = c.success.get(finish_reason)
         if success is None:
             success = c.success["stop"]
-        success.inc()
+        add(success, 1)
         if prompt_tokens:
-            c.prompt_tokens.inc(prompt_tokens)
+            add(c.prompt_tokens, prompt_tokens)
         if generation_tokens:
-            c.generation_tokens.inc(generation_tokens)
+            add(c.generation_tokens, generation_tokens)
         c.prompt_hist.observe(prompt_tokens)
         c.generation_hist.observe(generation_tokens)
         if n is not None:
@@ -425,11 +484,12 @@ class RequestMetrics:
             c.observe_queue_time(queue_time_s)
         counts = self._itl_counts
         if counts is not None:
-            itl = c.itl
+            buckets = c.itl.buckets
             for i, k in enumerate(counts):
                 if k:
-                    itl.buckets[i].inc(k)
-            itl.sum.inc(self._itl_sum)
+                    add(buckets[i], k)
+            add(c.itl.sum, self._itl_sum)
+        INCREMENTS.done()
 
 
 def install_stats_tap(engine: Any, metrics: WorkerMetrics) -> None:

@@ -23,6 +23,7 @@ _json = msgspec.json.encode
 
 async def handle_metrics(request: web.Request) -> web.Response:
     state = request.app["state"]
+    state.metrics.flush()  # this worker's gathered increments first (on the loop's thread)
     # Merging reads every worker's mmap files: off the event loop, it never delays outputs.
     body = await asyncio.get_running_loop().run_in_executor(None, state.metrics.render)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -116,12 +116,15 @@ class RequestRun:
         self._skip_empty = not want_logprobs and not return_token_ids and (
             not stream or (getattr(formatter, "quiet_empty_deltas", False) and not continuous_usage))
 
-    def lane(self, choice: Choice) -> "PlainLane | None":
+    def lane(self, choice: Choice) -> "StepLane | None":
         """The engine output sink of `choice` when its common step can skip the layers
-        (`PlainLane`): plain content of a stream (`Choice.fast`) whose text stream has the
-        one-token step. None: its Generation is the sink."""
-        if choice.fast and self.sse is not None and choice.gen is not None and choice.text.has_one_token_step:
-            return PlainLane(self, choice)
+        (`StepLane`): its text stream has the one-token step, and the step is plain streamed
+        content (`Choice.fast`) or goes through the parsers with nothing written for an empty
+        delta (as in `on_tokens`). None: its Generation is the sink."""
+        if choice.gen is None or not choice.text.has_one_token_step:
+            return None
+        if (choice.fast and self.sse is not None) or (self._skip_empty and not choice.fast):
+            return StepLane(self, choice)
         return None
 
     # -- GenerationConsumer -------------------------------------------------------------
@@ -363,44 +366,53 @@ class RequestRun:
             self.done.set_result(None)
 
 
-class PlainLane:
-    """The engine client's output sink of a plain streamed choice (`RequestRun.lane`): the
-    per-token path in one call. Its common step (one new token, the text stream's `feed_one`
-    takes it) does what `Generation.on_tokens` -> `RequestRun.on_tokens` -> `TextStream.feed`
-    -> detokenizer -> stop strings -> writer do for it, without the calls between them: the
-    Generation's token count, the ITL metric, the text to the writer. Every other output goes
-    to the Generation, as without the lane."""
+class StepLane:
+    """The engine client's output sink of one choice (`RequestRun.lane`): the per-token path in
+    one call. Its common step (one new token whose text the text stream's `feed_one` takes)
+    does what `Generation.on_tokens` -> `RequestRun.on_tokens` -> `TextStream.feed` ->
+    detokenizer -> stop strings do for it, without the calls between them: the Generation's
+    token count, the ITL metric, then the text to the writer (plain streamed content,
+    `Choice.fast`) or through the parsers (`RequestRun.on_tokens`'s quiet-empty-delta path).
+    Every other output goes to the Generation, as without the lane."""
 
-    __slots__ = ("gen", "run", "choice", "text", "sse", "index")
+    __slots__ = ("gen", "run", "choice", "text", "sse", "index", "assistant")
 
     def __init__(self, run: RequestRun, choice: Choice):
-        assert choice.gen is not None and run.sse is not None
+        assert choice.gen is not None
         self.gen = choice.gen
         self.run = run
         self.choice = choice
         self.text = choice.text
-        self.sse = run.sse
         self.index = choice.index
+        # The writer of plain streamed content; None: the parsers' path.
+        self.sse = run.sse if choice.fast else None
+        self.assistant = choice.assistant
 
     def on_tokens(self, token_ids: list[int]) -> None:
         gen = self.gen
-        if len(token_ids) == 1 and not gen.finished and not self.choice.finished:
+        choice = self.choice
+        if len(token_ids) == 1 and not gen.finished and not choice.finished:
             text = self.text.feed_one(token_ids[0])
             if text is not None:
                 if gen.admission is not None:
                     gen.admission.on_output(gen)
                 gen.num_output_tokens += 1
-                metrics = self.choice.metrics
+                metrics = choice.metrics
                 if metrics is not None:
                     if OutputClock.steps == 1:
                         metrics.on_output(OutputClock.now or None)
                     else:
                         metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
-                if text:
-                    sse = self.sse
-                    sse.write_content(self.index, text)
-                    if not sse.alive:
-                        self.run.cancel()
+                sse = self.sse
+                if sse is not None:
+                    if text:
+                        sse.write_content(self.index, text)
+                        if not sse.alive:
+                            self.run.cancel()
+                    return
+                delta = self.assistant.feed(text, token_ids)
+                if delta is not None:
+                    self.run._send_delta(gen, choice, token_ids, None, None, None, delta)
                 return
         gen.on_tokens(token_ids)
 

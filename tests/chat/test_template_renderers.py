@@ -127,3 +127,16 @@ def test_renderer_output_still_obeys_the_output_limit() -> None:
     assert t._renderer is not None
     with pytest.raises(ChatTemplateError, match="exceeds 100"):
         t.render([{"role": "user", "content": "x" * 200}])
+
+
+def test_tool_json_memo_tells_apart_what_json_tells_apart():
+    """`tojson_tool` remembers a tool's JSON by its msgpack bytes: values whose JSON differs
+    (NaN and None, 1 and 1.0, true and 1) never share an entry, and a value that msgpack cannot
+    hold still gets its JSON."""
+    from vllm_pyfrontend.chat.template import _tojson, tojson_tool
+
+    values = [{"a": None}, {"a": float("nan")}, {"a": 1}, {"a": 1.0}, {"a": True}, {"a": [1, 2]},
+              {"a": (1, 2)}, {1: "x"}, {"1": "x"}, {"a": "é"}, {"a": 2**70}, {"d": {"b": 1, "a": 2}}]
+    for _ in range(2):  # the second round reads the entries
+        for v in values:
+            assert tojson_tool(v) == _tojson(v)

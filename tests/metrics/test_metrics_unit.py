@@ -3,6 +3,7 @@ flush, scheduler stats, and the multiprocess merge (real worker-like processes w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -122,6 +123,53 @@ def test_itl_batch_flush_equals_per_observation_histogram():
         le = dict(lbls).get("le")
         ours = value(got, "vllm:inter_token_latency_seconds" + name[3:], **({"le": le} if le else {}))
         assert ours == pytest.approx(v), (name, le)
+
+
+def test_direct_histogram_observe_equals_prometheus_client():
+    """`_HistogramChild.observe` (a bisect straight to the bucket values) counts like
+    prometheus_client's `Histogram.observe`, bounds included (`le` is inclusive)."""
+    from vllm_pyfrontend.metrics import _HistogramChild
+
+    amounts = [0, 1, 1.5, 2, 4.999, 5, 5.0001, 10, 99, 100, 1000, 1e9, 0.25, 7]
+    buckets = [1, 2, 5, 10, 20, 50, 100]
+    got_reg, want_reg = CollectorRegistry(), CollectorRegistry()
+    ours = _HistogramChild(Histogram("h", "h", buckets=buckets, registry=got_reg))
+    ref = Histogram("h", "h", buckets=buckets, registry=want_reg)
+    for a in amounts:
+        ours.observe(a)
+        ref.observe(a)
+    WorkerMetrics.flush()  # (observations are gathered until the loop pass ends or a flush)
+
+    def counts(reg):
+        return {k: v for k, v in samples(render_latest(reg)).items() if not k[0].endswith("_created")}
+
+    assert counts(got_reg) == counts(want_reg)
+    assert counts(got_reg)[("h_count", ())] == len(amounts)
+
+
+async def test_finished_requests_are_written_at_the_end_of_the_loop_pass():
+    """On a running loop, what finished requests add is gathered and written once per value
+    when the loop pass ends (`_Increments`): nothing before, everything after; `/metrics`
+    flushes first."""
+    m = WorkerMetrics("m", [0], 128)
+    lbl = {"model_name": "m", "engine": "0"}
+    for k in range(3):
+        r = m.start_request(arrival=0.0)
+        r.on_output(0.5)
+        r.on_output(0.75)
+        r.on_finished("length", 10, 2 + k, max_tokens=8, now=1.0)
+    s = samples(m.render())
+    assert value(s, "vllm:request_success_total", finished_reason="length", **lbl) == 0
+    await asyncio.sleep(0)  # the pass ends: one write per value
+    s = samples(m.render())
+    assert value(s, "vllm:request_success_total", finished_reason="length", **lbl) == 3
+    assert value(s, "vllm:generation_tokens_total", **lbl) == 2 + 3 + 4
+    assert value(s, "vllm:e2e_request_latency_seconds_count", **lbl) == 3
+    assert value(s, "vllm:inter_token_latency_seconds_count", **lbl) == 3
+    r = m.start_request(arrival=0.0)
+    r.on_finished("stop", 1, 1, now=1.0)
+    m.flush()  # what the /metrics handler does before it merges
+    assert value(samples(m.render()), "vllm:request_success_total", finished_reason="stop", **lbl) == 1
 
 
 def test_scheduler_stats_gauges_and_prefix_counters():

@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from vllm_pyfrontend.chat import renderers
-from vllm_pyfrontend.chat.template import _tojson, bundled_template_path
+from vllm_pyfrontend.chat.template import bundled_template_path, tojson_tool
 
 _NAMES = ("BOS", "USER", "ASSISTANT", "THINK_START", "THINK_END", "EFFORT_PROMPTS", "TOOLS_HEAD", "TOOLS_TAIL")
 _LOW_EFFORTS = ("low", "minimal", "medium")
@@ -69,7 +69,7 @@ def _make(c: dict[str, Any]):
                 fn = t.get("function") if type(t) is dict else None
                 if type(fn) is not dict:
                     return None
-                parts.append(_tojson(fn))  # the template's `t.function | tojson`
+                parts.append(tojson_tool(fn))  # the template's `t.function | tojson`
             tools_text = "\n\n" + tools_head + "\n".join(parts) + tools_tail
         # thinking mode and effort, as the template's options block decides them
         if "thinking" in ctx or "enable_thinking" in ctx:
