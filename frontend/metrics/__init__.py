@@ -325,10 +325,11 @@ class WorkerMetrics:
         if pair is None:
             pair = self._http_children[key] = (
                 self.http_requests.labels(method, key[2], handler),
-                self.http_duration.labels(method, handler),
+                _HistogramChild(self.http_duration.labels(method, handler)),
             )
-        pair[0].inc()
+        INCREMENTS.add(pair[0], 1)  # (gathered: see _Increments)
         pair[1].observe(duration_s)
+        INCREMENTS.done()
 
     # -- worker lifecycle -----------------------------------------------------------------------
     def set_serving(self, serving: bool) -> None:
