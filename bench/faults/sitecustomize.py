@@ -24,13 +24,13 @@ def _install() -> None:
     from vllm_pyfrontend.llm.generation import Generation
     from vllm_pyfrontend.parsers.pipeline import AssistantPipeline
     from vllm_pyfrontend.server.formatters import ChatFormatter
-    from vllm_pyfrontend.server.request_pipeline import RequestRun
+    from vllm_pyfrontend.server.request_pipeline import RequestRun, StepLane
     from vllm_pyfrontend.server.sse import SSEWriter
     from vllm_pyfrontend.text.detokenizer import IncrementalDetokenizer
     from vllm_pyfrontend.text.text_stream import TextStream
 
     layers = [(Generation, "on_output"), (RequestRun, "on_delta"), (TextStream, "feed"),
-              (IncrementalDetokenizer, "feed"), (AssistantPipeline, "feed"), (AssistantPipeline, "finish"),
+              (StepLane, "on_tokens"), (TextStream, "feed_one"), (IncrementalDetokenizer, "feed"), (AssistantPipeline, "feed"), (AssistantPipeline, "finish"),
               (ChatFormatter, "stream_delta"), (ChatFormatter, "body"), (SSEWriter, "write")]
     armed: set[tuple[type, str]] = set()
     rng = random.Random(os.getpid())

@@ -37,6 +37,7 @@ from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.parsers.pipeline import AssistantPipeline
 from vllm_pyfrontend.server import sse as sse_module
+from vllm_pyfrontend.server.request_pipeline import StepLane
 from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter
 from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.server.formatters import ChatFormatter, CompletionFormatter
@@ -159,6 +160,10 @@ class Fault:
     json_only: bool = False
     body: dict | None = None  # extra request fields this fault needs to be reached
     api: str = "openai"  # or "anthropic": POST /v1/messages (one choice; Anthropic's error shapes)
+    # The same layer's other entry points, counted with `cls.method`: the step lane's common
+    # step (`StepLane.on_tokens`, `TextStream.feed_one`, which does the detokenizer's and the
+    # stop matcher's part of that step inline) stands for the calls it saves.
+    also: tuple[tuple[type, str], ...] = ()
 
 
 def _final_output(args: tuple, kwargs: dict) -> bool:
@@ -169,13 +174,16 @@ def _final_delta(args: tuple, kwargs: dict) -> bool:
     return args[3] is not None  # RequestRun.on_delta(gen, token_ids, logprobs, finish_reason, ...)
 
 
+_LANE_STEP = ((StepLane, "on_tokens"),)
+_FEED_ONE = ((TextStream, "feed_one"),)
+
 FAULTS = [
-    Fault("engine_output_nth", Generation, "on_tokens", nth=3),  # a running output (the per-token path)
+    Fault("engine_output_nth", Generation, "on_tokens", nth=3, also=_LANE_STEP),  # a running output (the per-token path)
     Fault("engine_output_final", Generation, "on_output", final=_final_output, body={"max_tokens": 6}),
     Fault("pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_tokens": 6}),
-    Fault("text_stream_nth", TextStream, "feed", nth=3),
-    Fault("detokenizer_nth", IncrementalDetokenizer, "feed", nth=3),
-    Fault("stop_matcher_nth", StopStringMatcher, "feed", nth=3, body={"stop": ["zzzz-never"]}),
+    Fault("text_stream_nth", TextStream, "feed", nth=3, also=_FEED_ONE),
+    Fault("detokenizer_nth", IncrementalDetokenizer, "feed", nth=3, also=_FEED_ONE),
+    Fault("stop_matcher_nth", StopStringMatcher, "feed", nth=3, body={"stop": ["zzzz-never"]}, also=_FEED_ONE),
     Fault("parser_nth", AssistantPipeline, "feed", nth=3),
     Fault("parser_finish", AssistantPipeline, "finish", nth=1, body={"max_tokens": 6}),
     Fault("logprobs_nth", ChatFormatter, "format_logprobs", nth=3, body={"logprobs": True, "top_logprobs": 2}),
@@ -202,21 +210,26 @@ FAULTS = [
 
 
 def _arm(monkeypatch, fault: Fault) -> dict:
-    original = getattr(fault.cls, fault.method)
     seen = {"calls": 0, "raised": 0}
     nths = (fault.nth,) if isinstance(fault.nth, int) else (fault.nth or ())
     seen["expected"] = max(1, len(nths))
 
-    def wrapper(self, *args, **kwargs):
-        seen["calls"] += 1
-        hit = seen["calls"] in nths or (
-            fault.final is not None and seen["raised"] == 0 and fault.final(args, kwargs))
-        if hit:
-            seen["raised"] += 1
-            raise InjectedFault(f"injected fault in {fault.cls.__name__}.{fault.method}")
-        return original(self, *args, **kwargs)
+    def patch(cls: type, method: str) -> None:
+        original = getattr(cls, method)
 
-    monkeypatch.setattr(fault.cls, fault.method, wrapper)
+        def wrapper(self, *args, **kwargs):
+            seen["calls"] += 1
+            hit = seen["calls"] in nths or (
+                fault.final is not None and seen["raised"] == 0 and fault.final(args, kwargs))
+            if hit:
+                seen["raised"] += 1
+                raise InjectedFault(f"injected fault in {cls.__name__}.{method}")
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, method, wrapper)
+
+    for cls, method in ((fault.cls, fault.method), *fault.also):
+        patch(cls, method)
     return seen
 
 
@@ -298,7 +311,7 @@ def test_every_request_ends_under_a_fault(worker, monkeypatch, fault, stream, n)
 from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter  # noqa: E402
 
 RESPONSES_FAULTS = [
-    Fault("engine_output_nth", Generation, "on_tokens", nth=3),  # a running output (the per-token path)
+    Fault("engine_output_nth", Generation, "on_tokens", nth=3, also=_LANE_STEP),  # a running output (the per-token path)
     Fault("pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_output_tokens": 6}),
     Fault("parser_nth", AssistantPipeline, "feed", nth=3),
     Fault("responses_formatter_nth", ResponsesFormatter, "stream_delta", nth=3),
