@@ -30,7 +30,8 @@ def _install() -> None:
     from vllm_pyfrontend.text.text_stream import TextStream
 
     layers = [(Generation, "on_output"), (RequestRun, "on_delta"), (TextStream, "feed"),
-              (StepLane, "on_tokens"), (TextStream, "feed_one"), (IncrementalDetokenizer, "feed"), (AssistantPipeline, "feed"), (AssistantPipeline, "finish"),
+              (StepLane, "on_tokens"), (TextStream, "feed_one"), (IncrementalDetokenizer, "feed"),
+              (AssistantPipeline, "feed"), (AssistantPipeline, "finish"),
               (ChatFormatter, "stream_delta"), (ChatFormatter, "body"), (SSEWriter, "write")]
     armed: set[tuple[type, str]] = set()
     rng = random.Random(os.getpid())

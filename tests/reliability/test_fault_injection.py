@@ -37,11 +37,10 @@ from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.parsers.pipeline import AssistantPipeline
 from vllm_pyfrontend.server import sse as sse_module
-from vllm_pyfrontend.server.request_pipeline import StepLane
 from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter
 from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.server.formatters import ChatFormatter, CompletionFormatter
-from vllm_pyfrontend.server.request_pipeline import RequestRun
+from vllm_pyfrontend.server.request_pipeline import RequestRun, StepLane
 from vllm_pyfrontend.server.sse import SSEWriter, begin_drain, end_drain
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
