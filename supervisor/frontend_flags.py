@@ -92,13 +92,16 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--tool-strict-level": "refused: not supported (tools are constrained per request's `strict`)",
     "--tool-server": "refused: built-in tools (Responses API tool servers) are not supported",
     "--exclude-tools-when-tool-choice-none": "refused: not supported; tools are always given to the template",
-    "--cohere-is-reasoning-model": "refused: Cohere formats are not supported",
-    "--cohere-format": "refused: Cohere formats are not supported",
+    "--cohere-is-reasoning-model": "refused: Cohere's /cohere/v2/chat API is not served (the "
+                                   "cohere_command3/4 tool and reasoning parsers are)",
+    "--cohere-format": "refused: Cohere's tokenizer mode and prompt formats are not served (pass "
+                       "chat_template_kwargs per request to the model's own template)",
     "--anthropic-disabled-thinking-effort": "refused: thinking disabled in /v1/messages is always "
                                             "reasoning effort \"none\" (frontend/server/anthropic)",
     # -- responses -------------------------------------------------------------------------------
     "--lora-modules": "implemented by frontend/server/lora.py (adapters shared by every worker)",
-    "--trust-request-mm-kwargs": "refused: multimodal inputs are not supported",
+    "--trust-request-mm-kwargs": "refused: not implemented: per-request mm_processor_kwargs and "
+                                 "media_io_kwargs are always taken (vLLM refuses them without it)",
     "--return-tokens-as-token-ids": "refused: not supported (logprobs tokens are text)",
     "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",
     "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",
@@ -106,11 +109,14 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--sse-keep-alive-interval": "implemented by frontend/server/sse.py (keep-alive comments on a "
                                  "silent stream)",
     "--enable-tokenizer-info-endpoint": "implemented by frontend/server/admin.py (/tokenizer_info)",
-    "--tokens-only": "refused: token-in/token-out serving is not supported",
+    "--tokens-only": "refused: not implemented: the token-in/token-out routes are served beside the "
+                     "text routes with --enable-scale-out, and outputs are always detokenized",
     "--fingerprint-mode": "refused: system_fingerprint is always the full form "
                           "(vllm-<version>-<hash>)",
     "--fingerprint-value": "refused: system_fingerprint is always computed",
-    "--enable-flash-late-interaction": "refused: pooling (late-interaction scoring) is not served",
+    "--enable-flash-late-interaction": "refused: late-interaction scoring is served through the "
+                                       "pooled token embeddings; vLLM's fused (flash) scoring path "
+                                       "is not implemented",
     # -- vllm-rs 0.33 serve flags that vLLM's parser lacks --------------------------------------
     "--engine-ready-timeout-secs": f"implemented by {_CLI} (--engine-ready-timeout)",
     "--http-timeout-keep-alive": "implemented by frontend/server/connections.py (idle keep-alive "
