@@ -168,14 +168,14 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     # Reasoning and tool calls (vLLM's names; the parsers run in the workers, not the engine).
     p.add_argument("--enable-auto-tool-choice", action=bool_flag, default=False,
                    help='let the model call tools with tool_choice "auto" (needs --tool-call-parser)')
+    from vllm_pyfrontend.parsers.catalog import names_help  # the registered names
+
     p.add_argument("--tool-call-parser", default=None,
-                   help="hermes, qwen3_xml, qwen3_coder, deepseek_v3, deepseek_v31, deepseek_v32, "
-                        "deepseek_v4, llama3_json, mistral, kimi_k2, glm45, minimax_m2, or auto")
+                   help=f"{names_help('tool')}, or auto")
     p.add_argument("--tool-parser-plugin", default=None, metavar="FILE",
                    help="a Python file that registers tool parsers (frontend/parsers/tool/plugin.py); "
                         "the names it registers can be given to --tool-call-parser")
-    p.add_argument("--reasoning-parser", default=None,
-                   help="deepseek_r1, qwen3, deepseek_v3, deepseek_v4, glm45, kimi_k2, minimax_m2, or auto")
+    p.add_argument("--reasoning-parser", default=None, help=f"{names_help('reasoning')}, or auto")
     p.add_argument("--reasoning-parser-plugin", default="",
                    help="a module name or Python file that registers reasoning parsers "
                         "(frontend/parsers/reasoning/plugin.py), loaded before --reasoning-parser")

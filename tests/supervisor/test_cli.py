@@ -236,3 +236,22 @@ def test_split_sim_flags():
 def test_options_defaults_are_consistent():
     opts = SupervisorOptions(model="/m")
     assert opts.local_engine_ranks == [0] and not opts.has_remote_engines
+
+
+@pytest.mark.parametrize("flag,kind", [("--tool-call-parser", "tool"), ("--reasoning-parser", "reasoning")])
+def test_help_lists_every_registered_parser(flag, kind):
+    """--help names every registered parser (from the registries, not a hand-kept list)."""
+    import argparse
+    import re
+
+    from vllm_pyfrontend.parsers.reasoning import reasoning_parser_names
+    from vllm_pyfrontend.parsers.tool import tool_parser_names
+
+    action = next(a for a in build_parser()._actions if flag in a.option_strings)
+    text = argparse.HelpFormatter("frontend-supervisor", width=80)._expand_help(action)
+    names = tool_parser_names() if kind == "tool" else reasoning_parser_names()
+    assert set(re.findall(r"[\w-]+", text)) >= set(names)
+    # and in the printed help, whatever its line wrapping (a hyphenated name may be split)
+    printed = re.sub(r"-\n\s+", "-", build_parser().format_help())
+    words = set(re.findall(r"[\w-]+", printed))
+    assert not set(names) - words
