@@ -34,7 +34,7 @@ STREAMED.update(
         "k2_horizon": names_a_k.k2_horizon,
         "minicpm5": xml_more.minicpm5,
         "minimax_m3": xml_more.minimax_m3,
-        # names registered on another name's format (one line each in tool/__init__.py)
+        # names registered on another name's format (next to that format's registration)
         "glm47": names_a_k.glm47,
         "ling3": RENDER["glm45"],
         "poolside_v1": RENDER["glm45"],
