@@ -19,12 +19,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+# (importing a registry imports its package, whose __init__ imports every registering module)
 from vllm_pyfrontend.parsers.reasoning.registry import reasoning_parser_names, reasoning_parser_registration
 from vllm_pyfrontend.parsers.tool import registry as tool_registry
 from vllm_pyfrontend.parsers.tool.base import ToolFormat
-
-import vllm_pyfrontend.parsers.reasoning  # noqa: F401  (registers every reasoning parser)
-import vllm_pyfrontend.parsers.tool  # noqa: F401  (registers every tool parser)
 
 _PACKAGE = "vllm_pyfrontend.parsers."
 

@@ -96,10 +96,10 @@ class DeepSeekV31(ToolFormat):
     }
 
 
+# ---------------------------------------------------------------------- DSML
 DSML = "｜DSML｜"
 
 
-# ---------------------------------------------------------------------- DSML
 def _dsml_hold(value: str) -> int:
     """Where a DSML value's droppable end starts: trailing whitespace and a
     (misspelled) closing tag the model wrote instead of the real one."""

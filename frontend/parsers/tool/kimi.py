@@ -56,12 +56,12 @@ class KimiK2(ToolFormat):
     }
 
 
-def _calls_body(call: P) -> P:
-    return fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
-
-
 # ------------------------------------------------------------------- kimi k3
 O, C, S = "<|open|>", "<|close|>", "<|sep|>"
+
+
+def _calls_body(call: P) -> P:
+    return fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
 
 
 def _attrs(text: str) -> dict[str, str]:

@@ -34,6 +34,7 @@ from vllm_pyfrontend.parsers.tool.xml_calls import (
 )
 
 
+# ---------------------------------------------------------------- minimax m2
 class MinimaxM2(XmlFormat):
     """MiniMax-M2::
 
