@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-
 from vllm_pyfrontend.parsers.response_template.casting import cast_calls, tool_properties
-from vllm_pyfrontend.parsers.response_template.template import Anchor
-from vllm_pyfrontend.parsers.response_template.template import Field, Template
+from vllm_pyfrontend.parsers.response_template.template import Anchor, Field, Template
 from vllm_pyfrontend.parsers.response_template.values import field_value
 
 

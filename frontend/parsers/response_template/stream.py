@@ -8,7 +8,6 @@ import logging
 import secrets
 from typing import Any, Iterable, Sequence
 
-
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.parsers.reasoning.registry import register_custom_reasoning_parser
 from vllm_pyfrontend.parsers.response_template.casting import calls_of

@@ -14,7 +14,6 @@ import regex
 
 from vllm_pyfrontend.parsers.response_template.values import CONTENT_PARSERS, PLACEHOLDER
 
-
 HF = "hf"
 THINKING, CONTENT, TOOLS = "thinking", "content", "tool_calls"
 _SERVED = frozenset((THINKING, CONTENT, TOOLS))

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-
 if TYPE_CHECKING:
     from vllm_pyfrontend.parsers.response_template.template import Field
 

@@ -4,7 +4,6 @@ and the models that reuse it: ling3 (GLM-4.7's format), poolside_v1 (GLM-4's).
 
 from __future__ import annotations
 
-
 from vllm_pyfrontend.parsers.combinators import fmap, lit, seq, tag, take_until, ws
 from vllm_pyfrontend.parsers.tool.base import Section
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser

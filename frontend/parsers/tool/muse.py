@@ -4,7 +4,6 @@ muse_glimmer.
 
 from __future__ import annotations
 
-
 from vllm_pyfrontend.parsers.combinators import fmap, lit, many, seq, tag, take_until, ws
 from vllm_pyfrontend.parsers.tool.base import Section
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
