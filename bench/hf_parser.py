@@ -1,5 +1,5 @@
 """CPU per output delta of the `hf` parsers (reasoning + tool calls from a response_template):
-ours (frontend/parsers/response_template.py) against vLLM's ResponseTemplateParser.parse_delta,
+ours (frontend/parsers/response_template/) against vLLM's ResponseTemplateParser.parse_delta,
 on the same scripted output (thinking, text, one call with a long string argument) cut into
 4-character deltas (about one token each).
 

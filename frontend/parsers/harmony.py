@@ -28,6 +28,8 @@ from typing import Any, Iterable, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.parsers.combinators import partial_tail
+from vllm_pyfrontend.parsers.reasoning.registry import register_custom_reasoning_parser
+from vllm_pyfrontend.parsers.tool.registry import register_custom_tool_parser
 
 _SPECIALS = (
     "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>",
@@ -286,3 +288,6 @@ def reasoning_stream(tokenizer: Any = None, **_: Any) -> HarmonyStream:
     """``get_reasoning_parser("openai_gptoss")``: reasoning and content; calls dropped."""
     return HarmonyStream(reasoning=True, tools=False)
 
+
+register_custom_tool_parser(HARMONY_TOOL, tool_stream, note="gpt-oss harmony messages")
+register_custom_reasoning_parser(HARMONY_REASONING, reasoning_stream, note="gpt-oss harmony channels")

@@ -1,6 +1,6 @@
-"""Renderers for the tool-call formats added for every vLLM name whose arguments
-stream (json_families.py, json_more.py, xml_more.py, tagged_params.py, gemma.py,
-channels.py, pythonic.py): calls written the way each model writes them, for
+"""Renderers for the tool-call formats whose arguments stream, beyond corpus.RENDER's
+(json_calls.py, xml_calls.py, tagged_params.py, gemma.py, channels.py, kimi.py, minimax.py,
+step.py, minicpm.py, muse.py, pythonic.py): calls written the way each model writes them, for
 tests/parsers/test_streaming_args.py (their case corpora are in tests/parsers/cases)."""
 
 # ruff: noqa: E701, E704, E731

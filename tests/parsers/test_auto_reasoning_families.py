@@ -1,5 +1,5 @@
 """``--reasoning-parser auto`` for the reasoning formats beyond DeepSeek/Qwen3/GLM/Kimi/MiniMax
-(helper 15c): each format's own markers in the chat template, else config.json's model_type for
+each format's own markers in the chat template, else config.json's model_type for
 the ``<think>`` families. Template snippets are the formats' generation-prompt lines."""
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def test_plugin_module_name_and_errors(tmp_path, monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
     assert load_reasoning_parser_plugin("plugin_by_name") == ["plugin_named"]
     with pytest.raises(ValueError, match="neither a file nor an importable module"):
-        load_reasoning_parser_plugin("no_such_plugin_module_15c")
+        load_reasoning_parser_plugin("no_such_plugin_module_anywhere")
     broken = tmp_path / "broken_plugin.py"
     broken.write_text("raise RuntimeError('bad plugin')\n")
     with pytest.raises(RuntimeError, match="bad plugin"):
@@ -58,7 +58,7 @@ def test_cli_flag(plugin_file: str, tmp_path) -> None:
     assert opts.policy.reasoning_parser_plugin == plugin_file
     assert opts.engine_args == []  # the workers' flag, not the engine's
     broken = tmp_path / "broken_cli_plugin.py"
-    broken.write_text("import no_such_module_15c\n")
+    broken.write_text("import no_such_module_anywhere\n")
     with pytest.raises(SystemExit):
         parse_args(["--reasoning-parser-plugin", str(broken), "/m"])
 

@@ -197,7 +197,8 @@ def test_startup_checks_as_vllm(tool, reasoning, template, message):
 
 def test_long_prompt_decodes_only_its_tail(tok):
     """A long prompt: the prefix from the tail's last start anchor is the whole decode's."""
-    from vllm_pyfrontend.parsers.response_template import _prefix, serving_template
+    from vllm_pyfrontend.parsers.response_template import serving_template
+    from vllm_pyfrontend.parsers.response_template.stream import _prefix
 
     template = serving_template(HERMES)
     history = "".join(f"<|im_start|>user\nquestion {i} é ✓<|im_end|>\n<|im_start|>assistant\nanswer {i}<|im_end|>\n"

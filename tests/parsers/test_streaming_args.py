@@ -17,7 +17,7 @@ from vllm_pyfrontend.parsers.tool import get_tool_parser
 from tests.parsers.corpus import DSML, RENDER, TOOLS
 from tests.parsers.harness import collect, random_char_splits, run_chunks, run_whole
 from tests.parsers.render_more import MORE
-from tests.parsers.cases import names_15a, xml_more
+from tests.parsers.cases import tool_names_apertus_to_kimi as names_a_k, xml_more
 
 #: a long argument: code with quotes, backslashes, tags, unicode, newlines
 LINE = 'if a < b and s == "x\\\\y": print(f"{a}</p>") # 杭州 😀\n'
@@ -26,16 +26,16 @@ LONG = [("run_code", {"code": CODE})]
 
 #: every format whose arguments stream, with its renderer
 STREAMED = {**RENDER, **MORE}
-#: formats that stream since issue 15's second round (their renderers: the case modules)
+#: formats whose renderers are their case modules
 STREAMED.update(
     {
-        "dots": names_15a.dots,
-        "hy_v4": names_15a.hy(""),
-        "k2_horizon": names_15a.k2_horizon,
+        "dots": names_a_k.dots,
+        "hy_v4": names_a_k.hy(""),
+        "k2_horizon": names_a_k.k2_horizon,
         "minicpm5": xml_more.minicpm5,
         "minimax_m3": xml_more.minimax_m3,
-        # names registered on another name's format (one line each in tool/__init__.py)
-        "glm47": names_15a.glm47,
+        # names registered on another name's format (next to that format's registration)
+        "glm47": names_a_k.glm47,
         "ling3": RENDER["glm45"],
         "poolside_v1": RENDER["glm45"],
         "llama4_json": RENDER["llama3_json"],
@@ -44,7 +44,7 @@ STREAMED.update(
         "step3p5": RENDER["qwen3_coder"],
     }
 )
-# (gpt-oss, ``openai``, streams token by token: tests/parsers/test_harmony_15b.py)
+# (gpt-oss, ``openai``, streams token by token: tests/parsers/test_harmony_pipeline.py)
 #: formats that strip parameter values (the long argument loses its final newline)
 STRIPS = {"dots"}
 STRIPPED = [("run_code", {"code": CODE.strip()})]
@@ -357,7 +357,7 @@ def test_call_without_its_end_after_complete_parameters(fmt: str, text: str) -> 
 def test_json_or_text_values_stream_once_they_cannot_be_json() -> None:
     """muse_glimmer's values are JSON where they parse, else text: an open value
     streams only once its beginning rules JSON out."""
-    from vllm_pyfrontend.parsers.tool.xml_more import JsonOrTextTyping
+    from vllm_pyfrontend.parsers.tool.xml_calls import JsonOrTextTyping
 
     streams = JsonOrTextTyping().streams
     for raw in ("Paris", "0: a line of code", '"a" and more', '{"a": 1} trailing', "tru e"):

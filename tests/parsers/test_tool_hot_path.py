@@ -83,7 +83,7 @@ def test_dsml_parameter_head_parses_as_its_grammar() -> None:
     """The hand-written DSML parameter head (`DsmlParamHead`) answers as its combinator
     grammar does on every prefix, mutation and position: the same Ok (end, name, string
     attribute), NEED, or failure at the same position, with and without eof."""
-    from vllm_pyfrontend.parsers.tool.xml_calls import DsmlParamHead, dsml_param_head_grammar
+    from vllm_pyfrontend.parsers.tool.deepseek import DsmlParamHead, dsml_param_head_grammar
 
     for prefix in (DSML, "｜DSML｜ "):  # DeepSeek V4's and V4.1's (spaced) tags
         _check_head(DsmlParamHead(prefix), dsml_param_head_grammar(prefix), prefix)

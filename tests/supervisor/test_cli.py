@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -236,3 +238,26 @@ def test_split_sim_flags():
 def test_options_defaults_are_consistent():
     opts = SupervisorOptions(model="/m")
     assert opts.local_engine_ranks == [0] and not opts.has_remote_engines
+
+
+@pytest.mark.parametrize("kind", ["tool", "reasoning"])
+def test_help_lists_every_registered_parser(kind, capsys):
+    """--help names every registered parser (from the registries, not a hand-kept list)."""
+    import re
+
+    from vllm_pyfrontend.parsers.reasoning import reasoning_parser_names
+    from vllm_pyfrontend.parsers.tool import tool_parser_names
+
+    assert main(["--help"]) == 0
+    printed = re.sub(r"-\n\s+", "-", capsys.readouterr().out)  # a hyphenated name may be wrapped
+    names = tool_parser_names() if kind == "tool" else reasoning_parser_names()
+    assert not set(names) - set(re.findall(r"[\w-]+", printed))
+
+
+def test_parsing_a_command_line_does_not_load_the_parsers():
+    """The registries (every parser module) are loaded for --help only."""
+    code = ("import sys; from vllm_pyfrontend.supervisor.cli import build_parser; "
+            "build_parser().parse_known_args(['--tool-call-parser', 'hermes', '/m']); "
+            "print('vllm_pyfrontend.parsers.tool' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

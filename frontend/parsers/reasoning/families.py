@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.parsers.combinators import find_first, partial_tail
+from vllm_pyfrontend.parsers.reasoning.registry import register_reasoning_parser
 from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser, ThinkStyle
 
 
@@ -231,7 +232,7 @@ def _cat(a: AssistantDelta | None, b: AssistantDelta | None, field: str) -> str:
 
 
 def family_parser_maker(family: Family | FamilyFor) -> Callable[..., FamilyReasoningParser]:
-    """A registry entry (reasoning/__init__.py) for a family, fixed or chosen by kwargs."""
+    """A registry entry (`register_reasoning_parser`) for a family, fixed or chosen by kwargs."""
 
     def make(
         tokenizer: Any = None,
@@ -382,3 +383,24 @@ def hy_v3(kwargs: Mapping[str, Any]) -> Family:
     if effort == "no_think":
         return Family(ThinkStyle(default_thinking=False, kwarg_names=_NO_KW, identity_when_off=True))
     return Family(ThinkStyle(kwarg_names=_NO_KW))
+
+
+for _name, _family, _note in (
+    ("cohere_command3", COHERE_COMMAND3, "Cohere Command A: response markers dropped"),
+    ("cohere_command4", COHERE_COMMAND4, "Cohere Command 4: response markers dropped"),
+    ("ernie45", ERNIE45, "ERNIE 4.5: <response> answer wrapper"),
+    ("gemma4", GEMMA4, "Gemma 4: <|channel> thought, label removed"),
+    ("granite", GRANITE, "Granite 3.x: \"Here's my thought process:\""),
+    ("granite_thinking_parser", GRANITE_THINKING, "Granite 4.2 thinking: enable_thinking"),
+    ("hunyuan_a13b", HUNYUAN_A13B, "Hunyuan-A13B: <answer> wrapper"),
+    ("hy_v3", hy_v3, "Hunyuan (HY) V3: thinks when reasoning_effort asks"),
+    ("inkling", INKLING, "Inkling typed blocks"),
+    ("k2_horizon", k2_horizon, "K2 Horizon: markers by reasoning_effort"),
+    ("kimi_k3", kimi_k3, "Kimi K3: XTML channels"),
+    ("minicpmv", minicpmv, "MiniCPM-V: thoughts dropped when thinking is off"),
+    ("minimax_m2_append_think", MINIMAX_M2_APPEND_THINK, "MiniMax M2, whole output as content"),
+    ("minimax_m3", minimax_m3, "MiniMax M3: namespaced markers"),
+    ("mistral", MISTRAL, "Mistral: [THINK] … [/THINK]"),
+    ("muse_glimmer", MUSE_GLIMMER, "MuseGlimmer (ATEM)"),
+):
+    register_reasoning_parser(_name, family_parser_maker(_family), note=_note)

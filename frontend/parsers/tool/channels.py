@@ -1,5 +1,5 @@
-"""Formats that frame the answer itself in markers (helper 15a): kimi_k3 (XTML
-channels), inkling (typed blocks), cohere_command3 / cohere_command4.
+"""Formats that frame the answer itself in markers: inkling (typed blocks),
+cohere_command3 / cohere_command4 (and kimi_k3's XTML channels, in kimi.py).
 
 Besides their tool-call sections these formats wrap the visible answer in
 markers (``<|open|>response<|sep|>``, ``<|content_text|>``,
@@ -12,24 +12,13 @@ was split.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
-from vllm_pyfrontend.parsers.combinators import (
-    P,
-    fmap,
-    find_first,
-    lit,
-    many,
-    partial_tail,
-    seq,
-    tag,
-    take_until,
-    ws,
-)
+from vllm_pyfrontend.parsers.combinators import fmap, find_first, lit, many, partial_tail, seq, ws
 from vllm_pyfrontend.parsers.tool.base import Section, SectionToolParser, ToolFormat
-from vllm_pyfrontend.parsers.tool.json_calls import call_object
+from vllm_pyfrontend.parsers.tool.json_grammar import call_object
+from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 
 
 class MarkerDropParser:
@@ -78,7 +67,7 @@ class MarkerDropParser:
         return AssistantDelta(content=content or None, tool_calls=first.tool_calls + last.tool_calls)
 
 
-class _Dropping(ToolFormat):
+class MarkerDropFormat(ToolFormat):
     """A format whose parser drops framing markers (see `MarkerDropParser`)."""
 
     drop: tuple[str, ...] = ()
@@ -87,110 +76,8 @@ class _Dropping(ToolFormat):
         return MarkerDropParser(parser, self.drop)
 
 
-def _calls_body(call: P) -> P:
-    return fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
-
-
-# ------------------------------------------------------------------- kimi k3
-O, C, S = "<|open|>", "<|close|>", "<|sep|>"
-
-
-def _attrs(text: str) -> dict[str, str]:
-    """``tool="x" index="1"`` -> dict (``&quot;`` and ``&amp;`` decoded)."""
-    out: dict[str, str] = {}
-    rest = text
-    while True:
-        rest = rest.lstrip()
-        eq = rest.find('="')
-        if eq <= 0:
-            break
-        key = rest[:eq]
-        end = rest.find('"', eq + 2)
-        if end == -1 or not key.replace("_", "").isalnum():
-            raise ValueError("bad attribute")
-        out[key] = rest[eq + 2 : end].replace("&quot;", '"').replace("&amp;", "&")
-        rest = rest[end + 1 :]
-    if rest.strip():
-        raise ValueError("bad attribute")
-    return out
-
-
-class _K3Typing:
-    """``type="string"`` values are the raw text; other types JSON (raw text when not)."""
-
-    def is_string(self, name: str, key: str, meta: Any) -> bool:
-        return meta == "string"
-
-    def streams(self, name: str, key: str, meta: Any, raw: str) -> bool:
-        return meta == "string"
-
-    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
-        if meta == "string":
-            return text
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-
-
-class KimiK3(_Dropping):
-    """Kimi K3 (XTML)::
-
-        <|open|>response<|sep|>Let me check.<|close|>response<|sep|>
-        <|open|>tools<|sep|>
-        <|open|>call tool="get_weather" index="1"<|sep|>
-        <|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|>
-        <|close|>call<|sep|>
-        <|close|>tools<|sep|>
-
-    ``type="string"`` values are the raw text; other types are JSON (raw text
-    when not). The response channel's markers are not content.
-    """
-
-    drop = (f"{O}response{S}", f"{C}response{S}", f"{C}message{S}")
-
-    def __init__(self, tools: Sequence[Any] = ()) -> None:
-        # streamed as the arguments arrive (`xml_args`): string-typed values as text
-        from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, xml_args, xml_call
-
-        def head(v: list[Any]) -> tuple[str, str]:
-            attrs = _attrs(v[2])
-            return attrs.get("key", ""), attrs.get("type", "string")
-
-        param = XmlParam(
-            fmap(seq(lit(f"{O}argument"), ws(1), take_until(S), lit(S)), head),
-            f"{C}argument{S}",
-        )
-
-        def tool_name(v: list[Any]) -> str:
-            name = _attrs(v).get("tool", "")
-            if not name:
-                raise ValueError("no tool name")
-            return name
-
-        typing = _K3Typing()
-        make = xml_call(typing)
-        call = tag(
-            "call",
-            fmap(
-                seq(
-                    lit(f"{O}call"),
-                    ws(1),
-                    tag("name", fmap(take_until(S), tool_name)),
-                    lit(S),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit(f"{C}call{S}"),
-                ),
-                lambda v: make(v[2], v[5]),
-            ),
-        )
-        self.sections = {f"{O}tools{S}": Section(body=_calls_body(call), ends=(f"{C}tools{S}",))}
-
-
 # -------------------------------------------------------------------- inkling
-class Inkling(_Dropping):
+class Inkling(MarkerDropFormat):
     """Inkling typed blocks::
 
         <|message_model|><|content_text|>Let me check.<|end_message|>
@@ -216,7 +103,7 @@ class Inkling(_Dropping):
 
 
 # -------------------------------------------------------------- cohere command
-class CohereCommand(_Dropping):
+class CohereCommand(MarkerDropFormat):
     """Cohere Command A (cmd3) / cmd4::
 
         <|START_RESPONSE|>Let me check.<|END_RESPONSE|>
@@ -247,3 +134,8 @@ class CohereCommand(_Dropping):
             lambda v: v[3],
         )
         self.sections = {"<|START_ACTION|>": Section(body=array, ends=("<|END_ACTION|>",))}
+
+
+register_tool_parser("inkling", lambda tools: Inkling(tools))
+register_tool_parser("cohere_command3", lambda tools: CohereCommand(tools))
+register_tool_parser("cohere_command4", lambda tools: CohereCommand(tools, cmd4=True))

@@ -11,8 +11,8 @@ tokens) comes back as content rather than as a broken call.
 from __future__ import annotations
 
 from vllm_pyfrontend.parsers.combinators import const, fmap, lit, many, seq, tag, ws
-from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
-from vllm_pyfrontend.parsers.tool.json_calls import call_object, json_args
+from vllm_pyfrontend.parsers.tool.base import Call, Section, SectionToolParser, ToolFormat
+from vllm_pyfrontend.parsers.tool.json_grammar import call_object, json_args
 
 
 class RequiredCalls(ToolFormat):
@@ -55,3 +55,11 @@ class NamedCall(ToolFormat):
                 keep_start=True,
             )
         }
+
+
+def forced_tool_parser(tool_choice_name: str | None) -> SectionToolParser:
+    """Parser for output forced by structured outputs: ``tool_choice`` "required"
+    (``tool_choice_name=None``) or a named function. Not a ``--tool-call-parser``:
+    with a forced choice the model's own call syntax is not used (as in vLLM)."""
+    fmt = RequiredCalls() if tool_choice_name is None else NamedCall(tool_choice_name)
+    return SectionToolParser(fmt)

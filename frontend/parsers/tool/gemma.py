@@ -1,4 +1,4 @@
-"""Gemma call formats (helper 15a): gemma4 and functiongemma.
+"""Gemma call formats: gemma4 and functiongemma.
 
 Gemma 4 writes ``call:NAME{key:value,...}`` with its own value syntax: strings
 between ``<|"|>`` delimiters, objects ``{...}``, arrays ``[...]`` and bare
@@ -30,6 +30,8 @@ from vllm_pyfrontend.parsers.combinators import (
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
+from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
+from vllm_pyfrontend.parsers.tool.schema_values import schema_types, tool_schema, typed_value
 from vllm_pyfrontend.parsers.tool.streaming import (
     ArgsPrefix,
     ParsedArgs,
@@ -42,7 +44,7 @@ from vllm_pyfrontend.parsers.tool.streaming import (
     substantive,
     xml_args_text,
 )
-from vllm_pyfrontend.parsers.tool.schema_values import schema_types, tool_schema, typed_value
+from vllm_pyfrontend.parsers.tool.xml_calls import JsonOrTextTyping, XmlParam, xml_args, xml_call
 
 Q = '<|"|>'
 
@@ -308,9 +310,6 @@ class FunctionGemma(ToolFormat):
     comma between arguments may be missing."""
 
     def __init__(self, tools: Sequence[Any] = ()) -> None:
-        from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, xml_args, xml_call
-        from vllm_pyfrontend.parsers.tool.xml_more import JsonOrTextTyping
-
         # streamed as the values arrive (`xml_args`); a value streams once it
         # cannot be JSON (`JsonOrTextTyping`)
         typing = JsonOrTextTyping()
@@ -337,3 +336,7 @@ class FunctionGemma(ToolFormat):
         self.sections = {
             "<start_function_call>": Section(body=call, ends=("<end_function_call>",))
         }
+
+
+register_tool_parser("gemma4", lambda tools: Gemma4(tools))
+register_tool_parser("functiongemma", lambda tools: FunctionGemma(tools))

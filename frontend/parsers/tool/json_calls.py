@@ -1,210 +1,77 @@
-"""Grammars for JSON-bodied calls: hermes, llama3_json, mistral, deepseek_v3/v31, kimi_k2.
+"""JSON-object call formats: a JSON call object (or an array of them) inside
+the model's markers.
 
-Arguments are the model's own JSON text (the raw slice found by the JSON
-scanner), never decoded and re-encoded: what the model wrote is what the
-client gets, whitespace and escapes included.
+hermes / qwen3_json, llama3_json / llama4_json, mistral, granite, granite4,
+granite-20b-fc, jamba / hunyuan_a13b, apertus, internlm, gigachat3, ernie45,
+longcat, phi4_mini_json, xlam, plamo3. Built from json_grammar.py: arguments
+are the model's own JSON text. (DeepSeek's and Kimi's JSON formats live in
+deepseek.py and kimi.py.)
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any, Sequence
 
-from vllm_pyfrontend.parsers import combinators
 from vllm_pyfrontend.parsers.combinators import (
-    NEED,
-    Fail,
-    Ok,
     P,
-    Result,
     choice,
     fmap,
     json_value,
     lit,
     many,
     opt,
-    scan_json,
     seq,
     tag,
     take_until,
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
-from vllm_pyfrontend.parsers.tool.streaming import json_args_partial
+from vllm_pyfrontend.parsers.tool.json_grammar import call, call_object, json_args, name_ok
+from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
+from vllm_pyfrontend.parsers.tool.schema_values import tool_names
 
 
-def json_members() -> P:
-    """A JSON object as ``{key: raw value text}`` (keys decoded, values raw)."""
-    member = fmap(
-        seq(json_value('"'), ws(), lit(":"), ws(), json_value(), ws()),
-        lambda v: (json.loads(v[0]), v[4]),
-    )
+def call_array(*arg_keys: str) -> P:
+    """``[{"name": ..., "<arg_key>": {...}}, ...]`` (at least one call) -> list[Call]."""
     return fmap(
-        seq(lit("{"), ws(), many(member, sep=seq(lit(","), ws())), lit("}")),
-        lambda v: dict(v[2]),
+        seq(
+            lit("["),
+            ws(),
+            many(call_object(*arg_keys), sep=seq(ws(), lit(","), ws()), minimum=1),
+            ws(),
+            lit("]"),
+        ),
+        lambda v: v[2],
     )
 
 
-def _args_from_raw(raw: str | None) -> str:
-    """The arguments member: an object as written, a JSON string holding an
-    object decoded once (some models double-encode), absent -> ``{}``."""
-    if raw is None:
-        return "{}"
-    if raw.startswith("{"):
-        return raw
-    if raw.startswith('"'):
-        inner = json.loads(raw)
-        try:
-            if isinstance(json.loads(inner), dict):
-                return inner
-        except ValueError:
-            pass
-    raise ValueError("arguments must be a JSON object")
+def _strict_call(*arg_keys: str) -> P:
+    """A call object that must carry one of ``arg_keys`` holding an object
+    (streamed as written: `call_object`)."""
+    return call_object(*arg_keys, strict=True)
 
 
-_WS = " \t\r\n"
+def _strict_array(*arg_keys: str) -> P:
+    return fmap(
+        seq(
+            lit("["),
+            ws(),
+            many(_strict_call(*arg_keys), sep=seq(ws(), lit(","), ws()), minimum=1),
+            ws(),
+            lit("]"),
+        ),
+        lambda v: v[2],
+    )
 
 
-class _CallObject(P):
-    """``{"name": "...", "<arg key>": {...}, ...}`` -> Call, scanning member by
-    member so that a partial object reports its name and arguments so far
-    (the first ``name`` member and the first member named by ``arg_keys``
-    count; other members are ignored). ``strict``: the arguments member is
-    required and must be an object as written (no double-encoded string);
-    ``check(name)`` rejects a name (raises ValueError) before it is announced;
-    ``name_keys``: the members that may hold the name; without ``encoded`` the
-    arguments must be an object as written (optional unless ``strict``)."""
-
-    __slots__ = ("arg_keys", "strict", "check", "name_keys", "encoded")
-
-    def __init__(
-        self,
-        arg_keys: tuple[str, ...],
-        strict: bool = False,
-        check=None,
-        name_keys: tuple[str, ...] = ("name",),
-        encoded: bool = True,
-    ) -> None:
-        self.arg_keys = arg_keys
-        self.strict = strict
-        self.check = check
-        self.name_keys = name_keys
-        self.encoded = encoded and not strict
-
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        n = len(s)
-        if pos >= n:
-            return Fail(pos) if eof else NEED
-        if s[pos] != "{":
-            return Fail(pos)
-        name: str | None = None
-        args_raw: str | None = None
-        i = pos + 1
-        first = True
-        while True:
-            while i < n and s[i] in _WS:
-                i += 1
-            if i >= n:
-                return self._need(s, name, args_raw, -1, eof)
-            if first and s[i] == "}":
-                i += 1
-                break
-            first = False
-            r = scan_json(s, i, eof)
-            if r is NEED:
-                return self._need(s, name, args_raw, -1, eof)
-            if isinstance(r, Fail) or s[i] != '"':
-                return r if isinstance(r, Fail) else Fail(i)
-            key = json.loads(r.value)
-            i = r.end
-            while i < n and s[i] in _WS:
-                i += 1
-            if i >= n:
-                return self._need(s, name, args_raw, -1, eof)
-            if s[i] != ":":
-                return Fail(i)
-            i += 1
-            while i < n and s[i] in _WS:
-                i += 1
-            r = scan_json(s, i, eof)
-            is_args = key in self.arg_keys and args_raw is None
-            if r is NEED:
-                return self._need(s, name, args_raw, i if is_args else -1, eof)
-            if isinstance(r, Fail):
-                return r
-            if key in self.name_keys and name is None:
-                if not r.value.startswith('"'):
-                    return Fail(i)
-                name = json.loads(r.value)
-                if not name:
-                    return Fail(i)
-                if self.check is not None:
-                    try:
-                        self.check(name)
-                    except ValueError:
-                        return Fail(i)
-            elif is_args:
-                args_raw = r.value
-                if not self.encoded and not args_raw.startswith("{"):
-                    return Fail(i)
-                try:
-                    _args_from_raw(args_raw)
-                except ValueError:
-                    return Fail(i)
-            i = r.end
-            while i < n and s[i] in _WS:
-                i += 1
-            if i >= n:
-                return self._need(s, name, args_raw, -1, eof)
-            if s[i] == "}":
-                i += 1
-                break
-            if s[i] != ",":
-                return Fail(i)
-            i += 1
-        if name is None or (self.strict and args_raw is None):
-            return Fail(pos)
-        return Ok(i, Call(name=name, arguments=_args_from_raw(args_raw)))
-
-    def _need(self, s: str, name: str | None, args_raw: str | None, args_at: int, eof: bool) -> Result:
-        if eof:
-            return Fail(len(s))
-        pr = combinators._probe
-        if pr is not None:
-            if name is not None:
-                pr.events.append(("name", 0, 0, name))
-            if args_raw is not None:
-                pr.events.append(("args", 0, 0, _args_from_raw(args_raw)))
-            elif args_at != -1:
-                pr.events.append(("args", args_at, -1, json_args_partial(s, args_at, pr.events)))
-        return NEED
+def _padded(p: P) -> P:
+    """``p`` with optional whitespace around it; value: ``p``'s."""
+    return fmap(seq(ws(), p, ws()), lambda v: v[1])
 
 
-def call_object(
-    *arg_keys: str,
-    strict: bool = False,
-    check=None,
-    name_keys: tuple[str, ...] = ("name",),
-    encoded: bool = True,
-) -> P:
-    """``{"name": "...", "<arg_key>": {...}}`` -> Call (streamed: see `_CallObject`)."""
-    return tag("call", _CallObject(tuple(arg_keys), strict, check, name_keys, encoded))
-
-
-def json_args() -> P:
-    """Arguments written as one JSON object (streamed as the model writes them)."""
-    return tag("args", json_value("{"), json_args_partial)
-
-
-def call(p: P, build) -> P:
-    """A call item: ``build(value of p) -> Call``, reported to the engine."""
-    return tag("call", fmap(p, build))
-
-
-def _name_ok(name: str) -> str:
-    name = name.strip()
-    if not name or any(c.isspace() or c in "<>{}" for c in name):
-        raise ValueError("bad function name")
-    return name
+def _one(p: P) -> P:
+    return fmap(p, lambda call: [call])
 
 
 # -------------------------------------------------------------------- hermes
@@ -241,8 +108,6 @@ class Llama3Json(ToolFormat):
     }
 
 
-
-
 # ------------------------------------------------------------------- mistral
 def _mistral_array() -> P:
     return fmap(
@@ -263,7 +128,7 @@ def _mistral_named() -> P:
         "call",
         fmap(
             seq(
-                tag("name", fmap(take_until("[ARGS]", "[CALL_ID]", "{", "["), _name_ok)),
+                tag("name", fmap(take_until("[ARGS]", "[CALL_ID]", "{", "["), name_ok)),
                 opt(seq(lit("[CALL_ID]"), take_until("[ARGS]"))),
                 lit("[ARGS]"),
                 json_args(),
@@ -284,104 +149,239 @@ class Mistral(ToolFormat):
     }
 
 
-# --------------------------------------------------------------- deepseek v3
-_CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
-_CALLS_END = "<｜tool▁calls▁end｜>"
-_CALL_BEGIN = "<｜tool▁call▁begin｜>"
-_CALL_END = "<｜tool▁call▁end｜>"
-_SEP = "<｜tool▁sep｜>"
+# ------------------------------------------------------------------- granite
+class Granite(ToolFormat):
+    """Granite 3.0 / 3.1: ``<|tool_call|>[{"name": ..., "arguments": {...}}, ...]``
+    (3.1 writes ``<tool_call>`` as text); no closing marker: the array ends it."""
 
-
-def _deepseek_section(call: P) -> Section:
-    return Section(
-        body=fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1]),
-        ends=(_CALLS_END,),
-    )
-
-
-class DeepSeekV3(ToolFormat):
-    """``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```<｜tool▁call▁end｜>``."""
-
+    _body = fmap(seq(ws(), call_array("arguments")), lambda v: v[1])
     sections = {
-        _CALLS_BEGIN: _deepseek_section(
-            call(
-                seq(
-                    lit(_CALL_BEGIN),
-                    take_until(_SEP),
-                    lit(_SEP),
-                    tag("name", fmap(take_until("\n"), _name_ok)),
-                    lit("\n```json\n"),
-                    ws(),
-                    json_args(),
-                    ws(),
-                    lit("```"),
-                    ws(),
-                    lit(_CALL_END),
-                ),
-                lambda v: Call(name=v[3], arguments=v[6]),
-            )
-        )
+        "<|tool_call|>": Section(body=_body),
+        "<tool_call>": Section(body=_body),
     }
 
 
-class DeepSeekV31(ToolFormat):
-    """``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>``."""
+class Granite4(ToolFormat):
+    """Granite 4: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (arguments
+    may be a JSON string holding the object)."""
 
     sections = {
-        _CALLS_BEGIN: _deepseek_section(
-            call(
-                seq(
-                    lit(_CALL_BEGIN),
-                    tag("name", fmap(take_until(_SEP), _name_ok)),
-                    lit(_SEP),
-                    ws(),
-                    json_args(),
-                    ws(),
-                    lit(_CALL_END),
-                ),
-                lambda v: Call(name=v[1], arguments=v[4]),
-            )
-        )
+        "<tool_call>": Section(body=_padded(_one(call_object("arguments"))), ends=("</tool_call>",))
     }
 
 
-# ------------------------------------------------------------------- kimi k2
-def _kimi_name(call_id: str) -> str:
-    head = call_id.strip()
-    base = head.rsplit(":", 1)[0] if ":" in head else head
-    # ``functions.api.search:0`` calls ``search``: the last dotted segment
-    return _name_ok(base.rsplit(".", 1)[-1])
+class Granite20bFC(ToolFormat):
+    """granite-20b-functioncalling: ``<function_call> {"name": ..., "arguments": {...}}``
+    per call, no closing marker."""
+
+    sections = {
+        "<function_call>": Section(body=fmap(seq(ws(), _one(call_object("arguments"))), lambda v: v[1]))
+    }
 
 
-class KimiK2(ToolFormat):
-    """``<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX
-    <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>``.
-    The header is the model's own call id and is passed through."""
+# ------------------------------------------------------- <tool_calls>[...] arrays
+class ToolCallsArray(ToolFormat):
+    """Jamba and Hunyuan-A13B: ``<tool_calls>[{"name": ..., "arguments": {...}}, ...]</tool_calls>``."""
 
-    _call = call(
+    sections = {
+        "<tool_calls>": Section(body=_padded(_strict_array("arguments")), ends=("</tool_calls>",))
+    }
+
+
+# -------------------------------------------------------------------- apertus
+def _apertus_name(raw: str) -> str:
+    name = json.loads(raw)
+    if not name:
+        raise ValueError("empty name")
+    return name
+
+
+def _apertus_call() -> P:
+    """``{"get_weather": {...}}``: a one-member object, the key is the name
+    (streamed: the name is announced once the arguments object begins)."""
+    return call(
         seq(
-            lit("<|tool_call_begin|>"),
-            tag(
-                "name",
-                fmap(
-                    take_until("<|tool_call_argument_begin|>"),
-                    lambda h: (_kimi_name(h), h.strip()),
-                ),
-            ),
-            lit("<|tool_call_argument_begin|>"),
+            lit("{"),
+            ws(),
+            tag("name", fmap(json_value('"'), _apertus_name)),
+            ws(),
+            lit(":"),
             ws(),
             json_args(),
             ws(),
-            lit("<|tool_call_end|>"),
+            lit("}"),
         ),
-        lambda v: Call(name=v[1][0], arguments=v[4], id=v[1][1]),
+        lambda v: Call(name=v[2], arguments=v[6]),
     )
-    _section = Section(
-        body=fmap(seq(ws(), many(_call, sep=ws(), minimum=1), ws()), lambda v: v[1]),
-        ends=("<|tool_calls_section_end|>", "<|tool_call_section_end|>"),
-    )
+
+
+class Apertus(ToolFormat):
+    """Apertus: ``<|tools_prefix|>[{"get_weather": {"city": "Paris"}}, ...]<|tools_suffix|>``."""
+
     sections = {
-        "<|tool_calls_section_begin|>": _section,
-        "<|tool_call_section_begin|>": _section,
+        "<|tools_prefix|>": Section(
+            body=_padded(
+                fmap(
+                    seq(lit("["), ws(), many(_apertus_call(), sep=seq(ws(), lit(","), ws()), minimum=1), ws(), lit("]")),
+                    lambda v: v[2],
+                )
+            ),
+            ends=("<|tools_suffix|>",),
+        )
     }
 
+
+# ------------------------------------------------------------------- internlm
+class Internlm(ToolFormat):
+    """InternLM2: ``<|action_start|><|plugin|>\\n{"name": ..., "parameters": {...}}<|action_end|>``.
+    With tools in the request, a name that is not one of them is not a call."""
+
+    def __init__(self, tools: Sequence[Any] = ()) -> None:
+        known = tool_names(tools)
+
+        def check(name: str) -> None:
+            if known and name not in known:
+                raise ValueError("not one of the request's tools")
+
+        self.sections = {
+            "<|action_start|><|plugin|>": Section(
+                body=_padded(_one(call_object("parameters", "arguments", check=check))),
+                ends=("<|action_end|>",),
+            )
+        }
+
+
+# ------------------------------------------------------------------ gigachat3
+class GigaChat3(ToolFormat):
+    """GigaChat 3: ``function call<|role_sep|>\\n{"name": ..., "arguments": {...}}``
+    (after ``<|message_sep|>``), or ``<|function_call|>{...}``; one call, to the end."""
+
+    # the end of sequence may follow the call as text
+    _call = fmap(seq(_one(_strict_call("arguments")), opt(seq(ws(), lit("</s>")))), lambda v: v[0])
+    sections = {
+        "<|function_call|>": Section(body=fmap(seq(ws(), _call), lambda v: v[1])),
+        "function call<|role_sep|>": Section(body=fmap(seq(ws(), _call), lambda v: v[1])),
+        "<|message_sep|>": Section(
+            body=fmap(seq(ws(), lit("function call<|role_sep|>"), ws(), _call), lambda v: v[3])
+        ),
+    }
+
+
+# -------------------------------------------------------------------- ernie45
+class Ernie45(ToolFormat):
+    """ERNIE 4.5: ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``."""
+
+    sections = {
+        "<tool_call>": Section(body=_padded(_one(call_object("arguments"))), ends=("</tool_call>",))
+    }
+
+
+# ---------------------------------------------------------- longcat, phi4, xlam
+class Longcat(ToolFormat):
+    """LongCat-Flash: hermes with ``<longcat_tool_call>`` … ``</longcat_tool_call>``."""
+
+    sections = {
+        "<longcat_tool_call>": Section(
+            body=fmap(seq(ws(), call_object("arguments", "parameters"), ws()), lambda v: [v[1]]),
+            ends=("</longcat_tool_call>",),
+        )
+    }
+
+
+class Phi4MiniJson(ToolFormat):
+    """Phi-4-mini: ``functools[{"name": ..., "arguments": {...}}, ...]``."""
+
+    sections = {
+        "functools": Section(
+            body=fmap(seq(ws(), call_array("arguments", "parameters")), lambda v: v[1])
+        )
+    }
+
+
+class Xlam(ToolFormat):
+    """Salesforce xLAM: the output is a JSON array of ``{"name", "arguments"}``,
+    bare, after ``[TOOL_CALLS]``, in a ```` ```json ```` block or inside ``<tool_call>`` …
+    ``</tool_call>``. Only at the start of the output: a JSON
+    block quoted in the middle of an answer is not a call."""
+
+    only_at_start = True
+    _array = call_array("arguments")
+    sections = {
+        # "[TOOL_CALLS]" begins with "[": one section, so that no split can tell them apart early
+        "[": Section(
+            body=fmap(seq(opt(seq(lit("[TOOL_CALLS]"), ws())), _array, ws()), lambda v: v[1]),
+            keep_start=True,
+        ),
+        "```": Section(
+            body=fmap(seq(opt(lit("json")), ws(), _array, ws()), lambda v: v[2]), ends=("```",)
+        ),
+        "<tool_call>": Section(body=fmap(seq(ws(), _array, ws()), lambda v: v[1]), ends=("</tool_call>",)),
+    }
+
+
+# -------------------------------------------------------------------- plamo3
+_P = "<|plamo:"
+PLAMO_BEGIN_REQUESTS = f"{_P}begin_tool_requests:plamo|>"
+PLAMO_END_REQUESTS = f"{_P}end_tool_requests:plamo|>"
+PLAMO_BEGIN_REQUEST = f"{_P}begin_tool_request:plamo|>"
+PLAMO_END_REQUEST = f"{_P}end_tool_request:plamo|>"
+PLAMO_BEGIN_NAME = f"{_P}begin_tool_name:plamo|>"
+PLAMO_END_NAME = f"{_P}end_tool_name:plamo|>"
+PLAMO_BEGIN_ARGS = f"{_P}begin_tool_arguments:plamo|>{_P}constrain|>json{_P}msg|>"
+PLAMO_END_ARGS = f"{_P}end_tool_arguments:plamo|>"
+
+
+class Plamo3(ToolFormat):
+    """PLaMo 3::
+
+        <|plamo:begin_tool_requests:plamo|><|plamo:begin_tool_request:plamo|>
+        <|plamo:begin_tool_name:plamo|>NAME<|plamo:end_tool_name:plamo|>
+        <|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>{...}
+        <|plamo:end_tool_arguments:plamo|><|plamo:end_tool_request:plamo|>
+        <|plamo:end_tool_requests:plamo|>
+    """
+
+    _call = call(
+        seq(
+            lit(PLAMO_BEGIN_REQUEST),
+            ws(),
+            lit(PLAMO_BEGIN_NAME),
+            tag("name", fmap(take_until(PLAMO_END_NAME), name_ok)),
+            lit(PLAMO_END_NAME),
+            ws(),
+            lit(PLAMO_BEGIN_ARGS),
+            ws(),
+            opt(json_args()),
+            ws(),
+            lit(PLAMO_END_ARGS),
+            ws(),
+            lit(PLAMO_END_REQUEST),
+        ),
+        lambda v: Call(name=v[3], arguments=v[8] or "{}"),
+    )
+    sections = {
+        PLAMO_BEGIN_REQUESTS: Section(
+            body=fmap(seq(ws(), many(_call, sep=ws(), minimum=1), ws()), lambda v: v[1]),
+            ends=(PLAMO_END_REQUESTS,),
+        )
+    }
+
+
+register_tool_parser("hermes", lambda tools: Hermes())
+register_tool_parser("qwen3_json", lambda tools: Hermes(), note="Hermes' format")
+register_tool_parser("llama3_json", lambda tools: Llama3Json())
+register_tool_parser("llama4_json", lambda tools: Llama3Json(), note="Llama 3's JSON format")
+register_tool_parser("mistral", lambda tools: Mistral(), note="Mistral ([TOOL_CALLS])")
+register_tool_parser("granite", lambda tools: Granite())
+register_tool_parser("granite4", lambda tools: Granite4())
+register_tool_parser("granite-20b-fc", lambda tools: Granite20bFC())
+register_tool_parser("jamba", lambda tools: ToolCallsArray())
+register_tool_parser("hunyuan_a13b", lambda tools: ToolCallsArray())
+register_tool_parser("apertus", lambda tools: Apertus())
+register_tool_parser("internlm", lambda tools: Internlm(tools))
+register_tool_parser("gigachat3", lambda tools: GigaChat3())
+register_tool_parser("ernie45", lambda tools: Ernie45())
+register_tool_parser("longcat", lambda tools: Longcat())
+register_tool_parser("phi4_mini_json", lambda tools: Phi4MiniJson())
+register_tool_parser("xlam", lambda tools: Xlam())
+register_tool_parser("plamo3", lambda tools: Plamo3())

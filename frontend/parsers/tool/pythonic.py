@@ -34,6 +34,7 @@ from vllm_pyfrontend.parsers.combinators import (
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
+from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.streaming import (
     ArgsPrefix,
     ParsedArgs,
@@ -487,3 +488,9 @@ class Lfm2(ToolFormat):
             body=fmap(seq(ws(), call_list(), ws()), lambda v: v[1]), ends=("<|tool_call_end|>",)
         )
     }
+
+
+register_tool_parser("pythonic", lambda tools: Pythonic())
+register_tool_parser("llama4_pythonic", lambda tools: Llama4Pythonic())
+register_tool_parser("olmo3", lambda tools: Olmo3())
+register_tool_parser("lfm2", lambda tools: Lfm2())

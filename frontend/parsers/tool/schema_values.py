@@ -1,4 +1,4 @@
-"""Schema-typed values for formats whose parameters arrive as text (helper 15a's formats).
+"""Schema-typed values for formats whose parameters arrive as text (tagged_params.py, gemma.py).
 
 `schema_types` reads the types a JSON schema allows (``type`` as a string or a
 list, types implied by ``enum``, and ``anyOf``/``oneOf``/``allOf`` alternatives);

@@ -1,6 +1,6 @@
-"""Formats whose parameters are tagged text, typed by the tool's schema (helper 15a):
-hy_v3, hy_v4, k2_horizon (``<arg_key>``/``<arg_value>`` kin), dots (``<invoke>``),
-deepseek_v41 (spaced DSML).
+"""Formats whose parameters are tagged text, typed by the tool's schema:
+hy_v3, hy_v4, k2_horizon (``<arg_key>``/``<arg_value>`` kin), dots (``<invoke>``);
+deepseek.py builds deepseek_v41 (spaced DSML) from `TypedFormat`.
 
 Each parameter's text becomes a JSON value through `schema_values.typed_value`,
 with the types the request's tool declares for it.
@@ -24,8 +24,8 @@ from vllm_pyfrontend.parsers.combinators import (
     ws,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
-from vllm_pyfrontend.parsers.tool.json_calls import json_members
-from vllm_pyfrontend.parsers.tool.xml_calls import DsmlParamHead, XmlParam, XmlTyping, xml_args, xml_call
+from vllm_pyfrontend.parsers.tool.json_grammar import json_members
+from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.schema_values import (
     param_schema,
     schema_types,
@@ -33,20 +33,24 @@ from vllm_pyfrontend.parsers.tool.schema_values import (
     tool_schema,
     typed_value,
 )
+from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, xml_args, xml_call
 
 
-def _name(text: str) -> str:
+def tagged_name(text: str) -> str:
+    """A function name as these formats accept it (no whitespace, brackets or quotes)."""
     name = text.strip()
     if not name or any(c.isspace() or c in "<>\"'{}" for c in name):
         raise ValueError("bad name")
     return name
 
 
-def _calls_body(call: P) -> P:
+def calls_body(call: P) -> P:
     return fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
 
 
-class _Typed(ToolFormat):
+class TypedFormat(ToolFormat):
+    """A format whose grammar depends on the request's tools (values typed by their schemas)."""
+
     def __init__(self, tools: Sequence[Any] = ()) -> None:
         self.tools = list(tools)
         self.sections = self.build()
@@ -73,7 +77,7 @@ class _SchemaTyped(XmlTyping):
 
 
 # ------------------------------------------------------------ hy_v3 / hy_v4
-class HyV3(_Typed):
+class HyV3(TypedFormat):
     """Hunyuan (HY) V3::
 
         <tool_calls><tool_call>get_weather<tool_sep>
@@ -105,7 +109,7 @@ class HyV3(_Typed):
             fmap(
                 seq(
                     lit("<tool_call>"),
-                    tag("name", fmap(head, _name)),
+                    tag("name", fmap(head, tagged_name)),
                     ws(),
                     xml_args(param, typing),
                     ws(),
@@ -116,7 +120,7 @@ class HyV3(_Typed):
         )
         return {
             "<tool_calls>": Section(
-                body=_calls_body(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
+                body=calls_body(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
             )
         }
 
@@ -127,14 +131,14 @@ class HyV4(HyV3):
     unless a call in it was already announced: arguments stream as generated, so
     a block that turns out malformed after that keeps its announced calls
     (completed with valid JSON) and the rest is content (the commit rule, pinned
-    in tests/parsers/cases/committed_15st.py)."""
+    in tests/parsers/cases/committed_streamed_args.py)."""
 
     sep = None
     eof_closes = False
 
 
 # ---------------------------------------------------------------- k2_horizon
-class K2Horizon(_Typed):
+class K2Horizon(TypedFormat):
     """K2 Horizon (IFM XML)::
 
         <ifm|tool_calls><ifm|tool_call>get_weather
@@ -155,7 +159,7 @@ class K2Horizon(_Typed):
             raw_name = members.get("name")
             if raw_name is None or not raw_name.startswith('"'):
                 raise ValueError("no name")
-            name = _name(json.loads(raw_name))
+            name = tagged_name(json.loads(raw_name))
             if known and name not in known:
                 raise ValueError("unknown tool")
             raw = members.get("arguments", "{}")
@@ -194,7 +198,7 @@ class K2Horizon(_Typed):
         make = xml_call(typing)
 
         def checked(text: str) -> str:
-            name = _name(text)
+            name = tagged_name(text)
             if known and name not in known:
                 raise ValueError("unknown tool")
             return name
@@ -225,7 +229,7 @@ class K2Horizon(_Typed):
         call = choice(json_call, xml_call_)
         return {
             "<ifm|tool_calls>": Section(
-                body=_calls_body(call), ends=("</ifm|tool_calls>",), eof_closes=False
+                body=calls_body(call), ends=("</ifm|tool_calls>",), eof_closes=False
             )
         }
 
@@ -331,7 +335,7 @@ def _resolve_type(schema: Any, defs: dict[str, Any], depth: int = 0) -> Any:
     return None
 
 
-class Dots(_Typed):
+class Dots(TypedFormat):
     """dots.llm::
 
         <dots_function_call>
@@ -366,7 +370,7 @@ class Dots(_Typed):
                     ws(),
                     lit("="),
                     ws(),
-                    tag("name", fmap(_attr(), lambda n: _name(self._check(n)))),
+                    tag("name", fmap(_attr(), lambda n: tagged_name(self._check(n)))),
                     lit(">"),
                     ws(),
                     xml_args(param, typing),
@@ -427,55 +431,7 @@ class _DotsTyping(XmlTyping):
         return _dots_value(text.strip(), self.fmt.param_type(name, key))
 
 
-# -------------------------------------------------------------- deepseek v4.1
-class DsmlSpaced(_Typed):
-    """DeepSeek V4.1: DSML with a space after the tag prefix::
-
-        <｜DSML｜ calls>
-        <｜DSML｜ invoke name="get_weather">
-        <｜DSML｜ parameter name="city" string="true">杭州</｜DSML｜ parameter>
-        </｜DSML｜ invoke>
-        </｜DSML｜ calls>
-    """
-
-    prefix = "｜DSML｜ "
-    wrapper = "calls"
-
-    def build(self) -> dict[str, Section]:
-        p = self.prefix
-        param = XmlParam(DsmlParamHead(p), f"</{p}parameter>")
-        typing = _DsmlTyping()
-        make = xml_call(typing)
-        invoke = tag(
-            "call",
-            fmap(
-                seq(
-                    lit(f'<{p}invoke name="'),
-                    tag("name", fmap(take_until('"'), _name)),
-                    lit('">'),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit(f"</{p}invoke>"),
-                ),
-                lambda v: make(v[1], v[4]),
-            ),
-        )
-        return {
-            f"<{p}{self.wrapper}>": Section(body=_calls_body(invoke), ends=(f"</{p}{self.wrapper}>",))
-        }
-
-
-class _DsmlTyping(XmlTyping):
-    """``string="true"``: text (streamed); else JSON where it parses, else text."""
-
-    def is_string(self, name: str, key: str, meta: Any) -> bool:
-        return meta == "true"
-
-    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
-        if meta == "true":
-            return text
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
+register_tool_parser("hy_v3", lambda tools: HyV3(tools))
+register_tool_parser("hy_v4", lambda tools: HyV4(tools))
+register_tool_parser("k2_horizon", lambda tools: K2Horizon(tools))
+register_tool_parser("dots", lambda tools: Dots(tools))

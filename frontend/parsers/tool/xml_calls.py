@@ -1,14 +1,18 @@
-"""Grammars for XML-style calls: DSML (deepseek_v32 / deepseek_v4), qwen3_coder,
-glm45, minimax_m2.
+"""XML-style call formats: the engine every XML-ish grammar is built from
+(`XmlParam`, `XmlTyping`, `xml_args`, `XmlFormat`) and the Qwen3-Coder family:
+qwen3_coder, qwen3_xml, step3p5, seed_oss, mimo.
 
-Parameters arrive as text; the arguments JSON is built from them. DSML says
-per parameter whether its value is a string (``string="true"``) or JSON; the
-other formats leave it to the tool's schema (`coerce_params`), as vLLM does.
+Parameters arrive as text; the arguments JSON is built from them, typed by the
+tool's schema (`coerce_params`) where the format leaves it to the schema, as
+vLLM does. Formats of one model family built on this engine have their own
+modules (deepseek.py, glm.py, minimax.py, step.py, minicpm.py, muse.py).
 """
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from vllm_pyfrontend.parsers import combinators
@@ -22,10 +26,9 @@ from vllm_pyfrontend.parsers.combinators import (
     find_first,
     fmap,
     lit,
-    lit_mismatch,
     many,
-    opt,
     partial_tail,
+    scan_json,
     seq,
     tag,
     take_until,
@@ -37,9 +40,10 @@ from vllm_pyfrontend.parsers.tool.base import (
     ToolFormat,
     coerce_value,
     is_string_param,
-    loads_strict,
     tool_properties,
 )
+from vllm_pyfrontend.parsers.tool.json_calls import Hermes
+from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.streaming import (
     ArgsPrefix,
     ParsedArgs,
@@ -52,13 +56,11 @@ from vllm_pyfrontend.parsers.tool.streaming import (
     xml_args_text,
 )
 
-DSML = "｜DSML｜"
-
 
 _BAD_NAME = re.compile(r"[\s<>\"']")
 
 
-def _name(text: str) -> str:
+def xml_name(text: str) -> str:
     name = text.strip()
     if not name or _BAD_NAME.search(name) is not None:
         raise ValueError("bad name")
@@ -67,7 +69,7 @@ def _name(text: str) -> str:
 
 def call_name(p: P) -> P:
     """A function name (validated), reported to the streaming engine."""
-    return tag("name", fmap(p, _name))
+    return tag("name", fmap(p, xml_name))
 
 
 class XmlParam(P):
@@ -275,178 +277,14 @@ class XmlFormat(ToolFormat):
         return xml_call(self.typing)(name, [(k, None, v) for k, v in params])
 
 
-# ---------------------------------------------------------------------- DSML
-def _dsml_hold(value: str) -> int:
-    """Where a DSML value's droppable end starts: trailing whitespace and a
-    (misspelled) closing tag the model wrote instead of the real one."""
-    k = len(value.rstrip())
-    lt = value.rfind("<", 0, k)
-    if lt != -1:
-        tag_text = value[lt:k]
-        if tag_text == "<" or (tag_text.startswith("</") and ">" not in tag_text[:-1]):
-            return len(value[:lt].rstrip())
-    return k
-
-
-def dsml_param_head_grammar(prefix: str = DSML) -> P:
-    """A DSML parameter's opening tag, ``<｜DSML｜parameter name="city" string="true">``
-    (``prefix``: the tag prefix, ``｜DSML｜ `` in DeepSeek V4.1's spaced DSML): value
-    ``(name, string-attribute or None)``. The specification of `DsmlParamHead`, which parses
-    the same (same results, NEED and failure positions) without the combinators' per-part
-    calls: the head is most of the work of every partial parse of a DSML call."""
-    return fmap(
-        seq(
-            lit(f"<{prefix}parameter"),
-            ws(1),
-            lit('name="'),
-            take_until('"'),
-            lit('"'),
-            opt(fmap(seq(ws(1), lit('string="'), take_until('"'), lit('"')), lambda v: v[2])),
-            ws(),
-            lit(">"),
-        ),
-        lambda v: (_name(v[3]), v[5]),
+# ---------------------------------------------------------------- attributes
+def attr_value() -> P:
+    """``"x"``, ``'x'`` or a bare ``x`` (up to ``>`` or whitespace)."""
+    return choice(
+        fmap(seq(lit('"'), take_until('"'), lit('"')), lambda v: v[1]),
+        fmap(seq(lit("'"), take_until("'"), lit("'")), lambda v: v[1]),
+        take_until(">", minimum=1),
     )
-
-
-def _lit_at(s: str, pos: int, text: str, eof: bool) -> Result | None:
-    """`lit(text)` at ``pos``: None when it matches, else its NEED or failure."""
-    return None if s.startswith(text, pos) else lit_mismatch(s, pos, text, eof)
-
-
-class DsmlParamHead(P):
-    """`dsml_param_head_grammar(prefix)`, by hand (see there)."""
-
-    __slots__ = ("_open",)
-
-    def __init__(self, prefix: str = DSML) -> None:
-        self._open = f"<{prefix}parameter"
-
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        n = len(s)
-        r = _lit_at(s, pos, self._open, eof)
-        if r is not None:
-            return r
-        i = pos + len(self._open)
-        j = skip_ws(s, i)
-        if j == n and not eof:
-            return NEED
-        if j == i:
-            return Fail(j)
-        r = _lit_at(s, j, 'name="', eof)
-        if r is not None:
-            return r
-        i = j + 6
-        k = s.find('"', i)
-        if k == -1:
-            return NEED if not eof else Fail(n)
-        name = s[i:k]
-        i = k + 1
-        meta = None
-        # opt(ws(1) 'string="' text '"'): NEED passes through, a failure leaves it out
-        j = skip_ws(s, i)
-        if j == n and not eof:
-            return NEED
-        if j > i:
-            r = _lit_at(s, j, 'string="', eof)
-            if r is NEED:
-                return NEED
-            if r is None:
-                k = s.find('"', j + 8)
-                if k == -1:
-                    if not eof:
-                        return NEED
-                else:
-                    meta = s[j + 8 : k]
-                    i = k + 1
-        i = skip_ws(s, i)
-        if i == n and not eof:
-            return NEED
-        if i < n and s[i] == ">":
-            try:
-                return Ok(i + 1, (_name(name), meta))
-            except ValueError:
-                return Fail(pos)
-        return Fail(i)
-
-
-class DsmlTyping(XmlTyping):
-    """DSML says per parameter whether its value is a string (``string="true"``)
-    or JSON (anything else: decoded when it is JSON, else kept as text)."""
-
-    def is_string(self, name: str, key: str, meta: Any) -> bool:
-        return meta == "true"
-
-    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
-        if meta == "true":
-            return text
-        try:
-            return loads_strict(text)
-        except ValueError:
-            return text
-
-
-class Dsml(ToolFormat):
-    """DeepSeek V3.2 / V4::
-
-        <｜DSML｜tool_calls>
-        <｜DSML｜invoke name="get_weather">
-        <｜DSML｜parameter name="city" string="true">杭州</｜DSML｜parameter>
-        <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
-        </｜DSML｜invoke>
-        </｜DSML｜tool_calls>
-
-    V3.2 wraps calls in ``function_calls`` instead of ``tool_calls``. A value
-    whose closing tag is missing or misspelled ends where the next parameter
-    or the invoke's end begins (the misspelled tag is not part of the value).
-    """
-
-    def __init__(
-        self,
-        wrappers: Sequence[str],
-        tools: Sequence[Any] = (),
-        variants: Sequence[str] = (),
-    ) -> None:
-        self.wrappers = tuple(wrappers)
-        # misspelt openings seen in production, closed by the first wrapper's end
-        self.variants = tuple(variants)
-        self.tools = list(tools)
-        self.sections = self.build()
-
-    def _invoke(self) -> P:
-        param = XmlParam(
-            DsmlParamHead(),
-            f"</{DSML}parameter>",
-            stops=(f"<{DSML}parameter", f"</{DSML}invoke>"),
-            hold=_dsml_hold,
-        )
-        typing = DsmlTyping()
-        make = xml_call(typing)
-        return tag(
-            "call",
-            fmap(
-                seq(
-                    lit(f'<{DSML}invoke name="'),
-                    call_name(take_until('"')),
-                    lit('">'),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit(f"</{DSML}invoke>"),
-                ),
-                lambda v: make(v[1], v[4]),
-            ),
-        )
-
-    def build(self) -> dict[str, Section]:
-        body = fmap(seq(ws(), many(self._invoke(), sep=ws(), minimum=1), ws()), lambda v: v[1])
-        sections = {}
-        for w in self.wrappers:
-            end = f"</{DSML}{w}>"
-            sections[f"<{DSML}{w}>"] = Section(body=body, ends=(end,))
-        for v in self.variants:
-            sections[f"<{DSML}{v}>"] = Section(body=body, ends=(f"</{DSML}{self.wrappers[0]}>",))
-        return sections
 
 
 # ---------------------------------------------------------------- qwen3 coder
@@ -476,7 +314,7 @@ class Qwen3Coder(XmlFormat):
 
     def build(self) -> dict[str, Section]:
         param = XmlParam(
-            fmap(seq(lit("<parameter="), take_until(">"), lit(">")), lambda v: _name(v[1])),
+            fmap(seq(lit("<parameter="), take_until(">"), lit(">")), lambda v: xml_name(v[1])),
             "</parameter>",
             trim=self.trim_values,
         )
@@ -500,104 +338,68 @@ class Qwen3Coder(XmlFormat):
         return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
 
 
-# --------------------------------------------------------------------- glm45
-class Glm45(XmlFormat):
-    """GLM-4.5 / 4.6 / 4.7::
-
-        <tool_call>get_weather
-        <arg_key>city</arg_key>
-        <arg_value>Paris</arg_value>
-        </tool_call>
-    """
-
-    def build(self) -> dict[str, Section]:
-        param = XmlParam(
-            fmap(
-                seq(lit("<arg_key>"), take_until("</arg_key>"), lit("</arg_key>"), ws(), lit("<arg_value>")),
-                lambda v: _name(v[1]),
-            ),
-            "</arg_value>",
-        )
-        make = xml_call(self.typing)
-        body = fmap(
-            seq(
-                ws(),
-                tag(
-                    "call",
-                    fmap(
-                        seq(
-                            call_name(take_until("<arg_key>", at_eof=True, minimum=1)),
-                            xml_args(param, self.typing),
-                        ),
-                        lambda v: make(v[0], v[1]),
-                    ),
-                ),
-                ws(),
-            ),
-            lambda v: [v[1]],
-        )
-        return {"<tool_call>": Section(body=body, ends=("</tool_call>",), eof_closes=False)}
-
-
-# ---------------------------------------------------------------- minimax m2
-def _attr_value() -> P:
-    """``"x"``, ``'x'`` or a bare ``x`` (up to ``>`` or whitespace)."""
-    return choice(
-        fmap(seq(lit('"'), take_until('"'), lit('"')), lambda v: v[1]),
-        fmap(seq(lit("'"), take_until("'"), lit("'")), lambda v: v[1]),
-        take_until(">", minimum=1),
-    )
-
-
-class MinimaxM2(XmlFormat):
-    """MiniMax-M2::
-
-        <minimax:tool_call>
-        <invoke name="get_weather">
-        <parameter name="city">Paris</parameter>
-        </invoke>
-        </minimax:tool_call>
-    """
-
-    def build(self) -> dict[str, Section]:
-        param = XmlParam(
-            fmap(
-                seq(lit("<parameter"), ws(1), lit("name="), _attr_value(), ws(), lit(">")),
-                lambda v: _name(v[3]),
-            ),
-            "</parameter>",
-        )
-        make = xml_call(self.typing)
-        invoke = tag(
-            "call",
-            fmap(
-                seq(
-                    lit("<invoke"),
-                    ws(1),
-                    lit("name="),
-                    call_name(_attr_value()),
-                    ws(),
-                    lit(">"),
-                    ws(),
-                    xml_args(param, self.typing),
-                    ws(),
-                    lit("</invoke>"),
-                ),
-                lambda v: make(v[3], v[7]),
-            ),
-        )
-        body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
-        return {"<minimax:tool_call>": Section(body=body, ends=("</minimax:tool_call>",))}
-
-
 class Qwen3Xml(Qwen3Coder):
     """``qwen3_xml``: vLLM's Python server means the `Qwen3Coder` XML format,
     vllm-rs means JSON inside ``<tool_call>`` (hermes): both are accepted, so
     either launcher's flags work (the two bodies begin differently)."""
 
     def build(self) -> dict[str, Section]:
-        from vllm_pyfrontend.parsers.tool.json_calls import Hermes
-
         xml = super().build()["<tool_call>"].body
         json_body = Hermes.sections["<tool_call>"].body
         return {"<tool_call>": Section(body=choice(xml, json_body), ends=("</tool_call>",))}
+
+
+# ------------------------------------------------------------ qwen3-coder kin
+class SeedOss(Qwen3Coder):
+    """ByteDance Seed-OSS: Qwen3-Coder's grammar inside ``<seed:tool_call>``."""
+
+    def build(self) -> dict[str, Section]:
+        sec = super().build()["<tool_call>"]
+        return {"<seed:tool_call>": replace(sec, ends=("</seed:tool_call>",))}
+
+
+class MiMo(Qwen3Coder):
+    """Xiaomi MiMo: Qwen3-Coder's grammar; parameter values are kept verbatim
+    (no framing newlines trimmed), then typed by the schema (streamed:
+    `xml_args`)."""
+
+    trim_values = False
+
+
+# ---------------------------------------------------------- JSON-or-text values
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class JsonOrTextTyping(XmlTyping):
+    """Values are JSON where they parse, else text. An open value streams once
+    its beginning shows it cannot be JSON (prose, code): the strict scanner
+    rejects it, or a complete JSON value is followed by more text. Python's
+    ``NaN`` / ``Infinity`` (accepted by the final decoding) are never streamed."""
+
+    def is_string(self, name: str, key: str, meta: Any) -> bool:
+        return False
+
+    def streams(self, name: str, key: str, meta: Any, raw: str) -> bool:
+        t = raw.lstrip(" \t\r\n")
+        if not t or t[0] in "NI" or t.startswith("-I"):
+            return False
+        r = scan_json(t, 0, False)
+        if isinstance(r, Fail):
+            return True
+        return isinstance(r, Ok) and bool(t[r.end :].strip(" \t\r\n"))
+
+    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
+        return _json_or_text(text)
+
+
+register_tool_parser("qwen3_coder", lambda tools: Qwen3Coder(tools))
+register_tool_parser(
+    "qwen3_xml", lambda tools: Qwen3Xml(tools), note="Qwen3-Coder's XML or Hermes' JSON (either launcher's meaning)"
+)
+register_tool_parser("step3p5", lambda tools: Qwen3Coder(tools), note="Qwen3-Coder's format")
+register_tool_parser("seed_oss", lambda tools: SeedOss(tools))
+register_tool_parser("mimo", lambda tools: MiMo(tools))

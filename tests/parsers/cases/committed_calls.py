@@ -5,7 +5,7 @@ taken back, so malformed output after that point completes the call: its argumen
 valid JSON, and the text from where it stopped being valid is content (frontend/parsers/tool/
 base.py). The cases below were written before that rule; their expected results are replaced
 here. GLM-4.5 reasoning: output that does not open ``<think>`` itself (and no prompt evidence)
-is the answer (issue 15's GLM-4.5 class), where vLLM 0.32 takes it as reasoning.
+is the answer (the GLM-4.5 class of outputs), where vLLM 0.32 takes it as reasoning.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ _GLM = ("GLM-4.5 output that does not open <think> itself is the answer (a stray
 OVERRIDES = {
     'reasoning:glm45:end_only': ('', 'I think\n\n\nAnswer.'),
     'reasoning:glm45:none': ('', 'Just an answer.'),
-    # already a documented difference (names_15a.py): an unclosed value runs to the end of output
+    # already a documented difference (tool_names_apertus_to_kimi.py): an unclosed value runs to the end of output
     'tool:glm47:malformed': ('', [('get_weather', {'city': 'Paris</tool_call>'})]),
 }
 

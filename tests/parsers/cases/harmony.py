@@ -1,4 +1,4 @@
-"""gpt-oss harmony: tool parser ``openai`` and reasoning parser ``openai_gptoss`` (15b).
+"""gpt-oss harmony: tool parser ``openai`` and reasoning parser ``openai_gptoss``.
 
 vLLM's registered classes for these names are stubs; the reference is its HarmonyParser
 (tests/parsers/vllm_ref.py), run over the harmony encoding's tokens of the text.

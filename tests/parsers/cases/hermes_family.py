@@ -21,4 +21,4 @@ TOOL_CASES += [
     if c.fmt == "qwen3_coder" and c.name not in DOCUMENTED and not c.malformed
 ]
 
-KNOWN_GAPS: dict[str, str] = {}  # none left: `hf` is parsers/response_template.py
+KNOWN_GAPS: dict[str, str] = {}  # none left: `hf` is parsers/response_template/

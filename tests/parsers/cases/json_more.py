@@ -1,9 +1,9 @@
-"""More JSON-bodied formats: longcat, phi4_mini_json, xlam, plamo3 (15b)."""
+"""More JSON-bodied formats: longcat, phi4_mini_json, xlam, plamo3."""
 
 from __future__ import annotations
 
 from tests.parsers.cases import Calls, ToolCase
-from tests.parsers.cases._build15b import j, standard
+from tests.parsers.cases._builder import j, standard
 from tests.parsers.corpus import ONE, PARALLEL
 
 

@@ -1,9 +1,9 @@
-"""Pythonic call formats: pythonic, llama4_pythonic, olmo3, lfm2 (15b)."""
+"""Pythonic call formats: pythonic, llama4_pythonic, olmo3, lfm2."""
 
 from __future__ import annotations
 
 from tests.parsers.cases import Calls, ToolCase
-from tests.parsers.cases._build15b import standard
+from tests.parsers.cases._builder import standard
 from tests.parsers.corpus import ONE
 
 # pythonic names must be identifiers in vLLM's regex ([a-zA-Z]+\w*): the unicode case

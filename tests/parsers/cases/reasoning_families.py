@@ -1,4 +1,4 @@
-"""Reasoning parser names beyond plain ``<think>`` (helper 15c): every reasoning name vLLM
+"""Reasoning parser names beyond plain ``<think>``: every reasoning name vLLM
 registers except ``openai_gptoss`` (harmony, elsewhere).
 
 Per name: both markers, end marker only, none, open at the end, newlines around the

@@ -1,5 +1,5 @@
 """More XML-style formats: ling3, poolside_v1 (GLM), step3p5, seed_oss, mimo (Qwen3-Coder kin),
-step3, minicpm5, minimax_m3, muse_glimmer (15b)."""
+step3, minicpm5, minimax_m3, muse_glimmer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from tests.parsers.cases import Calls, ToolCase
-from tests.parsers.cases._build15b import standard, xml_value
+from tests.parsers.cases._builder import standard, xml_value
 from tests.parsers.corpus import glm45, qwen3_coder
 
 

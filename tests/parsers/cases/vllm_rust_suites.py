@@ -235,7 +235,7 @@ tc("kimi_k2", "kimi_k2_streaming_extracts_multiple_tool_calls",
    _ks(_kc("get_weather", 0, '{"location":"Shanghai"}'), _kc("add", 1, '{"x":1,"y":2}')), "",
    [("get_weather", {"location": "Shanghai"}), ("add", {"x": 1, "y": 2})])
 tc("kimi_k2", "kimi_k2_accepts_non_functions_header_prefix", f"{_KS}{_KC}api.tools.search:42{_KA}{{}}{_KCE}{_KE}", "",
-   [("search", {})], differs="the name is the last dotted segment (issue 15, as the Rust parser); vLLM's Python "
+   [("search", {})], differs="the name is the last dotted segment (as the Rust parser); vLLM's Python "
    "parser strips only 'functions.'")
 
 
@@ -483,7 +483,7 @@ tc("hy_v3", "hy_v3_streaming_handles_start_marker_split_across_chunks",
 
 
 # ------------------------------------------- qwen3_xml: vllm-rs's JSON body (json/qwen.rs)
-_QX = ("qwen3_xml also reads vllm-rs's JSON body in <tool_call> (issue 15: either launcher's flags work); vLLM's "
+_QX = ("qwen3_xml also reads vllm-rs's JSON body in <tool_call> (either launcher's flags work); vLLM's "
        "Python qwen3_xml reads only the <function=...> XML body")
 
 

@@ -1,4 +1,4 @@
-"""vLLM's own parser tests for helper 15a's names, converted to cases.
+"""vLLM's own parser tests for the tool-call names apertus .. kimi_k3, converted to cases.
 
 From vllm-project/vllm ``tests/tool_parsers/test_<name>_tool_parser.py``: each
 model output and the calls / content the test expects, named

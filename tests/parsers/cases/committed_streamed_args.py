@@ -1,5 +1,5 @@
-"""Commit-rule results for the formats whose arguments stream since issue 15's second
-round (dots, hy_v4, k2_horizon, minicpm5, minimax_m3): their case modules wrote these
+"""Commit-rule results for the formats whose arguments stream as they are generated
+(dots, hy_v4, k2_horizon, minicpm5, minimax_m3): their case modules wrote these
 malformed outputs as "given back whole as content", the answer before the calls streamed.
 A call whose name went out while streaming cannot be taken back: it is completed with
 valid JSON arguments and the text from where the body stopped being valid is content

@@ -1,4 +1,4 @@
-"""``auto`` picks the 15b formats from template markers and config.json's model_type."""
+"""``auto`` picks the pythonic, JSON, XML and harmony formats from template markers and config.json's model_type."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared case builder for the 15b case modules (pythonic, json_more, xml_more)."""
+"""Shared case builder for the case modules pythonic, json_more and xml_more."""
 
 from __future__ import annotations
 

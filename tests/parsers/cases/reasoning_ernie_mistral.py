@@ -1,4 +1,4 @@
-"""Own cases for two reasoning formats (issue 15, helper 15gap): ERNIE 4.5's ``<response>`` answer
+"""Own cases for two reasoning formats: ERNIE 4.5's ``<response>`` answer
 wrapper (families.ERNIE45, ``Family.answer_wrapper``) and Mistral's ``[THINK]`` block after answer
 text (families.MISTRAL, ``ThinkStyle.reopen``). The harness runs each under every split, so markers
 split across chunks are covered by every case here.

@@ -1,4 +1,4 @@
-"""Cases for helper 15a's tool-call parser names (apertus .. kimi_k3, alphabetically).
+"""Cases for the tool-call parser names apertus .. kimi_k3 (alphabetically).
 
 Per name: no call, one call, parallel calls, text before, nested/escaped JSON,
 unicode, empty arguments, malformed (given back as content). Outputs are

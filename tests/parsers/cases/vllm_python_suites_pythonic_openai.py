@@ -1,4 +1,4 @@
-"""vLLM's own parser tests for the 15b names, converted to cases (model output -> calls).
+"""vLLM's own parser tests for the pythonic and gpt-oss names, converted to cases (model output -> calls).
 
 Sources (vllm-project/vllm): tests/tool_parsers/test_pythonic_tool_parser.py,
 test_llama4_pythonic_tool_parser.py, test_olmo3_tool_parser.py, test_openai_tool_parser.py.

@@ -1,4 +1,4 @@
-"""``--tool-call-parser auto`` for the formats added by helper 15a: the template's markers decide."""
+"""``--tool-call-parser auto`` for the formats apertus .. kimi_k3: the template's markers decide."""
 
 from __future__ import annotations
 
