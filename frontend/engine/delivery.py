@@ -1,13 +1,13 @@
 """The one way an engine output reaches its request's sink.
 
-`Delivery.deliver` walks the raw outputs of one engine message, in order, and is the only place
-a sink hears from the engine:
+`Delivery.deliver` walks the raw outputs of one engine message, in order; every output that
+reaches a sink goes through it:
 
 - the common output, a running request's new token ids and nothing else, goes to
   `sink.on_tokens(ids)` as it is, without an `EngineOutput` being built (the per-token path: no
   call between the loop and the sink);
-- any other output is decoded in full; a final one ends the request here first; then
-  `sink.on_output(output)`.
+- any other output is decoded in full (a final one takes its request out of the in-flight
+  table first), then goes to `sink.on_output(output)`.
 
 While the output reader works through a backlog it passes a `gathering` dict: the common steps
 are then added to their stream's entry instead of being delivered, and come back through the
