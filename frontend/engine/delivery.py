@@ -127,16 +127,17 @@ class Delivery:
         clock = OutputClock.now, OutputClock.last, OutputClock.steps
         try:
             run: list[list] = []
-            run_clock = None
-            for rid, (ids, steps, first, last) in gathered.items():
-                key = (steps, first, last)
-                if key != run_clock:
+            steps = first = last = None
+            for rid, entry in gathered.items():
+                # (The streams of one message share its arrival time, the same float object: the
+                # identity test is enough to find a run, and cheaper.)
+                if entry[3] is not last or entry[2] is not first or entry[1] != steps:
                     if run:
                         self.deliver(run, None, layout, None, None)
                         run = []
-                    run_clock = key
-                    OutputClock.steps, OutputClock.now, OutputClock.last = key
-                run.append([rid, ids])
+                    _, steps, first, last = entry
+                    OutputClock.steps, OutputClock.now, OutputClock.last = steps, first, last
+                run.append([rid, entry[0]])
             if run:
                 self.deliver(run, None, layout, None, None)
         finally:
