@@ -6,12 +6,12 @@
 One worker's path from an engine output message to the bytes a stream writes: `--steps`
 simulated-engine messages (`supervisor.sim.wire.pack_outputs`, one token per stream per step,
 items written at full length as the simulated engine writes them) go through
-`EngineClient._on_readable`-style handling (drain hooks on, so one write per stream per step),
-`Generation`, `RequestRun` (plain streamed chat content, DeepSeek V4 tokenizer's detokenizer)
-and `SSEWriter` into a transport that only counts bytes. Prints CPU µs per token (process
-time, best of `--repeat`), which on a shared machine is far steadier than the HTTP benchmark.
-The loop stands in for the socket (no zmq recv). Run the same script against another build
-with PYTHONPATH pointing at its `vllm_pyfrontend/` to compare (bench/README.md).
+`OutputReader.on_readable`-style handling (`frontend/engine/outputs.py`; drain hooks on, so one
+write per stream per step), `Generation`, `RequestRun` (plain streamed chat content, DeepSeek V4
+tokenizer's detokenizer) and `SSEWriter` into a transport that only counts bytes. Prints CPU µs
+per token (process time, best of `--repeat`), which on a shared machine is far steadier than the
+HTTP benchmark. The loop stands in for the socket (no zmq recv). Run the same script against
+another build with PYTHONPATH pointing at its `vllm_pyfrontend/` to compare (bench/README.md).
 """
 
 from __future__ import annotations
@@ -62,8 +62,7 @@ def attach_stream(client, rid: str, text, assistant, include_usage: bool, transp
     run_.sse.attach(t, b"")
     # The sink the server registers for it (server/responder.py submit_choices).
     lane = getattr(run_, "lane", None)  # (a build from before the lane: the Generation)
-    client._sinks[rid] = (lane(choice) if lane is not None else None) or gen
-    client._owner[rid] = 0
+    client._inflight.track(rid, (lane(choice) if lane is not None else None) or gen, 0)
     return t
 
 
@@ -87,7 +86,7 @@ async def run(args) -> dict:
     words = [i for i in range(1000, 60000) if (t := tok.decode([i])) and t.isascii() and t.strip().isalpha()]
     layout = sim_wire.Layout("0.32.0")
     # The field layout the handshake would pick for this engine version (the installed vLLM's).
-    client._layout = layout_for_version(layout.vllm_version)
+    client._connection.layout = layout_for_version(layout.vllm_version)
     best = None
     for _ in range(args.repeat):
         transports = []
@@ -103,13 +102,12 @@ async def run(args) -> dict:
         for i in range(0, len(msgs), k):
             hooks[0]()
             for frames in msgs[i:i + k]:
-                client._handle_message(frames)
+                client._outputs.handle_message(frames)
             hooks[1]()
         dt = time.process_time() - t0
         us = dt / (args.streams * args.steps) * 1e6
         best = us if best is None else min(best, us)
-        client._sinks.clear()
-        client._owner.clear()
+        client._inflight.drop_all()
     assert sum(t.writes for t in transports) == args.streams * -(-args.steps // args.steps_per_drain)
     return {"package": str(Path(vllm_pyfrontend.__file__).parent), "us_per_token": best,
             "bytes_per_token": sum(t.bytes for t in transports) / (args.streams * args.steps)}

@@ -9,7 +9,7 @@ simulated engine's scripted DeepSeek V4 DSML call of ~60 tokens, then EOS), one 
   dicts, as every request has), the tool plan, and the choice's assistant stream
   (`ParserSelection.new_assistant_stream`, `--tool-call-parser deepseek_v4`);
 - `output`: the engine's steps (`supervisor.sim.wire.pack_outputs`, one token per stream per
-  step, the last with EOS and finish reason stop) through `EngineClient._handle_message`
+  step, the last with EOS and finish reason stop) through `OutputReader.handle_message`
   (drain hooks on), `Generation`, `RequestRun` (detokenizer with special tokens, the tool
   parser, chat SSE chunks) into a transport that only counts bytes;
 - `render`: the chat template with the tool and the prompt's tokenization.
@@ -88,7 +88,7 @@ async def run(args) -> dict:
                           engine_indices=[0], vocab_size=tok.vocab_size)
     layout = sim_wire.Layout("0.32.0")
     # The field layout the handshake would pick for this engine version (the installed vLLM's).
-    client._layout = layout_for_version(layout.vllm_version)
+    client._connection.layout = layout_for_version(layout.vllm_version)
     n = args.streams
     steps = [[sim_wire.output_item(layout, f"chatcmpl-{s}", [t]) for s in range(n)] for t in script]
     steps.append([sim_wire.output_item(layout, f"chatcmpl-{s}", [eos], sim_wire.FINISH_STOP) for s in range(n)])
@@ -117,11 +117,10 @@ async def run(args) -> dict:
         t0 = time.process_time()
         for frames in msgs:
             hooks[0]()
-            client._handle_message(frames)
+            client._outputs.handle_message(frames)
             hooks[1]()
         output = (time.process_time() - t0) / n
-        client._sinks.clear()
-        client._owner.clear()
+        client._inflight.drop_all()
         result = _tool_call_of(transports[0].chunks)
 
         render = None

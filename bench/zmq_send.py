@@ -11,8 +11,8 @@ time (`time.thread_time`), per message of three frames (identity, kind, a 2 KB p
 - `alone`: one send after a busy gap of `--gap-ms` (the CPU stays hot, the I/O thread sleeps);
 - `batch`: sends back to back (the I/O thread is awake for all but the first).
 
-`frontend/engine/client.py` sends the requests of one event-loop iteration together for this
-reason (`EngineClient._flush_out`).
+The engine client sends the requests of one event-loop iteration together for this reason
+(`frontend/engine/sending.py`, `Outbox.flush`).
 """
 
 from __future__ import annotations

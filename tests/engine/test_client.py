@@ -494,10 +494,10 @@ async def test_a_backlog_is_delivered_once_per_stream(addresses, zctx, monkeypat
     sink once, at the drain's end, in order, with the number of steps on the OutputClock; a
     stream's finish comes after the steps gathered before it; a stream aborted meanwhile gets
     nothing more."""
-    import vllm_pyfrontend.engine.client as client_mod
+    import vllm_pyfrontend.engine.outputs as outputs_mod
     from vllm_pyfrontend.engine.client import OutputClock
 
-    monkeypatch.setattr(client_mod, "_DRAIN_SECONDS", 60.0)  # the whole backlog in one drain
+    monkeypatch.setattr(outputs_mod, "_DRAIN_SECONDS", 60.0)  # the whole backlog in one drain
     client, (eng,), _ = await _started(addresses, zctx)
 
     class Clocked(Sink):
@@ -568,9 +568,9 @@ async def test_a_backlog_is_taken_off_the_socket_before_it_is_handled(addresses,
     when a drain begins, even when the drain's time slice handles only one: a backlog left on
     the socket keeps ZMQ's shared receive buffers alive. The messages are still delivered one
     per slice, in order."""
-    import vllm_pyfrontend.engine.client as client_mod
+    import vllm_pyfrontend.engine.outputs as outputs_mod
 
-    monkeypatch.setattr(client_mod, "_DRAIN_SECONDS", 0.0)  # every slice: one message
+    monkeypatch.setattr(outputs_mod, "_DRAIN_SECONDS", 0.0)  # every slice: one message
     client, (eng,), _ = await _started(addresses, zctx)
 
     class Watching(Sink):
@@ -580,7 +580,7 @@ async def test_a_backlog_is_taken_off_the_socket_before_it_is_handled(addresses,
 
         def on_output(self, o) -> None:
             super().on_output(o)
-            self.socket_had_more.append(bool(client._output.getsockopt(zmq.EVENTS) & zmq.POLLIN))
+            self.socket_had_more.append(bool(client._connection.output.getsockopt(zmq.EVENTS) & zmq.POLLIN))
 
     try:
         sink = Watching()
@@ -603,21 +603,21 @@ async def test_abort_goes_out_while_a_drain_is_held_open(addresses, zctx, monkey
     """A drain cut by its time slice stays open across loop iterations (writes held): an abort
     made meanwhile (a client left) still goes to the engine at once, between slices, and the
     drain ends once the backlog is handled."""
-    import vllm_pyfrontend.engine.client as client_mod
+    import vllm_pyfrontend.engine.outputs as outputs_mod
 
-    monkeypatch.setattr(client_mod, "_DRAIN_SECONDS", 0.0)  # every slice: one message
-    monkeypatch.setattr(client_mod, "_DRAIN_HOLD_SECONDS", 3600.0)  # held until drained
+    monkeypatch.setattr(outputs_mod, "_DRAIN_SECONDS", 0.0)  # every slice: one message
+    monkeypatch.setattr(outputs_mod, "_DRAIN_HOLD_SECONDS", 3600.0)  # held until drained
     client, (eng,), _ = await _started(addresses, zctx)
     hooks: list[str] = []
     client.drain_hooks = (lambda: hooks.append("begin"), lambda: hooks.append("end"))
     sent: list[tuple[bytes, bool]] = []
-    send = client._send
+    send = client._connection.send
 
     def spy(engine, kind, payload, aux=None):
-        sent.append((kind, client._drain_opened is not None))
+        sent.append((kind, client._outputs._drain_opened is not None))
         return send(engine, kind, payload, aux)
 
-    client._send = spy
+    client._connection.send = spy
     try:
         leaver = Sink()
 

@@ -120,7 +120,8 @@ class Worker:
     def tables(self) -> dict[str, Any]:
         c, s = self.client, self.state
         return self.call(lambda: {
-            "sinks": len(c._sinks), "owners": len(c._owner), "in_flight": sum(c.in_flight_by_engine().values()),
+            "sinks": len(c._inflight.sinks), "owners": len(c._inflight.owner),
+            "in_flight": sum(c.in_flight_by_engine().values()),
             "requests": s.in_flight, "drain_pending": len(sse_module._Drain.dirty), "healthy": c.healthy,
         })
 

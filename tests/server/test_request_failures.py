@@ -70,7 +70,7 @@ async def test_pipeline_raising_on_the_final_output_still_ends_the_request():
     with pytest.raises(RuntimeError):
         gen.on_output(EngineOutput("chatcmpl-w0-1", [5], finish_reason=1))
     assert gen.finished and not run.done.done()
-    # What the engine client does with a sink that raised (EngineClient._sink_failed):
+    # What the engine client does with a sink that raised (engine/delivery.py, Delivery._failed):
     gen.on_failure(Failure(FailureKind.INTERNAL, "internal error: parser bug at the end"))
     assert run.done.done() and run.error.status == 500
 

@@ -1,0 +1,85 @@
+"""Which engine takes a new request (data parallel), and the engines' load reports it weighs.
+
+A request pinned to a rank (`data_parallel_rank`) goes there. Any other goes to the engine that
+is up with the least load: its requests in flight here plus the running and waiting requests of
+its latest scheduler stats (which count every worker's requests, but only as often as a sample
+reaches this worker). Equal engines take turns.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .inflight import InFlight
+from .types import EngineRequest, Failure, InvalidEngineRequest
+
+
+class EngineStats:
+    """The latest `scheduler_stats` each engine sent this client (`latest`), the wall time they
+    arrived here (`received_at`) and the engine's own clock on the batch that carried them
+    (`engine_time`, EngineCoreOutputs.timestamp: it orders one engine's samples across
+    workers). The output reader stores each sample as it decodes it, `engine_time` first."""
+
+    __slots__ = ("latest", "received_at", "engine_time")
+
+    def __init__(self) -> None:
+        self.latest: dict[int, dict] = {}
+        self.received_at: dict[int, float] = {}
+        self.engine_time: dict[int, float] = {}
+
+
+def rank_range(indices: Iterable[int]) -> str:
+    """The engines' ranks as vLLM words them, "[0, 2)"; a list when they are not contiguous."""
+    indices = list(indices)
+    lo, hi = min(indices), max(indices)
+    if hi - lo + 1 == len(indices):
+        return f"[{lo}, {hi + 1})"
+    return str(sorted(indices))
+
+
+class Router:
+    """Picks an engine for each new request.
+
+    `engines_down` is the health's table of engines that cannot take requests now (it changes
+    it; routing only skips them)."""
+
+    def __init__(self, engine_indices: list[int], inflight: InFlight, engines_down: dict[int, Failure],
+                 stats: EngineStats):
+        self.engine_indices = engine_indices
+        self._inflight = inflight
+        self._engines_down = engines_down
+        self._stats = stats
+        self._rr = 0
+
+    def check_rank(self, rank: int | None) -> None:
+        """A pinned rank must name one of this client's engines."""
+        if rank is not None and rank not in self._inflight.count:
+            raise InvalidEngineRequest(
+                f"data_parallel_rank {rank} is out of range {rank_range(self.engine_indices)}.",
+                "data_parallel_rank")
+
+    def route(self, req: EngineRequest) -> int:
+        indices = self.engine_indices
+        if req.data_parallel_rank is not None:
+            return req.data_parallel_rank
+        down = self._engines_down
+        if down:
+            indices = [e for e in indices if e not in down]
+        n = len(indices)
+        if n == 1:
+            return indices[0]
+        in_flight = self._inflight.count
+        latest = self._stats.latest
+        best, best_score = indices[0], None
+        start = self._rr
+        for k in range(n):
+            e = indices[(start + k) % n]
+            score = in_flight[e]
+            stats = latest.get(e)
+            if stats:
+                score += (stats.get("num_running_reqs") or 0) + (stats.get("num_waiting_reqs") or 0)
+            if best_score is None or score < best_score:
+                best, best_score = e, score
+        # Rotate the tie-break so equal engines share the load.
+        self._rr = (start + 1) % n
+        return best

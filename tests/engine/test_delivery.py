@@ -1,0 +1,126 @@
+"""Delivery, the one way an engine output reaches its sink, driven with encoded engine messages
+(the simulated engine's wire format) on a client that is not started (nothing is sent)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_pyfrontend.engine.client import EngineClient
+from vllm_pyfrontend.engine.delivery import OutputClock
+from vllm_pyfrontend.engine.types import EngineOutput, FailureKind
+from vllm_pyfrontend.engine.wire import decode_message, layout_for_version
+from vllm_pyfrontend.supervisor.sim import wire as sim_wire
+
+VERSION = "0.32.0"
+LAYOUT = layout_for_version(VERSION)
+SIM_LAYOUT = sim_wire.Layout(VERSION)
+
+
+def _message(*items: tuple) -> tuple[list, list]:
+    """(raw outputs, frames) of one engine message; each item (rid, ids[, finish_reason])."""
+    frames = [sim_wire.pack_outputs(0, [sim_wire.output_item(SIM_LAYOUT, *item) for item in items], 1.0)]
+    _, raw = decode_message(frames, LAYOUT)
+    return raw, frames
+
+
+class OutputsOnly:
+    """A sink without the optional `on_tokens`."""
+
+    def __init__(self, fail_on: str | None = None):
+        self.seen: list[tuple] = []
+        self.failures = []
+        self.fail_on = fail_on
+
+    def on_output(self, o: EngineOutput) -> None:
+        self.seen.append(("output", list(o.new_token_ids), o.finish_reason,
+                          OutputClock.steps, OutputClock.now, OutputClock.last))
+        if self.fail_on == "output":
+            raise RuntimeError("sink bug")
+
+    def on_failure(self, failure) -> None:
+        self.failures.append(failure)
+
+
+class WithTokens(OutputsOnly):
+    def on_tokens(self, ids: list[int]) -> None:
+        self.seen.append(("tokens", list(ids), None, OutputClock.steps, OutputClock.now, OutputClock.last))
+        if self.fail_on == "tokens":
+            raise RuntimeError("sink bug")
+
+
+@pytest.fixture
+def client():
+    c = EngineClient(client_index=0, input_address="inproc://in", output_address="inproc://out",
+                     engine_indices=[0])
+    yield c
+    OutputClock.now = OutputClock.last = 0.0
+    OutputClock.steps = 1
+
+
+def _at(now: float) -> None:
+    OutputClock.now = OutputClock.last = now
+    OutputClock.steps = 1
+
+
+def test_plain_steps_go_to_on_tokens_and_the_rest_to_on_output(client):
+    a, b = WithTokens(), OutputsOnly()
+    client._inflight.track("a", a, 0)
+    client._inflight.track("b", b, 0)
+    _at(1.0)
+    raw, frames = _message(("a", [5]), ("b", [6]), ("a", [7], sim_wire.FINISH_LENGTH))
+    assert raw[0][1] == [5]
+    client._delivery.deliver(raw, frames, LAYOUT, 0, None)
+    assert a.seen == [("tokens", [5], None, 1, 1.0, 1.0), ("output", [7], 1, 1, 1.0, 1.0)]
+    assert b.seen == [("output", [6], None, 1, 1.0, 1.0)]  # on_tokens is optional
+    assert client.num_in_flight == 1 and client.in_flight_by_engine() == {0: 1}  # a finished
+
+
+def test_gathered_steps_come_back_through_the_same_path_with_their_clock(client):
+    """During a backlog the plain steps are gathered per stream; a stream's finish brings its
+    gathered steps out first; the rest come at the drain's end, in the order they were
+    gathered, each with its own number of steps and arrival times on the OutputClock."""
+    a, b, c = WithTokens(), WithTokens(), OutputsOnly()
+    for rid, sink in (("a", a), ("b", b), ("c", c)):
+        client._inflight.track(rid, sink, 0)
+    gathering: dict[str, list] = {}
+    _at(1.0)
+    client._delivery.deliver(*_message(("a", [1]), ("b", [2]), ("c", [3])), LAYOUT, 0, gathering)
+    _at(2.0)
+    client._delivery.deliver(*_message(("a", [4]), ("b", [5])), LAYOUT, 0, gathering)
+    assert a.seen == b.seen == c.seen == []
+    _at(3.0)
+    client._delivery.deliver(*_message(("b", [6], sim_wire.FINISH_STOP)), LAYOUT, 0, gathering)
+    assert b.seen == [("tokens", [2, 5], None, 2, 1.0, 2.0), ("output", [6], 0, 1, 3.0, 3.0)]
+    assert list(gathering) == ["a", "c"]
+    client._delivery.deliver_gathered(gathering, LAYOUT)
+    assert a.seen == [("tokens", [1, 4], None, 2, 1.0, 2.0)]
+    assert c.seen == [("output", [3], None, 1, 1.0, 1.0)]
+    assert (OutputClock.now, OutputClock.last, OutputClock.steps) == (3.0, 3.0, 1)  # put back
+
+
+def test_a_stream_ended_before_its_gathered_steps_gets_nothing_more(client):
+    a = WithTokens()
+    client._inflight.track("a", a, 0)
+    gathering: dict[str, list] = {}
+    client._delivery.deliver(*_message(("a", [1])), LAYOUT, 0, gathering)
+    client.abort(["a"])
+    client._delivery.deliver_gathered(gathering, LAYOUT)
+    assert a.seen == [] and client._aborts.pending == {0: ["a"]}  # the abort only
+
+
+@pytest.mark.parametrize("sink_type, fail_on", [(WithTokens, "tokens"), (OutputsOnly, "output")])
+def test_a_sink_that_raises_fails_its_request(client, sink_type, fail_on):
+    """Aborted here and at the engine, ended with an internal error; its later outputs are
+    dropped quietly (no second abort)."""
+    sink = sink_type(fail_on=fail_on)
+    client._inflight.track("a", sink, 0)
+    client._delivery.deliver(*_message(("a", [1])), LAYOUT, 0, None)
+    assert [f.kind for f in sink.failures] == [FailureKind.INTERNAL]
+    assert client.num_in_flight == 0 and client._aborts.pending == {0: ["a"]}
+    client._delivery.deliver(*_message(("a", [2])), LAYOUT, 0, None)
+    assert len(sink.seen) == 1 and client._aborts.pending == {0: ["a"]}
+
+
+def test_an_output_nobody_waits_for_is_aborted_unless_it_is_final(client):
+    client._delivery.deliver(*_message(("x", [1]), ("y", [1], sim_wire.FINISH_STOP)), LAYOUT, 0, None)
+    assert client._aborts.pending == {0: ["x"]}
