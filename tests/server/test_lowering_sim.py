@@ -97,3 +97,51 @@ def test_invocations_dispatches_to_the_registered_handlers(worker):
     neither = httpx.post(worker.base + "/invocations", json={"model": MODEL}, timeout=20)
     assert neither.status_code == 400
     assert neither.json()["error"]["message"] == _EXPECTED
+
+
+def test_openai_conversions_put_each_field_in_its_place():
+    """`chat_request_from_openai` / `completion_request_from_openai` build their struct
+    positionally: every field lands where its name says (distinct values, checked by name)."""
+    class State:
+        trust_request_chat_template = True
+        max_model_len = 4096
+
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "tool_choice": "auto",
+            "parallel_tool_calls": False, "response_format": {"type": "json_object"},
+            "structured_outputs": {"regex": "a"}, "logit_bias": {"3": 1.0}, "chat_template_kwargs": {"k": 1},
+            "reasoning_effort": "low", "add_generation_prompt": False, "continue_final_message": True,
+            "documents": [{"title": "t"}], "chat_template": "{{ messages }}", "mm_processor_kwargs": {"m": 1}, "n": 3,
+            "logprobs": True, "top_logprobs": 4, "prompt_logprobs": 5, "echo": True, "truncate_prompt_tokens": 6,
+            "bad_words": ["b"], "include_reasoning": False, "return_token_ids": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "priority": 7,
+            "cache_salt": "salt", "request_id": "rid", "use_beam_search": True, "length_penalty": 0.5}
+    req = msgspec.json.decode(msgspec.json.encode(body), type=ChatCompletionRequest)
+    got = chat_request_from_openai(State, req, ["lora"])
+    for name in ("tools", "tool_choice", "parallel_tool_calls", "response_format", "structured_outputs",
+                 "logit_bias", "chat_template_kwargs", "reasoning_effort", "add_generation_prompt",
+                 "continue_final_message", "documents", "chat_template", "mm_processor_kwargs", "n", "logprobs",
+                 "top_logprobs", "prompt_logprobs", "echo", "truncate_prompt_tokens", "bad_words",
+                 "include_reasoning", "return_token_ids", "stream", "priority", "cache_salt", "request_id",
+                 "use_beam_search", "length_penalty"):
+        assert getattr(got, name) == body[name], name
+    assert got.messages == body["messages"] and got.lora == ["lora"]
+    assert (got.include_usage, got.continuous_usage, got.messages_normalized, got.allow_media) == (
+        True, True, False, True)
+    assert got.options.logit_bias is None and got.options.max_tokens is None
+    rendered = chat_request_from_openai(State, req, render=True)
+    assert (rendered.allow_media, rendered.use_beam_search) == (False, False)
+
+    body = {"model": MODEL, "prompt": "p", "logit_bias": {"3": 1.0}, "add_special_tokens": False, "n": 3,
+            "logprobs": 4, "prompt_logprobs": 5, "echo": True, "truncate_prompt_tokens": 6, "bad_words": ["b"],
+            "structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"},
+            "return_token_ids": True, "stream": True, "stream_options": {"include_usage": True,
+                                                                         "continuous_usage_stats": True},
+            "priority": 7, "cache_salt": "salt", "request_id": "rid", "use_beam_search": True,
+            "length_penalty": 0.5, "max_tokens": 9}
+    req = msgspec.json.decode(msgspec.json.encode(body), type=CompletionRequest)
+    got = completion_request_from_openai(State, req, ["lora"])
+    for name in ("prompt", "logit_bias", "add_special_tokens", "n", "logprobs", "prompt_logprobs", "echo",
+                 "truncate_prompt_tokens", "bad_words", "structured_outputs", "response_format", "return_token_ids",
+                 "stream", "priority", "cache_salt", "request_id", "use_beam_search", "length_penalty"):
+        assert getattr(got, name) == body[name], name
+    assert (got.lora, got.include_usage, got.continuous_usage, got.options.max_tokens) == (["lora"], True, True, 9)

@@ -22,8 +22,9 @@ has) stays in its conversion: `chat_request_from_openai` for OpenAI's chat body.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from vllm_pyfrontend.chat.tools import ToolChoiceError, ToolPlan, plan_tools
 from vllm_pyfrontend.llm.beam_search import BeamSearchParams, check_beam_width
@@ -41,9 +42,11 @@ from vllm_pyfrontend.server.responder import new_choice, submit_choices
 from vllm_pyfrontend.server.schemas import ChatCompletionRequest, normalize_messages
 
 
-@dataclass(slots=True)
-class ChatRequest:
-    """One chat request in the terms every API style shares (OpenAI chat's names)."""
+class ChatRequest(msgspec.Struct):
+    """One chat request in the terms every API style shares (OpenAI chat's names).
+
+    A msgspec Struct: built once per request, and positionally on the OpenAI path
+    (`chat_request_from_openai`), where 35 keyword arguments would cost more than the checks."""
 
     messages: list[dict[str, Any]]
     options: SamplingOptions  # `logit_bias` left None: it is converted from `logit_bias` below
@@ -85,8 +88,7 @@ class ChatRequest:
     length_penalty: float = 1.0
 
 
-@dataclass(slots=True)
-class ChatPrompt:
+class ChatPrompt(msgspec.Struct):
     """Step 1's result: what the render route writes out, and what the sampling step needs."""
 
     n: int
@@ -99,8 +101,7 @@ class ChatPrompt:
     has_media: bool
 
 
-@dataclass(slots=True)
-class LoweredChat:
+class LoweredChat(msgspec.Struct):
     """A chat request lowered: its prompt, one sampling map per choice and what the run needs."""
 
     prompt: ChatPrompt
@@ -138,42 +139,42 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
     check_openai_request(req, state.max_model_len,
                          max_tokens_param="max_completion_tokens" if completion_tokens else "max_tokens")
     stream, include_usage, continuous = stream_flags(req)
-    return ChatRequest(
-        messages=req.messages,
-        options=options_from(req, req.max_completion_tokens if completion_tokens else req.max_tokens,
-                             with_logit_bias=False),
-        tools=req.tools,
-        tool_choice=req.tool_choice,
-        parallel_tool_calls=req.parallel_tool_calls,
-        response_format=req.response_format,
-        structured_outputs=req.structured_outputs,
-        logit_bias=req.logit_bias,
-        chat_template_kwargs=req.chat_template_kwargs,
-        reasoning_effort=req.reasoning_effort,
-        add_generation_prompt=req.add_generation_prompt,
-        continue_final_message=req.continue_final_message,
-        documents=req.documents,
-        chat_template=req.chat_template,
-        allow_media=not render,
-        mm_processor_kwargs=req.mm_processor_kwargs,
-        n=req.n,
-        logprobs=bool(req.logprobs),
-        top_logprobs=req.top_logprobs,
-        prompt_logprobs=req.prompt_logprobs,
-        echo=bool(req.echo),
-        truncate_prompt_tokens=req.truncate_prompt_tokens,
-        bad_words=req.bad_words,
-        include_reasoning=req.include_reasoning,
-        return_token_ids=bool(req.return_token_ids),
-        stream=stream,
-        include_usage=include_usage,
-        continuous_usage=continuous,
-        priority=req.priority,
-        cache_salt=req.cache_salt,
-        lora=lora,
-        request_id=req.request_id,
-        use_beam_search=bool(req.use_beam_search) and not render,
-        length_penalty=req.length_penalty,
+    return ChatRequest(  # positional, in field order (see the class)
+        req.messages,
+        options_from(req, req.max_completion_tokens if completion_tokens else req.max_tokens, with_logit_bias=False),
+        req.tools,
+        req.tool_choice,
+        req.parallel_tool_calls,
+        req.response_format,
+        req.structured_outputs,
+        req.logit_bias,
+        req.chat_template_kwargs,
+        req.reasoning_effort,
+        req.add_generation_prompt,
+        req.continue_final_message,
+        req.documents,
+        req.chat_template,
+        False,  # messages_normalized
+        not render,  # allow_media
+        req.mm_processor_kwargs,
+        req.n,
+        bool(req.logprobs),
+        req.top_logprobs,
+        req.prompt_logprobs,
+        bool(req.echo),
+        req.truncate_prompt_tokens,
+        req.bad_words,
+        req.include_reasoning,
+        bool(req.return_token_ids),
+        stream,
+        include_usage,
+        continuous,
+        req.priority,
+        req.cache_salt,
+        lora,
+        req.request_id,
+        bool(req.use_beam_search) and not render,
+        req.length_penalty,
     )
 
 
