@@ -14,10 +14,11 @@ chat route) turn their request into a `ChatRequest`; the lowering is then one se
 3. `chat_run`: the `RequestRun`, every option passed to its constructor; `submit_chat` sends
    its engine requests.
 
-Each step raises `APIError` / `InvalidRequestError` (answered 400 with the param) in the order
-vLLM's chat server checks them; that order is observable (which error wins), so it is kept here
-for every style. What is specific to one request shape (field names, ranges of fields only it
-has) stays in its conversion: `chat_request_from_openai` for OpenAI's chat body.
+Each step raises `APIError` / `InvalidRequestError` (answered 400 with the param) in the chat
+route's order, which is observable (which error wins when two apply) and the same for every
+style (the tool plan before media parsing, the template before `logit_bias`). What is specific
+to one request shape (field names, ranges of fields only it has) stays in its conversion:
+`chat_request_from_openai` for OpenAI's chat body, beside each style's own routes for the rest.
 """
 
 from __future__ import annotations
