@@ -165,6 +165,6 @@ def build_app(state: ServerState) -> web.Application:
     generate_tokens.add_routes(app)  # /inference/v1/generate, abort (scale-out)
     render.add_routes(app)  # render / derender (scale-out)
     admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes
-    sagemaker.add_routes(app)  # /ping, /invocations
+    sagemaker.add_routes(app, chat=handle_chat_completions, completion=handle_completions)  # /ping, /invocations
     add_speech_routes(app)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/speech)
     return app

@@ -22,7 +22,7 @@ from vllm_pyfrontend.llm.errors import InvalidRequestError
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.llm.sampling import GenerationDefaults, SamplingOptions, lower_sampling
 from vllm_pyfrontend.server.errors import APIError
-from vllm_pyfrontend.server.openai_generation import respond
+from vllm_pyfrontend.server.responder import respond
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
 
 log = logging.getLogger(__name__)

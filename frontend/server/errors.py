@@ -48,3 +48,13 @@ class APIError(Exception):
 
 def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param)
+
+
+SCALE_OUT_DISABLED = ("Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to "
+                      "enable them.")
+
+
+async def scale_out_disabled(request: web.Request) -> web.Response:
+    """vLLM's answer on a scale-out route (generate, render, derender) of a server started
+    without --enable-scale-out."""
+    raise APIError(403, SCALE_OUT_DISABLED, err_type="PermissionDeniedError")

@@ -37,14 +37,15 @@ class ChatFormatter:
     plain_content_chunks = True  # RequestRun may write content chunks itself (SSEWriter.content_chunk_bytes)
     quiet_empty_deltas = True  # an empty running delta writes nothing (RequestRun.on_tokens)
 
-    def __init__(self, token_text: Callable[[int], str], top_logprobs: int):
+    def __init__(self, token_text: Callable[[int], str], top_logprobs: int, *, prompt_logprobs: bool = False,
+                 decode: Callable[[list[int]], str] | None = None, token_bytes: bool = True):
         self.token_text = token_text
         self.top = top_logprobs
-        self.prompt_logprobs = False  # the engine computes them: the body lists them
+        self.prompt_logprobs = prompt_logprobs  # the engine computes them: the body lists them
         # ids -> text: vLLM's UTF-8 repair of logprob tokens (server/prompt_logprobs.py); None
         # (beam search, whose tokens vLLM decodes one by one) repairs nothing.
-        self.decode = None
-        self.token_bytes = True  # beam search: vLLM leaves the chosen token's `bytes` null
+        self.decode = decode
+        self.token_bytes = token_bytes  # beam search: vLLM leaves the chosen token's `bytes` null
         self._texts: SampledTexts | None = None
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> list[dict[str, Any]]:
@@ -175,21 +176,23 @@ class CompletionFormatter:
     """Text completions (/v1/completions): text deltas, integer logprobs, echo."""
 
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int,
-                 echo_texts: list[str] | None = None):
+                 echo_texts: list[str] | None = None, *, prompt_logprobs: bool = False,
+                 decode: Callable[[list[int]], str] | None = None, echo_ids: list[list[int]] | None = None,
+                 prompt_ids: list[list[int]] | None = None, stream_prompt_ids: bool = False):
         self.token_text = token_text
         self.top = top_logprobs
         self.echo_texts = echo_texts  # per choice: prompt text to put in front
-        self.prompt_logprobs = False  # the engine computes them: each choice lists them
-        self.decode = None  # ids -> text: vLLM's UTF-8 repair of logprob tokens (server/prompt_logprobs.py)
+        self.prompt_logprobs = prompt_logprobs  # the engine computes them: each choice lists them
+        self.decode = decode  # ids -> text: vLLM's UTF-8 repair of logprob tokens (server/prompt_logprobs.py)
         self._texts: SampledTexts | None = None
         # echo + logprobs: per choice, the prompt ids whose logprobs open `logprobs`
-        self.echo_ids: list[list[int]] | None = None
+        self.echo_ids = echo_ids
         self._offsets: dict[int, int] = {}
         self._started: set[int] = set()  # choices whose first (echo-carrying) chunk went out
         # Per choice, its prompt's token ids: in the body with `return_token_ids`, and in the
         # choice's first chunk when streaming with `return_token_ids` or `echo` (vLLM).
-        self.prompt_ids: list[list[int]] | None = None
-        self.stream_prompt_ids = False
+        self.prompt_ids = prompt_ids
+        self.stream_prompt_ids = stream_prompt_ids
 
     def format_logprobs(self, choice: Choice, token_ids: list[int], lp: Logprobs) -> dict[str, list]:
         text = self.token_text

@@ -29,8 +29,8 @@ from vllm_pyfrontend.llm.errors import InvalidRequestError
 from vllm_pyfrontend.llm.prompt import bad_words_token_ids, check_prompt_ids
 from vllm_pyfrontend.llm.sampling import check_n, lower_choices
 from vllm_pyfrontend.llm.structured import STRUCTURED_KEYS, lower_structured_outputs
-from vllm_pyfrontend.server.errors import APIError
-from vllm_pyfrontend.server.openai_generation import new_choice, new_sse, respond, submit_choices
+from vllm_pyfrontend.server.errors import APIError, scale_out_disabled
+from vllm_pyfrontend.server.responder import new_choice, new_sse, respond, submit_choices
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
 from vllm_pyfrontend.server.schemas import decode_body
 from vllm_pyfrontend.server.token_protocol import GenerateRequest, options_of
@@ -250,9 +250,8 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     run = RequestRun(response_id=response_id, model=model, created=created, choices=choices,
                      num_prompt_tokens=len(prompt_ids), stream=stream, include_usage=include_usage,
                      continuous_usage=continuous, formatter=formatter, want_logprobs=sp.logprobs is not None,
-                     return_token_ids=True)
-    if stream:
-        run.sse = new_sse(state, response_id, model, created, "generate")
+                     return_token_ids=True,
+                     sse=new_sse(state, response_id, model, created, "generate") if stream else None)
     sub = submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(choices, samplings)],
                          priority=req.priority, cache_salt=req.cache_salt)
     peers = request.app.get("peer_abort")
@@ -263,15 +262,6 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     finally:
         if peers is not None:
             peers.untrack(response_id, sub)
-
-
-SCALE_OUT_DISABLED = ("Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to "
-                      "enable them.")
-
-
-async def scale_out_disabled(request: web.Request) -> web.Response:
-    """vLLM's answer on a scale-out route of a server started without --enable-scale-out."""
-    raise APIError(403, SCALE_OUT_DISABLED, err_type="PermissionDeniedError")
 
 
 async def handle_abort_requests(request: web.Request) -> web.Response:

@@ -10,8 +10,9 @@
   is one generate SSE chunk plus the `stream_state` the previous call returned, and the answer
   is a JSON `{chunk, stream_state}` (vLLM's stateless streaming derender, not SSE).
 
-Render runs the same checks as the generation routes (`request_checks.py`, `llm`), so a request
-render accepts is one chat/completions accepts.
+Render runs the generation routes' own lowering (`server/lowering/`) up to the sampling maps,
+then writes them out: a request render accepts is one chat/completions accepts, rendered and
+tokenized the same way.
 """
 
 from __future__ import annotations
@@ -23,20 +24,13 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
-from vllm_pyfrontend.llm.prompt import check_prompt_ids, truncate_prompt
-from vllm_pyfrontend.llm.sampling import NEUTRAL_DEFAULTS, check_n, is_greedy, resolve_max_tokens
+from vllm_pyfrontend.llm.sampling import NEUTRAL_DEFAULTS, resolve_max_tokens
 from vllm_pyfrontend.llm.structured import STRUCTURED_KEYS
-from vllm_pyfrontend.server.errors import APIError
-from vllm_pyfrontend.server.openai_generation import options_from
+from vllm_pyfrontend.server.errors import APIError, scale_out_disabled
+from vllm_pyfrontend.server.lowering.chat import chat_request_from_openai, lower_chat_prompt
+from vllm_pyfrontend.server.lowering.completion import completion_request_from_openai, lower_completion_prompts
 from vllm_pyfrontend.server.prompt_logprobs import SampledTexts
-from vllm_pyfrontend.server.request_checks import check_openai_request
-from vllm_pyfrontend.server.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    decode_body,
-    normalize_messages,
-)
+from vllm_pyfrontend.server.schemas import ChatCompletionRequest, CompletionRequest, decode_body
 from vllm_pyfrontend.server.token_protocol import sampling_dump
 
 _json = msgspec.json.encode
@@ -119,77 +113,42 @@ async def handle_render_chat(request: web.Request) -> web.Response:
     state = request.app["state"]
     req: ChatCompletionRequest = decode_body(await state.read_body(request), ChatCompletionRequest)
     model = state.check_model(req.model)
-    for name in ("max_tokens", "max_completion_tokens"):
-        value = getattr(req, name)
-        if value is not None and value < 1:
-            raise APIError(400, f"{name} must be at least 1, got {value}.", name)
-    max_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    check_openai_request(req, state.max_model_len, max_tokens_param=max_param)
-    if req.top_logprobs and not req.logprobs:
-        raise APIError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
-    n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
-    try:
-        plan_tools(req.tools, req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
-                   auto_enabled=state.config.policy.enable_auto_tool_choice,
-                   has_parser=state.parsers.tool_parser is not None)
-    except ToolChoiceError as e:
-        raise APIError(400, e.message, e.param) from None
-    messages = normalize_messages(req.messages)
-    kwargs = dict(req.chat_template_kwargs or {})
-    if req.reasoning_effort is not None:
-        kwargs["reasoning_effort"] = req.reasoning_effort
-        kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
-    if req.chat_template is not None and not state.trust_request_chat_template:
-        raise APIError(400, "Chat template is passed with request, but --trust-request-chat-template is not "
-                       "set. Refused request with untrusted chat template.", "chat_template")
-    ids = state.render_and_tokenize(messages, tools=req.tools, documents=req.documents,
-                                    add_generation_prompt=req.add_generation_prompt,
-                                    continue_final_message=req.continue_final_message,
-                                    chat_template_kwargs=kwargs, template_override=req.chat_template)
-    ids = truncate_prompt(ids, req.truncate_prompt_tokens, state.max_model_len)
-    requested = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    opts = options_from(req, requested)
+    # The chat lowering's own steps up to the sampling maps (the rendered request is sampled
+    # and its prompt text only), then the request as vLLM's render writes it.
+    chat = chat_request_from_openai(state, req, render=True)
+    prompt = await lower_chat_prompt(state, chat)
+    ids = prompt.prompt_ids
+    opts = chat.options
     _with_defaults(state, opts)
-    max_tokens = resolve_max_tokens(requested, len(ids), state.max_model_len, state.limits.defaults)
-    sampling = sampling_dump(opts, n=n, max_tokens=max_tokens,
-                             logprobs=(req.top_logprobs or 0) if req.logprobs else None, stream=bool(req.stream),
-                             structured=_structured_dump(req.structured_outputs, req.response_format),
-                             bad_words=req.bad_words)
-    rid = f"chatcmpl-{req.request_id or secrets.token_hex(8)}"
+    max_tokens = resolve_max_tokens(opts.max_tokens, len(ids), state.max_model_len, state.limits.defaults)
+    sampling = sampling_dump(opts, n=prompt.n, max_tokens=max_tokens,
+                             logprobs=(chat.top_logprobs or 0) if chat.logprobs else None, stream=chat.stream,
+                             structured=_structured_dump(chat.structured_outputs, chat.response_format),
+                             bad_words=chat.bad_words)
+    rid = f"chatcmpl-{chat.request_id or secrets.token_hex(8)}"
     return _ok(_generate_request(state, request_id=rid, token_ids=ids, sampling=sampling, model=model, req=req))
 
 
 async def handle_render_completion(request: web.Request) -> web.Response:
-    from vllm_pyfrontend.server.completion import prompts_of  # the completion route's prompt shapes
-
     state = request.app["state"]
     req: CompletionRequest = decode_body(await state.read_body(request), CompletionRequest)
     model = state.check_model(req.model)
-    if req.max_tokens is not None and req.max_tokens < 1:
-        raise APIError(400, f"max_tokens must be at least 1, got {req.max_tokens}.", "max_tokens")
-    check_openai_request(req, state.max_model_len)
-    if req.suffix is not None:
-        raise APIError(400, "suffix is not currently supported", "suffix")
-    n = check_n(req.n, is_greedy(req.temperature, state.limits.defaults))
-    prompts = prompts_of(req)
-    opts = options_from(req, req.max_tokens)
+    # The completion lowering's own steps up to the sampling maps, then each prompt's request
+    # as vLLM's render writes it.
+    comp = completion_request_from_openai(state, req, render=True)
+    prompts = lower_completion_prompts(state, comp)
+    opts = comp.options
     _with_defaults(state, opts)
-    structured = _structured_dump(req.structured_outputs, req.response_format)
-    base = req.request_id or secrets.token_hex(8)
+    structured = _structured_dump(comp.structured_outputs, comp.response_format)
+    base = comp.request_id or secrets.token_hex(8)
+    many = len(prompts.prompt_ids) > 1
     out = []
-    for i, p in enumerate(prompts):
-        if isinstance(p, str):
-            ids = state.tokenizer.encode(p, add_special_tokens=req.add_special_tokens)
-        else:
-            ids = check_prompt_ids(list(p), state.limits.vocab_size)
-        if not ids:
-            raise APIError(400, "The prompt is empty after tokenization.", "prompt")
-        ids = truncate_prompt(ids, req.truncate_prompt_tokens, state.max_model_len)
-        max_tokens = resolve_max_tokens(req.max_tokens, len(ids), state.max_model_len, state.limits.defaults)
-        sampling = sampling_dump(opts, n=n, max_tokens=max_tokens, logprobs=req.logprobs, stream=bool(req.stream),
-                                 structured=structured, bad_words=req.bad_words,
-                                 prompt_logprobs=req.logprobs if req.echo and req.logprobs is not None else None)
-        rid = f"cmpl-{base}-{i}" if len(prompts) > 1 else f"cmpl-{base}"
+    for i, ids in enumerate(prompts.prompt_ids):
+        max_tokens = resolve_max_tokens(opts.max_tokens, len(ids), state.max_model_len, state.limits.defaults)
+        sampling = sampling_dump(opts, n=prompts.n, max_tokens=max_tokens, logprobs=comp.logprobs,
+                                 stream=comp.stream, structured=structured, bad_words=comp.bad_words,
+                                 prompt_logprobs=comp.logprobs if comp.echo and comp.logprobs is not None else None)
+        rid = f"cmpl-{base}-{i}" if many else f"cmpl-{base}"
         out.append(_generate_request(state, request_id=rid, token_ids=ids, sampling=sampling, model=model, req=req))
     return _ok(out)
 
@@ -667,8 +626,6 @@ RENDER_ROUTES = (
 
 def add_routes(app: web.Application) -> None:
     """The render/derender routes with --enable-scale-out; without it each answers 403 (vLLM)."""
-    from vllm_pyfrontend.server.generate_tokens import scale_out_disabled
-
     enabled = getattr(app["state"].config.policy, "enable_scale_out", False)
     for path, handler in RENDER_ROUTES:
         app.router.add_post(path, handler if enabled else scale_out_disabled)

@@ -81,6 +81,12 @@ class RequestRun:
         want_logprobs: bool = False,
         return_token_ids: bool = False,
         num_cached_tokens_wanted: bool = False,
+        sse: SSEWriter | None = None,
+        prompt_token_ids: list[int] | None = None,
+        include_reasoning: bool = True,
+        parallel_tool_calls: bool = True,
+        named_tool_choice: bool = False,
+        echo_text: str | None = None,
     ):
         self.response_id = response_id
         self.model = model
@@ -92,17 +98,17 @@ class RequestRun:
         self.continuous_usage = continuous_usage
         self.formatter = formatter
         self.system_fingerprint: str | None = None
-        self.echo_text: str | None = None  # chat `echo`: the last message's content, repeated
-        self.include_reasoning = True
-        self.parallel_tool_calls = True
-        self.named_tool_choice = False  # vLLM: a named tool choice finishes with "stop"
+        self.echo_text = echo_text  # chat `echo`: the last message's content, repeated
+        self.include_reasoning = include_reasoning
+        self.parallel_tool_calls = parallel_tool_calls
+        self.named_tool_choice = named_tool_choice  # vLLM: a named tool choice finishes with "stop"
         self.want_logprobs = want_logprobs
         self.return_token_ids = return_token_ids
-        self.prompt_token_ids: list[int] | None = None  # the body's `prompt_token_ids` (vLLM: with return_token_ids)
+        self.prompt_token_ids = prompt_token_ids  # the body's `prompt_token_ids` (vLLM: with return_token_ids)
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.error: APIError | None = None
         self.error_sent = False  # streaming: the error event went to the writer
-        self.sse: SSEWriter | None = None
+        self.sse = sse  # streaming: where the run writes its events (None: one body at the end)
         # The handler writes the stream's end with `SSEWriter.last_frame` (server/responder.py):
         # the events of the drain that ends the stream can wait for it (`SSEWriter.ending`).
         self.ends_with_last_frame = False

@@ -86,7 +86,7 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
 
 class CompletionRequest(msgspec.Struct, omit_defaults=True):
     # str | list[str] | list[int] | list[list[int]]: msgspec unions allow one array type, so
-    # the shape is checked by completion._prompts.
+    # the shape is checked by lowering.completion.prompts_of.
     prompt: Any = None
     model: str | None = None
     echo: bool | None = False

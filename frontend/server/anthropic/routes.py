@@ -2,9 +2,9 @@
 pipeline.
 
 A Messages request is lowered to chat messages, tools and sampling options (`lowering.py`),
-rendered with the chat template and tokenized like a chat completion, submitted through
-`frontend/llm`, and its assistant events (reasoning, content, tool calls) are formatted as
-Anthropic content blocks or stream events (`formatter.py`). Every error on these routes has
+then like a chat completion by the chat lowering (`server/lowering/chat.py`: template,
+tokenizer, media, sampling maps, the run), and its assistant events (reasoning, content, tool
+calls) are formatted as Anthropic content blocks or stream events (`formatter.py`). Every error on these routes has
 Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`) with the same status
 codes as the OpenAI routes: `anthropic_error_middleware` reshapes whatever the inner layers
 answered (authentication, unknown method, request validation, engine unavailable).
@@ -18,10 +18,6 @@ import uuid
 import msgspec
 from aiohttp import web
 
-from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
-from vllm_pyfrontend.llm.sampling import lower_choices
-from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
-from vllm_pyfrontend.multimodal.chat import media_messages, with_media
 from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter, AnthropicRun, AnthropicSSE
 from vllm_pyfrontend.server.anthropic.lowering import LoweredChat, lower_request
 from vllm_pyfrontend.server.anthropic.protocol import (
@@ -29,8 +25,8 @@ from vllm_pyfrontend.server.anthropic.protocol import (
     MessagesRequest,
     error_body,
 )
-from vllm_pyfrontend.server.errors import APIError
-from vllm_pyfrontend.server.responder import new_choice, respond, submit_choices
+from vllm_pyfrontend.server.lowering.chat import ChatRequest, chat_run, lower_chat, lower_chat_prompt, submit_chat
+from vllm_pyfrontend.server.responder import respond
 from vllm_pyfrontend.server.schemas import decode_body  # msgspec decoding, any request struct
 
 PREFIX = "/v1/messages"
@@ -42,20 +38,15 @@ def accepts_media(state) -> bool:
     return getattr(state, "multimodal", None) is not None
 
 
-def _prompt_ids(state, lowered: LoweredChat) -> list[int]:
-    return state.render_and_tokenize(
-        lowered.messages, tools=lowered.tools, documents=None, add_generation_prompt=True,
-        continue_final_message=False, chat_template_kwargs=lowered.template_kwargs,
+def _chat_request(lowered: LoweredChat, req: MessagesRequest | None = None) -> ChatRequest:
+    """A lowered Messages (or count_tokens) request as the chat lowering's request: the
+    messages are already in the template's shape; one choice, no truncation."""
+    return ChatRequest(
+        messages=lowered.messages, options=lowered.options, tools=lowered.tools, tool_choice=lowered.tool_choice,
+        parallel_tool_calls=lowered.parallel_tool_calls, response_format=lowered.response_format,
+        chat_template_kwargs=lowered.template_kwargs, messages_normalized=True,
+        stream=bool(req is not None and req.stream), cache_salt=req.cache_salt if req is not None else None,
     )
-
-
-def _plan(state, lowered: LoweredChat):
-    try:
-        return plan_tools(lowered.tools, lowered.tool_choice, parallel_tool_calls=lowered.parallel_tool_calls,
-                          auto_enabled=state.config.policy.enable_auto_tool_choice,
-                          has_parser=state.parsers.tool_parser is not None)
-    except ToolChoiceError as e:
-        raise APIError(400, e.message, e.param) from None
 
 
 async def handle_messages(request: web.Request) -> web.StreamResponse:
@@ -65,42 +56,20 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     model = state.check_model(req.model)
     state.check_generation()
     state.check_engine()
-    lowered = lower_request(req, allow_media=accepts_media(state))
-    lowered.messages, media = await media_messages(state, lowered.messages)  # image blocks
-    plan = _plan(state, lowered)
-    prompt_ids, mm = await with_media(state, media, _prompt_ids(state, lowered))
-    opts = lowered.options
-    if state.parsers.uses_parsers(plan):
-        opts.skip_special_tokens = False  # markers may be special tokens: the parsers see them as text
-    structured = lower_structured_outputs(None, lowered.response_format)
-    if plan.schema is not None:  # tool_choice any / tool: the engine's structured outputs force the call
-        structured = {**(structured or {}), **forced_json(plan.schema)}
-    (sampling,) = lower_choices(state.limits, opts, len(prompt_ids), 1, structured=structured)
+    chat = _chat_request(lower_request(req, allow_media=accepts_media(state)), req)
+    low = await lower_chat(state, chat)
+    prompt_ids = low.prompt.prompt_ids
 
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     formatter = AnthropicFormatter(message_id, model)
-    stream = bool(req.stream)
-    run = AnthropicRun(
-        response_id=message_id,
-        model=model,
-        created=int(time.time()),
-        choices=[new_choice(state, 0, prompt_ids, opts, state.parsers.new_assistant_stream(
-            plan, prompt_ids, lowered.template_kwargs, lowered.tools))],
-        num_prompt_tokens=len(prompt_ids),
-        stream=stream,
-        include_usage=False,  # usage goes out with message_delta
-        continuous_usage=False,
-        formatter=formatter,
-    )
-    run.parallel_tool_calls = plan.parallel
-    run.named_tool_choice = plan.mode == "named"
-    if stream:
+    sse = None
+    if chat.stream:
         sse = AnthropicSSE()
         sse.write(formatter.message_start(len(prompt_ids)))  # held until the headers are out
-        run.sse = sse
-    sub = submit_choices(state, request, run, [(run.choices[0], prompt_ids, sampling)],
-                         priority=0, cache_salt=req.cache_salt, multimodal=mm)
-    return await respond(state, request, run, sub, role_chunks=False)
+    # usage goes out with message_delta (include_usage stays off)
+    run = chat_run(state, chat, low, response_id=message_id, model=model, created=int(time.time()),
+                   formatter=formatter, sse=sse, run_class=AnthropicRun)
+    return await respond(state, request, run, submit_chat(state, request, chat, low, run), role_chunks=False)
 
 
 async def handle_count_tokens(request: web.Request) -> web.Response:
@@ -108,11 +77,8 @@ async def handle_count_tokens(request: web.Request) -> web.Response:
     body = await state.read_body(request)
     req: CountTokensRequest = decode_body(body, CountTokensRequest)
     state.check_model(req.model)
-    lowered = lower_request(req, allow_media=accepts_media(state))
-    lowered.messages, media = await media_messages(state, lowered.messages)
-    _plan(state, lowered)
-    prompt_ids, _ = await with_media(state, media, _prompt_ids(state, lowered))
-    n = len(prompt_ids)
+    prompt = await lower_chat_prompt(state, _chat_request(lower_request(req, allow_media=accepts_media(state))))
+    n = len(prompt.prompt_ids)
     # vLLM also reports the count before any context management (none here: the same number).
     return web.Response(body=_json({"input_tokens": n, "context_management": {"original_input_tokens": n}}),
                         content_type="application/json")

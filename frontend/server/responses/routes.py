@@ -1,8 +1,8 @@
 """`POST /v1/responses`, `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`.
 
-A Responses request is lowered to chat messages (`lowering.py`), rendered and tokenized like a
-chat request, lowered to one engine request with `frontend/llm`, and run through the same
-`RequestRun` pipeline (detokenizer, stop strings, reasoning and tool parsers) with the
+A Responses request is lowered to chat messages (`lowering.py`), then like a chat request by
+the chat lowering (`server/lowering/chat.py`: template, tokenizer, media, one engine request),
+and run through the same `RequestRun` pipeline (detokenizer, stop strings, reasoning and tool parsers) with the
 `ResponsesFormatter`. Stored responses go to the shared store (`frontend/store`), so a
 follow-up or a GET served by any worker (or replica, with Redis) finds them. Background
 responses keep running when their client leaves; a cancel on any worker sets the store's
@@ -19,14 +19,9 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
-from vllm_pyfrontend.llm.prompt import truncate_prompt
-from vllm_pyfrontend.llm.sampling import SamplingOptions, lower_choices
-from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
-from vllm_pyfrontend.multimodal import has_media
-from vllm_pyfrontend.multimodal.chat import media_messages, strip_media, with_media
+from vllm_pyfrontend.llm.sampling import SamplingOptions
 from vllm_pyfrontend.server.errors import APIError
-from vllm_pyfrontend.server.openai_generation import new_choice, submit_choices
+from vllm_pyfrontend.server.lowering.chat import ChatRequest, chat_run, lower_chat, submit_chat
 from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter, new_id, usage_of
 from vllm_pyfrontend.server.responses.lowering import (
@@ -37,7 +32,7 @@ from vllm_pyfrontend.server.responses.lowering import (
     response_format,
 )
 from vllm_pyfrontend.server.responses.schemas import ResponsesRequest
-from vllm_pyfrontend.server.schemas import decode_body, normalize_messages
+from vllm_pyfrontend.server.schemas import decode_body
 from vllm_pyfrontend.server.sse import SSEWriter
 from vllm_pyfrontend.store import ResponseStore, open_store
 
@@ -272,6 +267,36 @@ class _Turn:
 
 
 # -- POST /v1/responses ---------------------------------------------------------------------------
+def _chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatRequest:
+    """A Responses request (its input already as chat `messages`) as the chat lowering's
+    request: one choice, always run as a stream of events (into the sink)."""
+    tools = chat_tools(req.tools)
+    tool_choice = chat_tool_choice(req.tool_choice, bool(tools))
+    continue_final = continues_final_message(req.input)
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    extra = dict(req.vllm_xargs or {})
+    if req.kv_transfer_params:
+        extra["kv_transfer_params"] = req.kv_transfer_params
+    opts = SamplingOptions(
+        max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+        min_p=req.min_p, seed=req.seed, presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
+        stop=[s for s in stop if s], stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
+        include_stop_str_in_output=req.include_stop_str_in_output, skip_special_tokens=req.skip_special_tokens,
+        extra_args=extra or None,
+    )
+    return ChatRequest(
+        messages=messages, options=opts, tools=tools, tool_choice=tool_choice,
+        parallel_tool_calls=req.parallel_tool_calls, response_format=response_format(req.text),
+        structured_outputs=req.structured_outputs, logit_bias=req.logit_bias,
+        chat_template_kwargs=req.chat_template_kwargs, reasoning_effort=(req.reasoning or {}).get("effort"),
+        add_generation_prompt=not continue_final, continue_final_message=continue_final,
+        truncate_prompt_tokens=-1 if req.truncation == "auto" else None,
+        logprobs=LOGPROBS_INCLUDE in (req.include or ()), top_logprobs=req.top_logprobs,
+        include_reasoning=req.include_reasoning, stream=True, priority=req.priority, cache_salt=req.cache_salt,
+    )
+
+
 async def handle_create(request: web.Request) -> web.StreamResponse:
     state = request.app["state"]
     responses: Responses = request.app["responses"]
@@ -298,80 +323,24 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
 
     lowered = build_messages(req.instructions, req.input, previous,
                              allow_media=getattr(state, "multimodal", None) is not None)
-    if has_media(lowered):  # input_image parts: frontend/multimodal, as chat's image_url
-        normalize_messages(strip_media(lowered))  # role and shape checks
-        messages, media = await media_messages(state, lowered)
-    else:
-        messages, media = normalize_messages(lowered), None
-    tools = chat_tools(req.tools)
-    try:
-        plan = plan_tools(tools, chat_tool_choice(req.tool_choice, bool(tools)),
-                          parallel_tool_calls=req.parallel_tool_calls,
-                          auto_enabled=state.config.policy.enable_auto_tool_choice,
-                          has_parser=state.parsers.tool_parser is not None)
-    except ToolChoiceError as e:
-        raise APIError(400, e.message, e.param) from None
-    template_kwargs = dict(req.chat_template_kwargs or {})
-    effort = (req.reasoning or {}).get("effort")
-    if effort is not None:
-        template_kwargs["reasoning_effort"] = effort
-        template_kwargs.setdefault("enable_thinking", effort != "none")
-    continue_final = continues_final_message(req.input)
-    prompt_ids = state.render_and_tokenize(
-        messages, tools=tools, add_generation_prompt=not continue_final, continue_final_message=continue_final,
-        chat_template_kwargs=template_kwargs,
-    )
-    if req.truncation == "auto":
-        prompt_ids = truncate_prompt(prompt_ids, -1, state.max_model_len)
-    prompt_ids, mm = await with_media(state, media, prompt_ids)
-    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    try:
-        logit_bias = {int(k): v for k, v in req.logit_bias.items()} if req.logit_bias else None
-    except ValueError:
-        raise APIError(400, "`logit_bias` keys must be token ids.", "logit_bias") from None
-    extra = dict(req.vllm_xargs or {})
-    if req.kv_transfer_params:
-        extra["kv_transfer_params"] = req.kv_transfer_params
-    opts = SamplingOptions(
-        max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-        min_p=req.min_p, seed=req.seed, presence_penalty=req.presence_penalty,
-        frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
-        stop=[s for s in stop if s], stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
-        include_stop_str_in_output=req.include_stop_str_in_output, skip_special_tokens=req.skip_special_tokens,
-        logit_bias=logit_bias, extra_args=extra or None,
-    )
-    if state.parsers.uses_parsers(plan):
-        opts.skip_special_tokens = False  # markers are special tokens for some models
-    structured = lower_structured_outputs(req.structured_outputs, response_format(req.text))
-    if plan.schema is not None:
-        structured = {**(structured or {}), **forced_json(plan.schema)}
-    want_logprobs = LOGPROBS_INCLUDE in (req.include or ())
-    (sampling,) = lower_choices(state.limits, opts, len(prompt_ids), 1,
-                                logprobs=(req.top_logprobs or 0) if want_logprobs else None, structured=structured)
+    chat = _chat_request(req, lowered)
+    low = await lower_chat(state, chat)
+    prompt = low.prompt
 
     response_id = req.request_id or new_id("resp")
     stream, background = bool(req.stream), bool(req.background)
     writer = SSEWriter(response_id, model, 0) if stream else None
     sink = _Sink(writer, background)
     formatter = ResponsesFormatter(state.token_text, req.top_logprobs or 0, sink.write if stream else None)
-    run = RequestRun(
-        response_id=response_id, model=model, created=int(time.time()),
-        choices=[new_choice(state, 0, prompt_ids, opts,
-                            state.parsers.new_assistant_stream(plan, prompt_ids, template_kwargs, tools))],
-        num_prompt_tokens=len(prompt_ids), stream=True, include_usage=False, continuous_usage=False,
-        formatter=formatter, want_logprobs=want_logprobs,
-    )
-    run.sse = sink  # type: ignore[assignment] - the run writes its events through the sink
-    run.include_reasoning = req.include_reasoning
-    run.parallel_tool_calls = plan.parallel
-    run.named_tool_choice = plan.mode == "named"
-
-    sub = submit_choices(state, request, run, [(run.choices[0], prompt_ids, sampling)], priority=req.priority,
-                         cache_salt=req.cache_salt, multimodal=mm)
+    # the run writes its events through the sink, streamed or not (the sink keeps them or drops them)
+    run = chat_run(state, chat, low, response_id=response_id, model=model, created=int(time.time()),
+                   formatter=formatter, sse=sink)
+    sub = submit_chat(state, request, chat, low, run)
+    sampling = low.samplings[0]
     state.request_started()
     # Stored for previous_response_id: with media, the chat messages with their image parts
     # (a follow-up renders and processes them again), not the rendered template messages.
-    turn = _Turn(state, request, req, model, lowered if media is not None else messages, sampling, run,
+    turn = _Turn(state, request, req, model, lowered if prompt.has_media else prompt.messages, sampling, run,
                  formatter, sink, sub)
     if background:
         responses.own(response_id, run)

@@ -1,11 +1,7 @@
-"""What the OpenAI generation routes (chat and text completions) share.
+"""OpenAI's sampling fields, shared by chat and text completions, as `llm` typed options.
 
-The routes turn their request struct into `llm` typed inputs (`options_from`: OpenAI's field
-names to `SamplingOptions`), lower them with `frontend/llm`, submit the engine requests of
-every choice and answer from the one `RequestRun` pipeline, as SSE or JSON (`responder.py`,
-shared by every API style and re-exported here). Lowering itself (sampling, structured
-outputs, prompts, n) lives in `llm`, so other API styles reuse it without importing this
-module.
+Chat and completion request structs name these fields the same way, so one function reads
+either; the checks keep vLLM's wording (the differential tests compare them).
 """
 
 from __future__ import annotations
@@ -14,22 +10,24 @@ from typing import Any
 
 from vllm_pyfrontend.llm.sampling import SamplingOptions
 from vllm_pyfrontend.server.errors import APIError
-from vllm_pyfrontend.server.responder import new_choice, new_sse, respond, submit_choices
-
-__all__ = ["new_choice", "new_sse", "options_from", "respond", "stream_flags", "submit_choices"]
 
 
-def options_from(req: Any, max_tokens: int | None) -> SamplingOptions:
-    """Sampling options from a chat or completion request struct (same field names)."""
+def token_bias(logit_bias: dict[str, float]) -> dict[int, float]:
+    """`logit_bias` as sent (JSON keys are strings) keyed by token id."""
+    try:
+        return {int(k): v for k, v in logit_bias.items()}
+    except ValueError:
+        raise APIError(400, "`logit_bias` keys must be token ids.", "logit_bias") from None
+
+
+def options_from(req: Any, max_tokens: int | None, *, with_logit_bias: bool = True) -> SamplingOptions:
+    """Sampling options from a chat or completion request struct (same field names).
+    `with_logit_bias=False` leaves `logit_bias` for the caller to convert at its own step
+    (`token_bias`), where a malformed key is reported after the prompt's errors."""
     stop = req.stop
     if isinstance(stop, str):
         stop = [stop]
-    logit_bias = None
-    if req.logit_bias:
-        try:
-            logit_bias = {int(k): v for k, v in req.logit_bias.items()}
-        except ValueError:
-            raise APIError(400, "`logit_bias` keys must be token ids.", "logit_bias") from None
+    logit_bias = token_bias(req.logit_bias) if with_logit_bias and req.logit_bias else None
     extra = dict(req.vllm_xargs) if req.vllm_xargs else {}
     if req.kv_transfer_params:
         extra["kv_transfer_params"] = req.kv_transfer_params
@@ -56,24 +54,22 @@ def options_from(req: Any, max_tokens: int | None) -> SamplingOptions:
     )
 
 
-def prompt_logprobs_of(req: Any, echo_default: int | None) -> int | None:
+def check_prompt_logprobs(value: int | None, *, stream: bool, echo: bool, echo_default: int | None) -> int | None:
     """How many prompt logprobs the engine computes (vLLM: `prompt_logprobs`, else with `echo`
     the route's logprobs count), checked as vLLM checks it."""
-    value = req.prompt_logprobs
     if value is not None:
-        if req.stream and (value > 0 or value == -1):
+        if stream and (value > 0 or value == -1):
             raise APIError(400, "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
         if value < 0 and value != -1:
             raise APIError(400, "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
         return value
-    return echo_default if req.echo else None
+    return echo_default if echo else None
 
 
 def stream_flags(req: Any) -> tuple[bool, bool, bool]:
+    """(stream, include_usage, continuous_usage_stats) of an OpenAI request."""
     stream = bool(req.stream)
     so = req.stream_options
     if so is not None and not stream and (so.include_usage or so.continuous_usage_stats):
         raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
     return stream, bool(so and so.include_usage), bool(so and so.continuous_usage_stats)
-
-
