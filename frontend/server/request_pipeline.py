@@ -269,9 +269,11 @@ class RequestRun:
         return b"data: " + error.to_bytes() + b"\n\n"
 
     def release(self) -> None:
-        """The handler is done with this request: its generations let go of it (see
-        `Generation.detach`), so reference counting frees the request at once."""
+        """The handler is done with this request: its generations and its choices let go of
+        their steps (see `Generation.detach`), which hold the run, so reference counting frees
+        the request at once."""
         for c in self.choices:
+            c.step = None
             if c.gen is not None:
                 c.gen.detach()
 
