@@ -7,11 +7,12 @@ One worker's path from an engine output message to the bytes a stream writes: `-
 simulated-engine messages (`supervisor.sim.wire.pack_outputs`, one token per stream per step,
 items written at full length as the simulated engine writes them) go through
 `OutputReader.on_readable`-style handling (`frontend/engine/outputs.py`; drain hooks on, so one
-write per stream per step), `Generation`, `RequestRun` (plain streamed chat content, DeepSeek V4
-tokenizer's detokenizer) and `SSEWriter` into a transport that only counts bytes. Prints CPU µs
-per token (process time, best of `--repeat`), which on a shared machine is far steadier than the
-HTTP benchmark. The loop stands in for the socket (no zmq recv). Run the same script against
-another build with PYTHONPATH pointing at its `vllm_pyfrontend/` to compare (bench/README.md).
+write per stream per step), `Generation`, the choice's `ChoiceStep` (plain streamed chat content,
+DeepSeek V4 tokenizer's detokenizer) and `SSEWriter` into a transport that only counts bytes.
+Prints CPU µs per token (process time, best of `--repeat`), which on a shared machine is far
+steadier than the HTTP benchmark. The loop stands in for the socket (no zmq recv). Run the same
+script against another build with PYTHONPATH pointing at its `vllm_pyfrontend/` to compare
+(bench/README.md).
 """
 
 from __future__ import annotations
@@ -42,10 +43,22 @@ class _Transport:
         self.writes += 1
 
 
-def attach_stream(client, rid: str, text, assistant, include_usage: bool, transport=None):
-    """One streamed chat request as the worker builds it (Generation -> RequestRun -> SSEWriter),
-    registered with the engine client; its writes go to `transport` (default: a new counting
-    one), which is returned."""
+def drain_hooks():
+    """(begin, end) of one drain of the engine's output, as the worker registers them (the
+    `StreamDrain` of server/state.py; a build from before it: sse.py's module functions), and
+    the drain the writers join (None for such a build)."""
+    from vllm_pyfrontend.server import sse as sse_mod
+
+    if hasattr(sse_mod, "StreamDrain"):
+        drain = sse_mod.StreamDrain()
+        return drain.hooks, drain
+    return (sse_mod.begin_drain, sse_mod.end_drain), None
+
+
+def attach_stream(client, rid: str, text, assistant, include_usage: bool, transport=None, drain=None):
+    """One streamed chat request as the worker builds it (Generation -> the choice's step ->
+    SSEWriter, the writer in `drain`), registered with the engine client; its writes go to
+    `transport` (default: a new counting one), which is returned."""
     from vllm_pyfrontend.llm.generation import Generation
     from vllm_pyfrontend.server import sse as sse_mod
     from vllm_pyfrontend.server.formatters import ChatFormatter
@@ -55,14 +68,16 @@ def attach_stream(client, rid: str, text, assistant, include_usage: bool, transp
     run_ = RequestRun(response_id=rid, model="m", created=1, choices=[choice], num_prompt_tokens=3,
                       stream=True, include_usage=include_usage, continuous_usage=False,
                       formatter=ChatFormatter(lambda t: "", 0))
-    gen = Generation(rid, 0, run_, client, 3)
-    choice.gen = gen
     run_.sse = sse_mod.SSEWriter(rid, "m", 1)
+    if drain is not None:
+        run_.sse.drain = drain
     t = transport if transport is not None else _Transport()
     run_.sse.attach(t, b"")
-    # The sink the server registers for it (server/responder.py submit_choices).
-    lane = getattr(run_, "lane", None)  # (a build from before the lane: the Generation)
-    client._inflight.track(rid, (lane(choice) if lane is not None else None) or gen, 0)
+    # The consumer and the sink the server registers for it (server/responder.py submit_choices).
+    step = getattr(run_, "step", None)
+    gen = Generation(rid, 0, step(choice) if step is not None else run_, client, 3)
+    choice.gen = gen
+    client._inflight.track(rid, gen, 0)
     return t
 
 
@@ -71,7 +86,6 @@ async def run(args) -> dict:
     from vllm_pyfrontend.chat.assistant import AssistantStream
     from vllm_pyfrontend.engine.client import EngineClient
     from vllm_pyfrontend.engine.wire import layout_for_version
-    from vllm_pyfrontend.server import sse as sse_mod
     from vllm_pyfrontend.supervisor.sim import wire as sim_wire
     from vllm_pyfrontend.text.text_stream import TextStream
     from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -90,13 +104,14 @@ async def run(args) -> dict:
     best = None
     for _ in range(args.repeat):
         transports = []
+        hooks, drain = drain_hooks()
         for s in range(args.streams):
             text = TextStream(tok.new_detokenizer([1, 2, 3]), list(args.stop))
-            transports.append(attach_stream(client, f"chatcmpl-{s}", text, AssistantStream(), include_usage=True))
+            transports.append(attach_stream(client, f"chatcmpl-{s}", text, AssistantStream(), include_usage=True,
+                                            drain=drain))
         msgs = [[sim_wire.pack_outputs(0, [sim_wire.output_item(layout, f"chatcmpl-{s}", [rng.choice(words)])
                                            for s in range(args.streams)], 1.0)]
                 for _ in range(args.steps)]
-        hooks = (sse_mod.begin_drain, sse_mod.end_drain)
         k = args.steps_per_drain
         t0 = time.process_time()
         for i in range(0, len(msgs), k):

@@ -10,8 +10,8 @@ simulated engine's scripted DeepSeek V4 DSML call of ~60 tokens, then EOS), one 
   (`ParserSelection.new_assistant_stream`, `--tool-call-parser deepseek_v4`);
 - `output`: the engine's steps (`supervisor.sim.wire.pack_outputs`, one token per stream per
   step, the last with EOS and finish reason stop) through `OutputReader.handle_message`
-  (drain hooks on), `Generation`, `RequestRun` (detokenizer with special tokens, the tool
-  parser, chat SSE chunks) into a transport that only counts bytes;
+  (drain hooks on), `Generation`, the choice's `ChoiceStep` (detokenizer with special tokens,
+  the tool parser, chat SSE chunks) into a transport that only counts bytes;
 - `render`: the chat template with the tool and the prompt's tokenization.
 
 Prints CPU µs per request for each (process time, best of `--repeat`) and checks the streamed
@@ -68,12 +68,11 @@ async def run(args) -> dict:
     from vllm_pyfrontend.engine.client import EngineClient
     from vllm_pyfrontend.engine.wire import layout_for_version
     from vllm_pyfrontend.parsers.selection import ParserSelection
-    from vllm_pyfrontend.server import sse as sse_mod
     from vllm_pyfrontend.supervisor.sim import wire as sim_wire
     from vllm_pyfrontend.text.text_stream import TextStream
     from vllm_pyfrontend.text.tokenizer import Tokenizer
 
-    from bench.pipeline_step import attach_stream
+    from bench.pipeline_step import attach_stream, drain_hooks
     from bench.run import bench_model_dir
     from bench.workloads import TOOL_SCRIPT, TOOLS
 
@@ -93,7 +92,7 @@ async def run(args) -> dict:
     steps = [[sim_wire.output_item(layout, f"chatcmpl-{s}", [t]) for s in range(n)] for t in script]
     steps.append([sim_wire.output_item(layout, f"chatcmpl-{s}", [eos], sim_wire.FINISH_STOP) for s in range(n)])
     msgs = [[sim_wire.pack_outputs(0, items, 1.0)] for items in steps]
-    hooks = (sse_mod.begin_drain, sse_mod.end_drain)
+    hooks, drain = drain_hooks()
 
     template = load_chat_template(str(model_dir))
 
@@ -113,7 +112,7 @@ async def run(args) -> dict:
         for s in range(n):
             text = TextStream(tok.new_detokenizer(prompt, skip_special_tokens=False), [])
             transports.append(attach_stream(client, f"chatcmpl-{s}", text, assistants[s], include_usage=False,
-                                            transport=_Transport()))
+                                            transport=_Transport(), drain=drain))
         t0 = time.process_time()
         for frames in msgs:
             hooks[0]()

@@ -2,9 +2,12 @@
 on the workers' PYTHONPATH, and Python imports `sitecustomize` at start-up).
 
 In each worker process (`python -m vllm_pyfrontend.server.worker`), every engine output handed
-to a request (`Generation.on_output`) arms, with probability R, one fault at a layer drawn at
-random; that layer's next call raises. The layers are the request pipeline's boundaries, the
-same as tests/reliability/test_fault_injection.py. Other processes are left alone.
+to a request (`Generation.on_output`, or `Generation.on_tokens` for a running step with nothing
+but new token ids) arms, with probability R, one fault at a layer drawn at random; that layer's
+next call raises. The layers are the request pipeline's boundaries, the same as
+tests/reliability/test_fault_injection.py (`TextStream.feed_one` is the text stream's common
+step, which does the detokenizer's and the stop matcher's part inline). Other processes are
+left alone.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ def _install() -> None:
     from vllm_pyfrontend.llm.generation import Generation
     from vllm_pyfrontend.parsers.pipeline import AssistantPipeline
     from vllm_pyfrontend.server.formatters import ChatFormatter
-    from vllm_pyfrontend.server.request_pipeline import RequestRun, StepLane
+    from vllm_pyfrontend.server.request_pipeline import ChoiceStep
     from vllm_pyfrontend.server.sse import SSEWriter
     from vllm_pyfrontend.text.detokenizer import IncrementalDetokenizer
     from vllm_pyfrontend.text.text_stream import TextStream
 
-    layers = [(Generation, "on_output"), (RequestRun, "on_delta"), (TextStream, "feed"),
-              (StepLane, "on_tokens"), (TextStream, "feed_one"), (IncrementalDetokenizer, "feed"),
+    arming = {(Generation, "on_output"), (Generation, "on_tokens")}
+    layers = [(Generation, "on_output"), (Generation, "on_tokens"), (ChoiceStep, "on_delta"),
+              (TextStream, "feed"), (TextStream, "feed_one"), (IncrementalDetokenizer, "feed"),
               (AssistantPipeline, "feed"), (AssistantPipeline, "finish"),
               (ChatFormatter, "stream_delta"), (ChatFormatter, "body"), (SSEWriter, "write")]
     armed: set[tuple[type, str]] = set()
@@ -44,7 +48,7 @@ def _install() -> None:
             if key in armed:
                 armed.discard(key)
                 raise InjectedFault(f"injected fault in {cls.__name__}.{name}")
-            if key == (Generation, "on_output") and rng.random() < RATE:
+            if key in arming and rng.random() < RATE:
                 armed.add(rng.choice(layers))
             return original(self, *args, **kwargs)
 

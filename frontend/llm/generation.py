@@ -1,8 +1,8 @@
 """One engine request seen from above: token deltas in, finish state tracked.
 
-A `Generation` is the `OutputSink` the engine client pushes outputs into. It forwards each
-delta synchronously to its consumer (the text/chat/server pipeline of one choice) and keeps
-the counts usage needs. Finishing early (a stop string matched above) aborts the engine
+A `Generation` is the `OutputSink` the engine client pushes outputs into. It keeps the counts
+usage and admission need and the finish state, and forwards each step synchronously to its
+consumer (the text/chat/server pipeline of one choice: `server.request_pipeline.ChoiceStep`). Finishing early (a stop string matched above) aborts the engine
 request; the engine sends nothing back for a client abort, so the finish is local.
 """
 
@@ -22,6 +22,10 @@ from vllm_pyfrontend.engine.types import (
 
 
 class GenerationConsumer(Protocol):
+    """Hears every step of its generations: `on_delta` for each output (a running step with
+    nothing but new token ids is `on_delta(gen, token_ids, None, None, None)`, the per-token
+    path), `on_error` for a failure."""
+
     def on_delta(
         self,
         gen: "Generation",
@@ -31,21 +35,13 @@ class GenerationConsumer(Protocol):
         stop_reason: int | str | None,
     ) -> None: ...
 
-    def on_tokens(self, gen: "Generation", token_ids: list[int]) -> None:
-        """A running step with nothing but new token ids (the per-token path): the same as
-        `on_delta(gen, token_ids, None, None, None)`. `DeltaConsumer` supplies that."""
-        ...
-
     def on_error(self, gen: "Generation", failure: Failure) -> None: ...
 
 
 class DeltaConsumer:
-    """Base of a GenerationConsumer that handles every step in `on_delta`."""
+    """Base of a GenerationConsumer (every step comes to its `on_delta`)."""
 
     __slots__ = ()
-
-    def on_tokens(self, gen: "Generation", token_ids: list[int]) -> None:
-        self.on_delta(gen, token_ids, None, None, None)  # type: ignore[attr-defined]
 
 
 class _Ended:
@@ -54,9 +50,6 @@ class _Ended:
     __slots__ = ()
 
     def on_delta(self, gen, token_ids, logprobs, finish_reason, stop_reason) -> None:
-        pass
-
-    def on_tokens(self, gen, token_ids) -> None:
         pass
 
     def on_error(self, gen, failure) -> None:
@@ -143,13 +136,14 @@ class Generation:
         self.consumer.on_delta(self, output.new_token_ids, output.new_logprobs, finish, output.stop_reason)
 
     def on_tokens(self, token_ids: list[int]) -> None:
-        """`on_output` of a running output with nothing but new token ids (the per-token path)."""
+        """`on_output` of a running output with nothing but new token ids (the per-token path):
+        the same accounting, and the step to the consumer without an EngineOutput."""
         if self.finished:
             return
         if self.admission is not None:
             self.admission.on_output(self)
         self.num_output_tokens += len(token_ids)
-        self.consumer.on_tokens(self, token_ids)
+        self.consumer.on_delta(self, token_ids, None, None, None)
 
     def _add_prompt_logprobs(self, rows: Logprobs) -> None:
         """Chunked prefill sends the prompt's rows in pieces, in order."""
@@ -172,8 +166,11 @@ class Generation:
         self.consumer.on_error(self, failure)
 
     # -- control from above ------------------------------------------------------------
-    def stop_early(self, finish_reason: str, stop_reason: int | str | None) -> None:
-        """Finish now (stop string matched): abort the engine request."""
+    def stop_early(self, finish_reason: str, stop_reason: int | str | None, unused_tokens: int = 0) -> None:
+        """Finish now (stop string matched): abort the engine request. `unused_tokens`: tokens
+        of the last step after the one that completed the stop string (several tokens per
+        step), which are not part of the output nor of its usage (vLLM)."""
+        self.num_output_tokens -= unused_tokens
         if self.finished:
             return
         self._finish(finish_reason, stop_reason)

@@ -26,10 +26,6 @@ class Submission:
         self.consumer = consumer
         self.id_prefix = id_prefix
         self.requests: list[tuple[EngineRequest, Generation]] = []
-        # Another output sink for a request than its Generation (by engine request id): one
-        # that takes the common step itself and hands the rest to the Generation
-        # (server.request_pipeline.StepLane).
-        self.sinks: dict[str, Any] = {}
 
     def add(
         self,
@@ -44,10 +40,12 @@ class Submission:
         lora_request: list[Any] | None = None,
         multimodal: Any = None,
         data_parallel_rank: int | None = None,
+        consumer: GenerationConsumer | None = None,
     ) -> Generation:
-        """One engine request for choice `index`; returns the Generation that tracks it."""
+        """One engine request for choice `index`; returns the Generation that tracks it (its
+        output sink). `consumer`: this choice's own consumer instead of the submission's."""
         engine_id = make_request_id(self.id_prefix, self.worker_index)
-        gen = Generation(engine_id, index, self.consumer, self.engine, len(prompt_ids))
+        gen = Generation(engine_id, index, consumer or self.consumer, self.engine, len(prompt_ids))
         req = EngineRequest(
             request_id=engine_id,
             prompt_token_ids=prompt_ids,
@@ -69,9 +67,7 @@ class Submission:
     def submit(self) -> None:
         """Send every request. Raises InvalidRequestError (a field the engine must not see;
         nothing is left in the engine) or EngineDeadError (no engine can take them now)."""
-        sinks = self.sinks
-        send_all(self.engine, [(req, sinks.get(req.request_id, gen)) for req, gen in self.requests]
-                 if sinks else self.requests)
+        send_all(self.engine, self.requests)
 
 
 def send_all(engine, requests) -> None:

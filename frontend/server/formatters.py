@@ -35,7 +35,7 @@ def _clamp(v: float) -> float:
 
 class ChatFormatter:
     plain_content_chunks = True  # RequestRun may write content chunks itself (SSEWriter.content_chunk_bytes)
-    quiet_empty_deltas = True  # an empty running delta writes nothing (RequestRun.on_tokens)
+    quiet_empty_deltas = True  # an empty running delta writes nothing (ChoiceStep.on_delta)
 
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int, *, prompt_logprobs: bool = False,
                  decode: Callable[[list[int]], str] | None = None, token_bytes: bool = True):

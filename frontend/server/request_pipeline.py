@@ -1,10 +1,12 @@
 """One accepted request in flight: its choices (one engine request each) and their pipeline.
 
-`RequestRun` is the GenerationConsumer of every choice of a request. Per choice the pipeline is:
-engine output (llm.Generation) -> TextStream (detokenizer + stop strings) -> assistant stream
-(content / reasoning / tool calls) -> the API's `Formatter`, which either writes SSE bytes to
-the transport (streaming) or accumulates the final body (non-streaming). Both modes see the
-same events, so they agree by construction. The handler coroutine only awaits `run.done`.
+`RequestRun` is the state of one request; each of its choices has one `ChoiceStep`, the
+consumer of that choice's `llm.Generation` (the engine client's output sink, which counts the
+tokens and tracks the finish). Per choice the pipeline is: engine output -> TextStream
+(detokenizer + stop strings) -> assistant stream (content / reasoning / tool calls) -> the API's
+`Formatter`, which either writes SSE bytes to the transport (streaming) or accumulates the
+final body (non-streaming). Both modes see the same events, so they agree by construction.
+The handler coroutine only awaits `run.done`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from vllm_pyfrontend.text.text_stream import TextStream
 class Choice:
     __slots__ = (
         "index", "gen", "text", "assistant", "content", "reasoning", "tool_calls",
-        "logprobs", "token_ids", "finished", "tools_called", "metrics", "plain", "fast",
+        "logprobs", "token_ids", "finished", "tools_called", "metrics", "plain", "fast", "step",
     )  # fmt: skip
 
     def __init__(self, index: int, text: TextStream, assistant):
@@ -42,6 +44,7 @@ class Choice:
         self.plain = type(assistant) is AssistantStream  # no parser: text is content
         self.fast = False  # plain content that RequestRun writes as chunks itself (set by RequestRun)
         self.metrics = None  # vllm_pyfrontend.metrics.RequestMetrics of this choice's engine request
+        self.step: ChoiceStep | None = None  # the consumer of `gen` (RequestRun.step)
 
 
 class Formatter(Protocol):
@@ -64,7 +67,9 @@ class Formatter(Protocol):
 
 
 class RequestRun:
-    """State of one request; the GenerationConsumer of its choices."""
+    """State of one request. Each choice's Generation is consumed by the choice's `ChoiceStep`
+    (`step`); the run is a GenerationConsumer too, for a Generation made with it (it hands each
+    step to the choice's `ChoiceStep`)."""
 
     def __init__(
         self,
@@ -118,53 +123,19 @@ class RequestRun:
                 and not return_token_ids and not continuous_usage)
         for c in choices:
             c.fast = fast and c.plain
-        # A running step whose delta is empty needs no formatter call (see on_tokens).
+        # A running step whose delta is empty needs no formatter call (ChoiceStep.on_delta).
         self._skip_empty = not want_logprobs and not return_token_ids and (
             not stream or (getattr(formatter, "quiet_empty_deltas", False) and not continuous_usage))
 
-    def lane(self, choice: Choice) -> "StepLane | None":
-        """The engine output sink of `choice` when its common step can skip the layers
-        (`StepLane`): its text stream has the one-token step, and the step is plain streamed
-        content (`Choice.fast`) or goes through the parsers with nothing written for an empty
-        delta (as in `on_tokens`). None: its Generation is the sink."""
-        if choice.gen is None or not choice.text.has_one_token_step:
-            return None
-        if (choice.fast and self.sse is not None) or (self._skip_empty and not choice.fast):
-            return StepLane(self, choice)
-        return None
+    def step(self, choice: Choice) -> "ChoiceStep":
+        """The consumer of `choice`'s Generation, made on first use: when the request is
+        submitted (server/responder.py), once the run's writer is set (the step keeps it)."""
+        step = choice.step
+        if step is None:
+            step = choice.step = ChoiceStep(self, choice)
+        return step
 
-    # -- GenerationConsumer -------------------------------------------------------------
-    def on_tokens(self, gen: Generation, token_ids: list[int]) -> None:
-        """`on_delta` of a running step with nothing but new token ids: the per-token path.
-        Plain streamed content (`Choice.fast`) goes from the text stream to the writer here;
-        anything else continues as in `on_delta`."""
-        choice = self.choices[gen.index]
-        if choice.finished:
-            return
-        metrics = choice.metrics
-        if metrics is not None and token_ids:
-            if OutputClock.steps == 1:
-                metrics.on_output(OutputClock.now or None)
-            else:
-                metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
-        text, matched = choice.text.feed(token_ids, False)
-        if matched is None:
-            sse = self.sse
-            if choice.fast and sse is not None:
-                if text:
-                    sse.write_content(choice.index, text)
-                    if not sse.alive:
-                        self.cancel()
-                return
-            if self._skip_empty:
-                # Through the parsers; most of a tool call's tokens give no delta, and an
-                # empty running delta is nothing to this API (`Formatter.quiet_empty_deltas`).
-                delta = choice.assistant.feed(text, token_ids)
-                if delta is not None:
-                    self._send_delta(gen, choice, token_ids, None, None, None, delta)
-                return
-        self._after_text(gen, choice, token_ids, None, None, None, text, matched)
-
+    # -- GenerationConsumer (a Generation made with the run as its consumer) ----------------
     def on_delta(
         self,
         gen: Generation,
@@ -173,59 +144,7 @@ class RequestRun:
         finish_reason: str | None,
         stop_reason: int | str | None,
     ) -> None:
-        choice = self.choices[gen.index]
-        if choice.finished:
-            return
-        if token_ids and choice.metrics is not None:
-            if OutputClock.steps == 1:
-                choice.metrics.on_output(OutputClock.now or None)
-            else:  # a backlog's steps at once: each step still counts for ITL, as in vLLM
-                choice.metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
-        text, matched = choice.text.feed(token_ids, finish_reason == "stop")
-        self._after_text(gen, choice, token_ids, logprobs, finish_reason, stop_reason, text, matched)
-
-    def _after_text(
-        self,
-        gen: Generation,
-        choice: Choice,
-        token_ids: list[int],
-        logprobs: Logprobs | None,
-        finish_reason: str | None,
-        stop_reason: int | str | None,
-        text: str,
-        matched: str | None,
-    ) -> None:
-        """A step's released text (and the stop string it matched) through the assistant
-        stream to the formatter."""
-        engine_stopped = finish_reason == "stop"
-        if matched is not None:
-            gen.stop_early("stop", matched)
-            finish_reason, stop_reason = "stop", matched
-            kept = choice.text.num_kept
-            if kept < len(token_ids):
-                # Tokens of this step after the one that completed the stop string (several
-                # tokens per step): not part of the output, its usage or its logprobs (vLLM).
-                gen.num_output_tokens -= len(token_ids) - kept
-                token_ids = token_ids[:kept]
-                if logprobs is not None:
-                    logprobs = logprobs.head(kept)
-        elif finish_reason is not None and not engine_stopped:
-            text += choice.text.finish()
-        if finish_reason is None and choice.fast and self.sse is not None:
-            # Plain streamed content, nothing per chunk but the text. Same bytes as the
-            # general path below.
-            if text:
-                sse = self.sse
-                sse.write_content(choice.index, text)
-                if not sse.alive:
-                    self.cancel()
-            return
-        delta = choice.assistant.feed(text, token_ids)
-        if finish_reason is not None:
-            tail = choice.assistant.finish()
-            if tail is not None:
-                delta = _merge(delta, tail)
-        self._send_delta(gen, choice, token_ids, logprobs, finish_reason, stop_reason, delta)
+        self.step(self.choices[gen.index]).on_delta(gen, token_ids, logprobs, finish_reason, stop_reason)
 
     def _send_delta(
         self,
@@ -356,9 +275,11 @@ class RequestRun:
         return b"data: " + error.to_bytes() + b"\n\n"
 
     def release(self) -> None:
-        """The handler is done with this request: its generations let go of it (see
-        `Generation.detach`), so reference counting frees the request at once."""
+        """The handler is done with this request: its generations and its choices let go of
+        their steps (see `Generation.detach`), which hold the run, so reference counting frees
+        the request at once."""
         for c in self.choices:
+            c.step = None
             if c.gen is not None:
                 c.gen.detach()
 
@@ -372,61 +293,106 @@ class RequestRun:
             self.done.set_result(None)
 
 
-class StepLane:
-    """The engine client's output sink of one choice (`RequestRun.lane`): the per-token path in
-    one call. Its common step (one new token whose text the text stream's `feed_one` takes)
-    does what `Generation.on_tokens` -> `RequestRun.on_tokens` -> `TextStream.feed` ->
-    detokenizer -> stop strings do for it, without the calls between them: the Generation's
-    token count, the ITL metric, then the text to the writer (plain streamed content,
-    `Choice.fast`) or through the parsers (`RequestRun.on_tokens`'s quiet-empty-delta path).
-    Every other output goes to the Generation, as without the lane."""
+class ChoiceStep:
+    """The consumer of one choice's Generation: every step of its engine request, from the new
+    token ids to the writer, in `on_delta`.
 
-    __slots__ = ("gen", "run", "choice", "text", "sse", "index", "assistant")
+    The common step, a running step of one token whose whole text the text stream's `feed_one`
+    takes (nothing pending in the detokenizer, no stop string can begin or end in it), is the
+    one call from the Generation; any other step takes `TextStream.feed`, and a step that ends
+    the choice (the engine finished it, or a stop string matched) goes on to `_last`. A running
+    step's text has one tail: plain streamed content (`Choice.fast`) straight to the writer,
+    anything else through the assistant stream to the formatter (`RequestRun._send_delta`),
+    skipped when the delta is empty and the API writes nothing for that
+    (`Formatter.quiet_empty_deltas`)."""
+
+    __slots__ = ("run", "choice", "text", "assistant", "index", "sse", "quiet")
 
     def __init__(self, run: RequestRun, choice: Choice):
-        assert choice.gen is not None
-        self.gen = choice.gen
         self.run = run
         self.choice = choice
         self.text = choice.text
-        self.index = choice.index
-        # The writer of plain streamed content; None: the parsers' path.
-        self.sse = run.sse if choice.fast else None
         self.assistant = choice.assistant
+        self.index = choice.index
+        # The writer of plain streamed content; None: the assistant stream's path.
+        self.sse = run.sse if choice.fast else None
+        # A running step's empty delta needs no formatter call (see RequestRun.__init__).
+        self.quiet = run._skip_empty
 
-    def on_tokens(self, token_ids: list[int]) -> None:
-        gen = self.gen
+    def on_delta(
+        self,
+        gen: Generation,
+        token_ids: list[int],
+        logprobs: Logprobs | None,
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+    ) -> None:
         choice = self.choice
-        if len(token_ids) == 1 and not gen.finished and not choice.finished:
-            text = self.text.feed_one(token_ids[0])
-            if text is not None:
-                if gen.admission is not None:
-                    gen.admission.on_output(gen)
-                gen.num_output_tokens += 1
-                metrics = choice.metrics
-                if metrics is not None:
-                    if OutputClock.steps == 1:
-                        metrics.on_output(OutputClock.now or None)
-                    else:
-                        metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
-                sse = self.sse
-                if sse is not None:
-                    if text:
-                        sse.write_content(self.index, text)
-                        if not sse.alive:
-                            self.run.cancel()
-                    return
-                delta = self.assistant.feed(text, token_ids)
-                if delta is not None:
-                    self.run._send_delta(gen, choice, token_ids, None, None, None, delta)
+        if choice.finished:
+            return
+        if token_ids:
+            metrics = choice.metrics
+            if metrics is not None:  # inter-token latency
+                if OutputClock.steps == 1:
+                    metrics.on_output(OutputClock.now or None)
+                else:  # a backlog's steps at once: each step still counts for ITL, as in vLLM
+                    metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
+        if finish_reason is not None:
+            text, matched = self.text.feed(token_ids, finish_reason == "stop")
+            self._last(gen, token_ids, logprobs, finish_reason, stop_reason, text, matched)
+            return
+        text = self.text.feed_one(token_ids[0]) if len(token_ids) == 1 else None
+        if text is None:
+            text, matched = self.text.feed(token_ids, False)
+            if matched is not None:
+                self._last(gen, token_ids, logprobs, None, None, text, matched)
                 return
-        gen.on_tokens(token_ids)
+        sse = self.sse
+        if sse is not None:
+            if text:
+                sse.write_content(self.index, text)
+                if not sse.alive:
+                    self.run.cancel()
+            return
+        delta = self.assistant.feed(text, token_ids)
+        if delta is not None or not self.quiet:
+            self.run._send_delta(gen, choice, token_ids, logprobs, None, None, delta)
 
-    def on_output(self, output) -> None:
-        self.gen.on_output(output)
+    def _last(
+        self,
+        gen: Generation,
+        token_ids: list[int],
+        logprobs: Logprobs | None,
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+        text: str,
+        matched: str | None,
+    ) -> None:
+        """The step that ends the choice: a stop string matched in its text (`matched`), or the
+        engine finished it (`finish_reason`). Its text, with what the text stream and the
+        assistant stream still hold, to the formatter with the finish."""
+        if matched is not None:
+            finish_reason, stop_reason = "stop", matched
+            kept = self.text.num_kept
+            # Tokens of this step after the one that completed the stop string (several tokens
+            # per step): not part of the output, its usage or its logprobs (vLLM).
+            unused = len(token_ids) - kept if kept < len(token_ids) else 0
+            gen.stop_early("stop", matched, unused)
+            if unused:
+                token_ids = token_ids[:kept]
+                if logprobs is not None:
+                    logprobs = logprobs.head(kept)
+        elif finish_reason != "stop":
+            text += self.text.finish()
+        assistant = self.assistant
+        delta = assistant.feed(text, token_ids)
+        tail = assistant.finish()
+        if tail is not None:
+            delta = _merge(delta, tail)
+        self.run._send_delta(gen, self.choice, token_ids, logprobs, finish_reason, stop_reason, delta)
 
-    def on_failure(self, failure: Failure) -> None:
-        self.gen.on_failure(failure)
+    def on_error(self, gen: Generation, failure: Failure) -> None:
+        self.run.on_error(gen, failure)
 
 
 def fold_tool_calls(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from vllm_pyfrontend.llm.sampling import SamplingOptions
 from vllm_pyfrontend.llm.submission import Submission
 from vllm_pyfrontend.server.errors import APIError
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
-from vllm_pyfrontend.server.sse import SSEWriter
+from vllm_pyfrontend.server.sse import SSEWriter, StreamDrain
 from vllm_pyfrontend.text.text_stream import TextStream
 
 _json = msgspec.json.encode
@@ -78,14 +78,12 @@ def submit_choices(
     arrival = time.monotonic()
     trace = request.get("trace_headers")
     rank = data_parallel_rank(request)
+    _join_drain(run, state.drain)
     for choice, prompt_ids, sampling in items:
         choice.gen = sub.add(choice.index, prompt_ids, sampling, external_id=run.response_id, priority=priority,
                              cache_salt=cache_salt, trace_headers=trace, lora_request=lora_request,
-                             multimodal=multimodal, data_parallel_rank=rank)
+                             multimodal=multimodal, data_parallel_rank=rank, consumer=run.step(choice))
         choice.metrics = state.metrics.start_request(arrival=arrival)
-        lane = run.lane(choice)
-        if lane is not None:
-            sub.sinks[choice.gen.request_id] = lane
     try:
         sub.submit()
     except EngineDeadError as e:
@@ -95,6 +93,16 @@ def submit_choices(
             if not gen.finished:
                 admission.track(gen)
     return sub
+
+
+def _join_drain(run: RequestRun, drain: StreamDrain) -> None:
+    """The run's SSE writer gathers its writes of one drain of the engine's output (`drain`,
+    the worker's): the run's `sse`, or the writer under a route's own event sink (its `writer`,
+    as the Responses route's)."""
+    sse = run.sse
+    writer = sse if isinstance(sse, SSEWriter) else getattr(sse, "writer", None)
+    if isinstance(writer, SSEWriter):
+        writer.drain = drain
 
 
 class _EventStream(web.StreamResponse):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 from time import monotonic
+from typing import Callable
 
 import msgspec
 
@@ -38,41 +39,56 @@ HARD_LIMIT = _env_bytes("FRONTEND_SSE_HARD_LIMIT", 8 * 1024 * 1024)
 _RETRY_S = 0.05  # how often held events retry while the writer waits for the client
 
 
-class _Drain:
+class StreamDrain:
     """Writes made while the engine client processes one drain of its output socket are gathered
-    per stream and written at the drain's end (EngineClient.drain_hooks): one write per stream
-    per drain. A drain is usually one engine step, so nothing changes while the worker keeps up;
-    when it falls behind (several steps queued), a stream gets one write for all of them instead
-    of one per step, and the `send()` per token that dominates the worker's time shrinks just
-    when it is overloaded (the first burst of 1024 streams, a slow moment)."""
+    per stream and written at the drain's end: one write per stream per drain. A drain is usually
+    one engine step, so nothing changes while the worker keeps up; when it falls behind (several
+    steps queued), a stream gets one write for all of them instead of one per step, and the
+    `send()` per token that dominates the worker's time shrinks just when it is overloaded (the
+    first burst of 1024 streams, a slow moment).
 
-    active = False
-    dirty: list[SSEWriter] = []
+    One per worker (`ServerState.drain`), registered with its engine client's drain hooks
+    (`EngineClient.drain_hooks`, which call `begin` and `end` around each drain); each stream's
+    writer holds it (`SSEWriter.drain`, set when its request is submitted)."""
+
+    __slots__ = ("active", "dirty")
+
+    def __init__(self) -> None:
+        self.active = False
+        self.dirty: list[SSEWriter] = []  # the writers that gathered something in this drain
+
+    @property
+    def hooks(self) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(begin, end), as `EngineClient.drain_hooks` takes them."""
+        return self.begin, self.end
+
+    def begin(self) -> None:
+        self.active = True
+
+    def end(self) -> None:
+        self.active = False
+        dirty = self.dirty
+        if not dirty:
+            return
+        self.dirty = []
+        now = monotonic()
+        for w in dirty:
+            if w.ending:
+                continue  # its stream ended in this drain: these events go with its end (last_frame)
+            text = w.text
+            if text is not None:
+                if not w.out:  # nothing but this drain's content (the common case): one chunk
+                    w.text = w.out = None
+                    w._write_content_now(text, now)
+                    continue
+                w._frame_text()
+            out, w.out = w.out, None
+            if out:
+                w._write_now(out, now)
 
 
-def begin_drain() -> None:
-    _Drain.active = True
-
-
-def end_drain() -> None:
-    _Drain.active = False
-    dirty, _Drain.dirty = _Drain.dirty, []
-    if not dirty:
-        return
-    now = monotonic()
-    for w in dirty:
-        if w.ending:
-            continue  # its stream ended in this drain: these events go with its end (last_frame)
-        text = w.text
-        if text is not None:
-            if not w.out:  # nothing but this drain's content (the common case): one chunk
-                w.text = w.out = None
-                w._write_content_now(text, now)
-                continue
-            w._frame_text()
-        out, w.out = w.out, None
-        if out:
-            w._write_now(out, now)
+# The drain of a writer that no engine client's drain gathers for (never active): it writes at once.
+_NO_DRAIN = StreamDrain()
 
 
 # The end of a plain content chunk (after the JSON string of the content), see content_chunk_bytes.
@@ -89,7 +105,7 @@ class SSEWriter:
     keep_alive_frame = KEEP_ALIVE
 
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
-                 "out", "text", "last_write", "_keep_alive", "_content_head", "ending")
+                 "out", "text", "last_write", "_keep_alive", "_content_head", "ending", "drain")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -112,6 +128,8 @@ class SSEWriter:
         # The stream's last events are written: what the current drain gathered for it waits
         # for `last_frame`, which the handler writes with the end of the body (one write).
         self.ending = False
+        # The drain that gathers this stream's writes (`StreamDrain`); by default none does.
+        self.drain = _NO_DRAIN
 
     def attach(self, transport, first_chunk: bytes) -> None:
         """The response headers are out: write the role chunk, then anything held."""
@@ -126,13 +144,14 @@ class SSEWriter:
         if self.pending is not None:
             self.pending.append(data)
             return
-        if _Drain.active:
+        drain = self.drain
+        if drain.active:
             if self.text is not None:
                 self._frame_text()  # (keeps the order: the gathered content goes first)
             out = self.out
             if out is None:
                 self.out = bytearray(data)
-                _Drain.dirty.append(self)
+                drain.dirty.append(self)
             elif out is _NOTHING:
                 self.out = bytearray(data)
             else:
@@ -149,14 +168,15 @@ class SSEWriter:
         chunk per stream per drain instead of per token. vLLM's own server merges the same way
         when its stream consumer lags (its output collector joins the deltas not yet taken).
         Content of another choice is framed at once, in order."""
-        if self.pending is None and _Drain.active:
+        drain = self.drain
+        if drain.active and self.pending is None:
             if index == 0:
                 text = self.text
                 if text is None:
                     self.text = content
                     if self.out is None:
                         self.out = _NOTHING
-                        _Drain.dirty.append(self)
+                        drain.dirty.append(self)
                 else:
                     self.text = text + content
                 return

@@ -19,6 +19,7 @@ from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugi
 from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
 from vllm_pyfrontend.server.admission import REASONS as ADMISSION_REASONS, Admission
 from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.server.sse import StreamDrain
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
@@ -57,6 +58,10 @@ class ServerState:
             template_source=template.source if template is not None else None, tokenizer=tokenizer,
         )
         self.draining = False
+        # Gathers the streams' writes of one drain of the engine's output into one write per
+        # stream; the worker registers it with the engine client (`StreamDrain.hooks`), each
+        # submitted request's writer joins it (server/responder.py).
+        self.drain = StreamDrain()
         # The engine's tasks (vLLM's `get_supported_tasks` utility call) and, for a pooling
         # model, what the pooling routes know of it (server/pooling/model.py): set by the worker.
         self.supported_tasks: tuple[str, ...] = ("generate",)

@@ -33,7 +33,6 @@ from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.server.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
 from vllm_pyfrontend.server.tls import make_ssl_context
-from vllm_pyfrontend.server.sse import begin_drain, end_drain
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -147,7 +146,6 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         vocab_size=model_config.vocab_size or tokenizer.vocab_size,
         engine_timeout=config.engine_timeout,
     )
-    engine.drain_hooks = (begin_drain, end_drain)  # one write per stream per drain
     known = [EngineInfo.from_json(d) for d in config.engine_infos] if config.engine_infos else None
     infos = await engine.start(engine_infos=known, timeout=config.engine_ready_timeout)
     try:
@@ -156,6 +154,7 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         log.warning("could not record engine info: %s", e)
 
     state = ServerState(config, tokenizer, template, engine, defaults, model_config)
+    engine.drain_hooks = state.drain.hooks  # one write per stream per drain
     state.supported_tasks = await engine_tasks(engine)
     if any(t in POOLING_TASKS for t in state.supported_tasks):
         state.pooling_model = PoolingModel.load(config.model, state.supported_tasks, config.pooler_config)

@@ -81,7 +81,7 @@ class TextStream:
         detokenizer's one-token table has the token's whole text (nothing pending, see
         `IncrementalDetokenizer.one_token_table`) and the stop strings release it at once
         (`StopStringMatcher.passes`, inlined with the state change of that step of its `feed`).
-        The per-token path of plain streamed content (server.request_pipeline.StepLane)."""
+        The per-token path (server.request_pipeline.ChoiceStep)."""
         table = self._table
         if table is None or self.matched is not None or self.detok._pending:
             return None

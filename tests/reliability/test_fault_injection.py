@@ -36,12 +36,11 @@ from vllm_pyfrontend.engine.handshake import HandshakeServer
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.parsers.pipeline import AssistantPipeline
-from vllm_pyfrontend.server import sse as sse_module
 from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter
 from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.server.formatters import ChatFormatter, CompletionFormatter
-from vllm_pyfrontend.server.request_pipeline import RequestRun, StepLane
-from vllm_pyfrontend.server.sse import SSEWriter, begin_drain, end_drain
+from vllm_pyfrontend.server.request_pipeline import ChoiceStep, RequestRun
+from vllm_pyfrontend.server.sse import SSEWriter
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 from vllm_pyfrontend.supervisor.sim.engine import SimEngineConfig
@@ -103,10 +102,10 @@ class Worker:
         self.client = EngineClient(client_index=0, input_address=cfg.input_address,
                                    output_address=cfg.output_address, engine_indices=[0],
                                    vocab_size=tokenizer.vocab_size, engine_timeout=30)
-        self.client.drain_hooks = (begin_drain, end_drain)
         await self.client.start(timeout=30)
         self.state = ServerState(cfg, tokenizer, load_chat_template(cfg.model), self.client,
                                  GenerationDefaults.load(cfg.model))
+        self.client.drain_hooks = self.state.drain.hooks
         self.runner = web.AppRunner(build_app(self.state), handler_cancellation=True)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
@@ -122,7 +121,7 @@ class Worker:
         return self.call(lambda: {
             "sinks": len(c._inflight.sinks), "owners": len(c._inflight.owner),
             "in_flight": sum(c.in_flight_by_engine().values()),
-            "requests": s.in_flight, "drain_pending": len(sse_module._Drain.dirty), "healthy": c.healthy,
+            "requests": s.in_flight, "drain_pending": len(s.drain.dirty), "healthy": c.healthy,
         })
 
     def engine_running(self) -> int:
@@ -160,9 +159,9 @@ class Fault:
     json_only: bool = False
     body: dict | None = None  # extra request fields this fault needs to be reached
     api: str = "openai"  # or "anthropic": POST /v1/messages (one choice; Anthropic's error shapes)
-    # The same layer's other entry points, counted with `cls.method`: the step lane's common
-    # step (`StepLane.on_tokens`, `TextStream.feed_one`, which does the detokenizer's and the
-    # stop matcher's part of that step inline) stands for the calls it saves.
+    # The same layer's other entry points, counted with `cls.method`: the text stream's common
+    # step (`TextStream.feed_one`, which does the detokenizer's and the stop matcher's part of
+    # that step inline) stands for the calls it saves.
     also: tuple[tuple[type, str], ...] = ()
 
 
@@ -171,16 +170,15 @@ def _final_output(args: tuple, kwargs: dict) -> bool:
 
 
 def _final_delta(args: tuple, kwargs: dict) -> bool:
-    return args[3] is not None  # RequestRun.on_delta(gen, token_ids, logprobs, finish_reason, ...)
+    return args[3] is not None  # ChoiceStep.on_delta(gen, token_ids, logprobs, finish_reason, ...)
 
 
-_LANE_STEP = ((StepLane, "on_tokens"),)
 _FEED_ONE = ((TextStream, "feed_one"),)
 
 FAULTS = [
-    Fault("engine_output_nth", Generation, "on_tokens", nth=3, also=_LANE_STEP),  # a running output (the per-token path)
+    Fault("engine_output_nth", Generation, "on_tokens", nth=3),  # a running output (the per-token path)
     Fault("engine_output_final", Generation, "on_output", final=_final_output, body={"max_tokens": 6}),
-    Fault("pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_tokens": 6}),
+    Fault("pipeline_final", ChoiceStep, "on_delta", final=_final_delta, body={"max_tokens": 6}),
     Fault("text_stream_nth", TextStream, "feed", nth=3, also=_FEED_ONE),
     Fault("detokenizer_nth", IncrementalDetokenizer, "feed", nth=3, also=_FEED_ONE),
     Fault("stop_matcher_nth", StopStringMatcher, "feed", nth=3, body={"stop": ["zzzz-never"]}, also=_FEED_ONE),
@@ -202,7 +200,7 @@ FAULTS = [
     Fault("messages_formatter_nth", AnthropicFormatter, "stream_delta", nth=3, stream_only=True, api="anthropic"),
     Fault("messages_formatter_body", AnthropicFormatter, "body", nth=1, json_only=True, body={"max_tokens": 6},
           api="anthropic"),
-    Fault("messages_pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_tokens": 6},
+    Fault("messages_pipeline_final", ChoiceStep, "on_delta", final=_final_delta, body={"max_tokens": 6},
           api="anthropic"),
     Fault("messages_parser_nth", AssistantPipeline, "feed", nth=3, api="anthropic"),
     Fault("messages_sse_write_nth", SSEWriter, "write", nth=3, stream_only=True, api="anthropic"),
@@ -311,8 +309,8 @@ def test_every_request_ends_under_a_fault(worker, monkeypatch, fault, stream, n)
 from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter  # noqa: E402
 
 RESPONSES_FAULTS = [
-    Fault("engine_output_nth", Generation, "on_tokens", nth=3, also=_LANE_STEP),  # a running output (the per-token path)
-    Fault("pipeline_final", RequestRun, "on_delta", final=_final_delta, body={"max_output_tokens": 6}),
+    Fault("engine_output_nth", Generation, "on_tokens", nth=3),  # a running output (the per-token path)
+    Fault("pipeline_final", ChoiceStep, "on_delta", final=_final_delta, body={"max_output_tokens": 6}),
     Fault("parser_nth", AssistantPipeline, "feed", nth=3),
     Fault("responses_formatter_nth", ResponsesFormatter, "stream_delta", nth=3),
     Fault("usage_final", RequestRun, "usage", nth=1, body={"max_output_tokens": 6}),

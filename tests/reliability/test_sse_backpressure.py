@@ -106,17 +106,18 @@ async def test_one_write_per_stream_per_drain(limits):
     (several engine steps queued -> one send); outside a drain they go out at once."""
     t1, t2 = FakeTransport(), FakeTransport()
     w1, w2 = SSEWriter("chatcmpl-1", "m", 0), SSEWriter("chatcmpl-2", "m", 0)
+    w1.drain = w2.drain = drain = sse.StreamDrain()
     w1.attach(t1, event(0))
     w2.attach(t2, event(0))
     assert len(t1.writes) == len(t2.writes) == 1
-    sse.begin_drain()
+    drain.begin()
     try:
         for i in (1, 2, 3):  # three engine steps in one drain
             w1.write(event(i))
             w2.write(event(i))
         assert len(t1.writes) == len(t2.writes) == 1  # nothing written yet
     finally:
-        sse.end_drain()
+        drain.end()
     assert len(t1.writes) == len(t2.writes) == 2  # one write each for the three events
     assert payloads(t1.writes) == payloads(t2.writes) == b"".join(event(i) for i in range(4))
     w1.write(event(4))  # outside a drain: written at once
@@ -126,11 +127,12 @@ async def test_one_write_per_stream_per_drain(limits):
 async def test_last_frame_takes_an_unflushed_drain(limits):
     t = FakeTransport()
     w = SSEWriter("chatcmpl-1", "m", 0)
+    w.drain = drain = sse.StreamDrain()
     w.attach(t, event(0))
-    sse.begin_drain()
+    drain.begin()
     try:
         w.write(event(1))
         assert w.last_frame() == event(1) + DONE
     finally:
-        sse.end_drain()
+        drain.end()
     assert payloads(t.writes) == event(0)  # not written twice

@@ -27,16 +27,17 @@ def _framed(data: bytes) -> bytes:
 
 def test_write_content_matches_content_chunk_bytes():
     w = sse.SSEWriter("chatcmpl-1", "m", 7)
+    w.drain = drain = sse.StreamDrain()
     t = _Transport()
     w.attach(t, b"")
     texts = ["plain", 'quote " and \\ slash', "é ✓ 𝄞", "\n"]
     for index in (0, 3):
         before = len(t.writes)
-        sse.begin_drain()
+        drain.begin()
         for text in texts:
             w.write_content(index, text)
         assert len(t.writes) == before  # held until the drain ends
-        sse.end_drain()
+        drain.end()
         if index == 0:
             # choice 0's content of one drain goes out as one chunk (the worker was behind)
             assert t.writes[-1] == _framed(w.content_chunk_bytes(0, "".join(texts)))
@@ -48,24 +49,25 @@ def test_write_content_matches_content_chunk_bytes():
 
 def test_content_gathered_in_a_drain_keeps_its_place_among_other_events():
     w = sse.SSEWriter("chatcmpl-3", "m", 7)
+    w.drain = drain = sse.StreamDrain()
     t = _Transport()
     w.attach(t, b"")
-    sse.begin_drain()
+    drain.begin()
     w.write_content(0, "a")
     w.write_content(0, "b")
     w.write_content(1, "x")  # another choice: framed at once, after choice 0's text so far
     w.write_content(0, "c")
     w.write(b"data: final\n\n")
     w.write_content(0, "d")
-    sse.end_drain()
+    drain.end()
     assert t.writes == [_framed(w.content_chunk_bytes(0, "ab") + w.content_chunk_bytes(1, "x")
                                 + w.content_chunk_bytes(0, "c") + b"data: final\n\n"
                                 + w.content_chunk_bytes(0, "d"))]
     # the end of a stream takes what is still gathered
-    sse.begin_drain()
+    drain.begin()
     w.write_content(0, "e")
     assert w.last_frame() == w.content_chunk_bytes(0, "e") + sse.DONE
-    sse.end_drain()
+    drain.end()
     assert len(t.writes) == 1
 
 

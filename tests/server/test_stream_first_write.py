@@ -87,15 +87,16 @@ async def _answer_one_step(request: web.Request) -> web.StreamResponse:
     run = RequestRun(response_id="chatcmpl-t", model="m", created=0, choices=choices, num_prompt_tokens=3,
                      stream=True, include_usage=True, continuous_usage=False, formatter=ChatFormatter(str, 0))
     run.sse = SSEWriter("chatcmpl-t", "m", 0)
+    run.sse.drain = drain = sse_mod.StreamDrain()
     gen = SimpleNamespace(index=0, num_output_tokens=1, finish_reason="length", stop_early=lambda *a: None)
     choices[0].gen = gen
 
     async def last_step() -> None:
         while not run.ends_with_last_frame:  # (the headers are out, the handler waits)
             await asyncio.sleep(0.001)
-        sse_mod.begin_drain()
+        drain.begin()
         run.on_delta(gen, [7], None, "length", None)
-        sse_mod.end_drain()
+        drain.end()
 
     task = asyncio.ensure_future(last_step())
     try:
