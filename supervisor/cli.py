@@ -563,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_hf_model_dir(options.policy.tool_call_parser, options.policy.reasoning_parser,  # `hf` parsers
                            options.tokenizer or options.model)
     except (ValueError, OSError) as e:
-        logging.getLogger("supervisor").error("%s", e)
+        logging.getLogger("vllm_pyfrontend.supervisor").error("%s", e)
         return 2
     return run(options)
 

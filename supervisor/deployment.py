@@ -44,7 +44,7 @@ from vllm_pyfrontend.supervisor.workers import (
     default_worker_command,
 )
 
-log = logging.getLogger("supervisor")
+log = logging.getLogger("vllm_pyfrontend.supervisor")
 
 # (Worker restarts, their backoff and fast-crash give-up: supervisor/workers.py.)
 # Extra time past --shutdown-timeout before draining workers are killed (they bound their own

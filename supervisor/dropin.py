@@ -49,7 +49,7 @@ from vllm_pyfrontend.supervisor.process import Child, describe_exit, log_as, wai
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir
 from vllm_pyfrontend.supervisor.workers import WORKER_EVENTS, Fatal, WorkerPool, WorkerSlot, child_env
 
-log = logging.getLogger("pyfrontend")
+log = logging.getLogger(__name__)
 
 WORKERS_ENV = "VLLM_PYFRONTEND_WORKERS"
 WORKER_READY_TIMEOUT_S = 120.0

@@ -104,7 +104,7 @@ class ForkedChild(GroupedProcess):
                 code = None
             if self._returncode is None:
                 if code is None:
-                    logging.getLogger("supervisor").warning(
+                    logging.getLogger("vllm_pyfrontend.supervisor").warning(
                         "%s (pid %d): exit status unknown (the worker template is gone)", self.name, self.pid)
                     code = UNKNOWN_EXIT
                 self._returncode = code
@@ -124,7 +124,7 @@ class WorkerTemplate:
     """The supervisor's end of the worker template process."""
 
     def __init__(self, logger: logging.Logger | None = None):
-        self._log = logger or logging.getLogger("supervisor")
+        self._log = logger or logging.getLogger("vllm_pyfrontend.supervisor")
         self.child: Child | None = None
         self._sock: socket.socket | None = None
         self._pass_fds: tuple[int, ...] = ()

@@ -116,7 +116,7 @@ class WorkerPool:
         self.pass_fds = tuple(pass_fds)
         self._env = env
         self._api_keys = api_keys
-        self._log = logger or logging.getLogger("supervisor")
+        self._log = logger or logging.getLogger("vllm_pyfrontend.supervisor")
         self.slots: list[WorkerSlot] = []
         # Every worker's Prometheus files; /metrics on any worker merges them (frontend/metrics).
         self.metrics_dir = os.path.join(runtime_dir, "metrics")

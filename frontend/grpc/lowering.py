@@ -20,7 +20,7 @@ from typing import Any
 from google.protobuf import unknown_fields
 from google.protobuf.message import Message
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.prompt import check_prompt_ids, truncate_prompt
 from vllm_pyfrontend.llm.sampling import (
     GenerationDefaults,

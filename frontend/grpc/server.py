@@ -14,7 +14,7 @@ from smg_grpc_proto import vllm_engine_pb2_grpc as pb_grpc
 
 from vllm_pyfrontend.grpc.servicer import SERVICE_NAME, HealthServicer, VllmEngineServicer
 
-log = logging.getLogger("frontend.grpc")
+log = logging.getLogger(__name__)
 
 # vLLM's own server options (vllm/entrypoints/launchers/grpc_server.py): no message size
 # limits, and pings from a gateway's keepalive are never counted as abuse while a

@@ -37,12 +37,12 @@ from smg_grpc_proto.generated import common_pb2
 
 from vllm_pyfrontend.engine.types import EngineDeadError, Failure, FailureKind, Logprobs
 from vllm_pyfrontend.grpc.lowering import Lowered, engine_limits, lower_generate
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.generation import DeltaConsumer, Generation
 from vllm_pyfrontend.llm.submission import Submission
 from vllm_pyfrontend.text.text_stream import TextStream
 
-log = logging.getLogger("frontend.grpc")
+log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["VllmEngine"].full_name
 

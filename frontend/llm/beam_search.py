@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from vllm_pyfrontend.engine.types import Failure, Logprobs
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.generation import DeltaConsumer, Generation
 from vllm_pyfrontend.llm.submission import Submission
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 
 # vLLM's VLLM_MAX_STOP_STRINGS (default 4): the request protocol's bound on `stop`.
 MAX_STOP_STRINGS = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))

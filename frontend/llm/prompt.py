@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 
 MAX_BAD_WORDS = 128  # vLLM's VLLM_MAX_NUM_BAD_WORDS default
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 
 # Request -> server default -> OpenAI default (vLLM's _DEFAULT_SAMPLING_PARAMS).
 NEUTRAL_DEFAULTS: dict[str, Any] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 
 STRUCTURED_KEYS = (
     "json", "regex", "choice", "grammar", "json_object", "disable_any_whitespace",

@@ -14,7 +14,7 @@ from typing import Any
 
 from vllm_pyfrontend.engine.client import EngineClient
 from vllm_pyfrontend.engine.types import EngineRequest, InvalidEngineRequest
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.generation import Generation, GenerationConsumer
 from vllm_pyfrontend.llm.request_ids import make_request_id
 

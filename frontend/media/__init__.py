@@ -5,7 +5,7 @@ Importing this package is cheap: torch, transformers, PIL and numpy are imported
 functions that decode, in the media pool, so workers of a text-only model never load them.
 """
 
-from vllm_pyfrontend.media.errors import MediaError
+from vllm_pyfrontend.errors import MediaError
 from vllm_pyfrontend.media.loader import MediaLoader
 from vllm_pyfrontend.media.policy import (
     DEFAULT_LIMIT_PER_PROMPT,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import binascii
 from typing import Any
 
-from vllm_pyfrontend.media.errors import MediaError
+from vllm_pyfrontend.errors import MediaError
 
 # A payload is the bytes of a fetched item, or a data URL's (media type, base64 text).
 Payload = bytes | tuple[str, str]

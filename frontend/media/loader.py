@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 from vllm_pyfrontend.media import decode
-from vllm_pyfrontend.media.errors import MediaError
+from vllm_pyfrontend.errors import MediaError
 from vllm_pyfrontend.media.policy import MediaPolicy, default_mm_workers
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_pyfrontend.media.errors import MediaError
+from vllm_pyfrontend.errors import MediaError
 
 MiB = 1024 * 1024
 # vLLM's default for a modality --limit-mm-per-prompt does not name.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
 # content part type -> modality
 MEDIA_PARTS = {

@@ -25,7 +25,7 @@ from typing import Any
 
 from vllm_pyfrontend.multimodal.encode import FeatureEncoder
 
-log = logging.getLogger("multimodal")
+log = logging.getLogger(__name__)
 
 
 def sender_cache_mode(cache_gb: float, cache_type: str, *, num_workers: int, num_engines: int) -> str | None:

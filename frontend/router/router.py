@@ -34,7 +34,7 @@ from vllm_pyfrontend.engine.wire import REQUEST_UTILITY, decode_ready, engine_id
 
 from .demux import BatchSplitter
 
-log = logging.getLogger("vllm_pyfrontend.router")
+log = logging.getLogger(__name__)
 
 _DRAIN_BUDGET = 256  # messages taken from one socket before looking at the others
 _IDLE_POLL_MS = 200  # how often an idle router notices a stop request

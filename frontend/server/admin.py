@@ -26,7 +26,7 @@ from aiohttp import web
 from vllm_pyfrontend import __version__
 from vllm_pyfrontend.engine.client import UtilityError
 from vllm_pyfrontend.engine.types import EngineDeadError
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.peer_abort import install as install_peer_abort
 
 _json = msgspec.json.encode

@@ -30,7 +30,7 @@ import struct
 
 from aiohttp import web
 
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
 FILE_NAME = "admission"
 _SLOT = 64  # bytes per worker (one cache line), as vLLM's SharedAdmissionStats

@@ -9,12 +9,12 @@ import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend import __version__
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.server.anthropic import add_anthropic_routes
 from vllm_pyfrontend.server.chat_completion import handle_chat_completions
 from vllm_pyfrontend.server.completion import handle_completions
 from vllm_pyfrontend.server.tokenize import handle_detokenize, handle_tokenize
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.middleware import build_middlewares
 from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
 from vllm_pyfrontend.server.lora import add_lora_routes, model_cards as lora_model_cards
@@ -26,7 +26,7 @@ from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.server import admin, generate_tokens, render, sagemaker
 from vllm_pyfrontend.speech import add_speech_routes
 
-log = logging.getLogger("vllm_pyfrontend.server")
+log = logging.getLogger(__name__)
 _json = msgspec.json.encode
 
 

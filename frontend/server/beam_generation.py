@@ -18,10 +18,10 @@ from aiohttp import web
 
 from vllm_pyfrontend.engine.types import EngineDeadError
 from vllm_pyfrontend.llm.beam_search import BeamSearchFailed, BeamSearchParams, beam_search
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.llm.sampling import GenerationDefaults, SamplingOptions, lower_sampling
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.responder import respond
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
 

@@ -29,9 +29,9 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
-log = logging.getLogger("frontend.connections")
+log = logging.getLogger(__name__)
 
 REFUSAL_LOG_INTERVAL_S = 10.0
 REFUSED_LINGER_S = 2.0  # how long a refused connection may take to read its 503 and leave

@@ -25,11 +25,11 @@ from aiohttp import web
 from vllm_pyfrontend.chat.assistant import AssistantStream
 from vllm_pyfrontend.engine.types import Logprobs
 from vllm_pyfrontend.llm import limits
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.prompt import bad_words_token_ids, check_prompt_ids
 from vllm_pyfrontend.llm.sampling import check_n, lower_choices
 from vllm_pyfrontend.llm.structured import STRUCTURED_KEYS, lower_structured_outputs
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.scale_out import scale_out_disabled
 from vllm_pyfrontend.server.responder import new_choice, new_sse, respond, submit_choices
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun

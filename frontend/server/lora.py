@@ -22,7 +22,7 @@ from aiohttp import web
 
 from vllm_pyfrontend.engine.client import UtilityError
 from vllm_pyfrontend.llm.lora import LoRAAdapter, LoRAStore, parse_lora_modules
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.schemas import decode_body
 
 log = logging.getLogger(__name__)

@@ -35,9 +35,9 @@ from aiohttp import web
 
 from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.metrics import UNINSTRUMENTED_ROUTES, WorkerMetrics
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
-request_log = logging.getLogger("frontend.requests")
+request_log = logging.getLogger("vllm_pyfrontend.requests")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

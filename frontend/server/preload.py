@@ -41,7 +41,7 @@ from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
 from vllm_pyfrontend.server import worker as worker_module
 from vllm_pyfrontend.server.worker import SharedParts, release_free_heap
 
-log = logging.getLogger("frontend.worker_template")
+log = logging.getLogger("vllm_pyfrontend.server.preload")
 
 _PR_SET_PDEATHSIG = 1
 MAX_MESSAGE = 1 << 20

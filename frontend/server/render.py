@@ -26,7 +26,7 @@ from aiohttp import web
 
 from vllm_pyfrontend.llm.sampling import NEUTRAL_DEFAULTS, resolve_max_tokens
 from vllm_pyfrontend.llm.structured import STRUCTURED_KEYS
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.scale_out import scale_out_disabled
 from vllm_pyfrontend.server.lowering.chat import chat_request_from_openai, lower_chat_prompt
 from vllm_pyfrontend.server.lowering.completion import completion_request_from_openai, lower_completion_prompts

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_pyfrontend.llm import limits
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
 
 def check_openai_request(req: Any, max_model_len: int, *, max_tokens_param: str = "max_tokens") -> None:

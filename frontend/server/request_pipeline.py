@@ -18,7 +18,7 @@ from vllm_pyfrontend.chat.assistant import AssistantDelta, AssistantStream
 from vllm_pyfrontend.engine.client import OutputClock
 from vllm_pyfrontend.engine.types import Failure, FailureKind, Logprobs
 from vllm_pyfrontend.llm.generation import Generation
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.sse import SSEWriter
 from vllm_pyfrontend.text.text_stream import TextStream
 

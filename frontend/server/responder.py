@@ -21,7 +21,7 @@ from aiohttp import web
 from vllm_pyfrontend.engine.types import EngineDeadError
 from vllm_pyfrontend.llm.sampling import SamplingOptions
 from vllm_pyfrontend.llm.submission import Submission
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
 from vllm_pyfrontend.server.sse import SSEWriter, StreamDrain
 from vllm_pyfrontend.text.text_stream import TextStream

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 INVOCATION_HANDLERS = "invocation_handlers"  # app key: (chat handler, completion handler)

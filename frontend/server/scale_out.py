@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
 SCALE_OUT_DISABLED = ("Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to "
                       "enable them.")

@@ -34,8 +34,8 @@ def _env_bytes(name: str, default: int) -> int:
 # drains (coalesced: one frame instead of hundreds). Past HARD_LIMIT bytes (held + buffered)
 # the stream is aborted: the connection is dropped and `alive` turns false, which cancels the
 # request in the engine. So a stream costs at most about HARD_LIMIT bytes of worker memory.
-SOFT_LIMIT = _env_bytes("FRONTEND_SSE_SOFT_LIMIT", 256 * 1024)
-HARD_LIMIT = _env_bytes("FRONTEND_SSE_HARD_LIMIT", 8 * 1024 * 1024)
+SOFT_LIMIT = _env_bytes("VLLM_PYFRONTEND_SSE_SOFT_LIMIT", 256 * 1024)
+HARD_LIMIT = _env_bytes("VLLM_PYFRONTEND_SSE_HARD_LIMIT", 8 * 1024 * 1024)
 _RETRY_S = 0.05  # how often held events retry while the writer waits for the client
 
 

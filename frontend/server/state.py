@@ -18,7 +18,7 @@ from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin
 from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
 from vllm_pyfrontend.server.admission import REASONS as ADMISSION_REASONS, Admission
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.sse import StreamDrain
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 

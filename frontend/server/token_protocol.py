@@ -88,7 +88,7 @@ def options_of(sp: SamplingBody) -> SamplingOptions:
     no generation-config default applies, as in vLLM's generate route)."""
     logit_bias = None
     if sp.logit_bias:
-        from vllm_pyfrontend.llm.errors import InvalidRequestError
+        from vllm_pyfrontend.errors import InvalidRequestError
 
         try:
             logit_bias = {int(k): min(100.0, max(-100.0, v)) for k, v in sp.logit_bias.items()}

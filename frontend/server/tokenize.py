@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.schemas import DetokenizeRequest, TokenizeRequest, decode_body, normalize_messages
 
 _json = msgspec.json.encode

@@ -36,7 +36,7 @@ from vllm_pyfrontend.server.tls import make_ssl_context
 from vllm_pyfrontend.server.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
-log = logging.getLogger("frontend.worker")
+log = logging.getLogger("vllm_pyfrontend.server.worker")
 
 ENGINE_INFO_FILE = "engine-info.json"
 LISTEN_BACKLOG = 4096

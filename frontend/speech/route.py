@@ -34,7 +34,7 @@ from vllm_pyfrontend.engine.types import EngineDeadError, Failure
 from vllm_pyfrontend.llm.generation import DeltaConsumer
 from vllm_pyfrontend.llm.sampling import SamplingOptions, lower_sampling, resolve_max_tokens
 from vllm_pyfrontend.llm.submission import Submission
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.speech.form import FormError, SpeechRequest, check_request, parse_form
 from vllm_pyfrontend.text.text_stream import TextStream
 

@@ -35,7 +35,7 @@ from vllm_pyfrontend.supervisor.sim import wire
 from vllm_pyfrontend.supervisor.sim.scheduler import FatalEngineError, Scheduler
 from vllm_pyfrontend.supervisor.sim.tokens import TokenSource
 
-logger = logging.getLogger("vllm_pyfrontend.supervisor.sim")
+logger = logging.getLogger(__name__)
 
 _IDLE_POLL_MS = 100  # how often an idle engine looks at its stop flag
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.prompt import bad_words_token_ids, truncate_prompt
 from vllm_pyfrontend.llm.structured import choice_as_grammar
 from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4

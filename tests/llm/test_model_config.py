@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.prompt import check_prompt_ids
 from vllm_pyfrontend.model_config import ModelConfig
 

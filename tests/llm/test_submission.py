@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_pyfrontend.engine.types import EngineDeadError, InvalidEngineRequest
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.generation import DeltaConsumer
 from vllm_pyfrontend.llm.submission import Submission
 

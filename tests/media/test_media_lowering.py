@@ -9,10 +9,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.server.anthropic.lowering import lower_request
 from vllm_pyfrontend.server.anthropic.protocol import MessagesRequest
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.responses.lowering import build_messages
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQAAAABJRU5ErkJggg=="

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
 from vllm_pyfrontend.metrics import MULTIPROC_ENV, WorkerMetrics
 from vllm_pyfrontend.server.app import error_middleware
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.middleware import ApiKeys, build_middlewares, install
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -188,13 +188,13 @@ async def test_cors_preflight_and_simple_requests():
 async def test_request_log_is_structured_and_has_no_secrets(caplog):
     c = await client_for(api_keys=["s3cret-key"], enable_log_requests=True)
     try:
-        with caplog.at_level(logging.INFO, logger="frontend.requests"):
+        with caplog.at_level(logging.INFO, logger="vllm_pyfrontend.requests"):
             await c.post("/v1/echo", headers={"Authorization": "Bearer s3cret-key", "X-Request-Id": "log-1",
                                               "traceparent": "00-aa-bb-01"}, json={"secret": "body"})
             await c.post("/v1/echo", headers={"Authorization": "Bearer wrong-key"})
     finally:
         await c.close()
-    lines = [r.getMessage() for r in caplog.records if r.name == "frontend.requests"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "vllm_pyfrontend.requests"]
     assert len(lines) == 2
     first, second = (json.loads(line) for line in lines)
     assert first["request_id"] == "log-1" and first["status"] == 200 and first["route"] == "/v1/echo"

@@ -70,7 +70,7 @@ def open_spread_streams(stack: Stack, body: bytes, per_worker: int = 2, limit: i
 @pytest.fixture(scope="module")
 def stack():
     s = Stack(sim_args(step=0.01, max_model_len=8192), ready_timeout=120,
-              env={"FRONTEND_SSE_SOFT_LIMIT": str(64 * 1024), "FRONTEND_SSE_HARD_LIMIT": str(1 << 20)})
+              env={"VLLM_PYFRONTEND_SSE_SOFT_LIMIT": str(64 * 1024), "VLLM_PYFRONTEND_SSE_HARD_LIMIT": str(1 << 20)})
     wait_all_serving(s)
     yield s
     code = s.terminate()

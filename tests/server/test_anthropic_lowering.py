@@ -10,11 +10,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.server.anthropic.formatter import AnthropicRun, event, stop_reason_of
 from vllm_pyfrontend.server.anthropic.lowering import lower_request
 from vllm_pyfrontend.server.anthropic.protocol import MessagesRequest
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
 TOOLS = [{"name": "get_weather", "description": "Weather", "input_schema": {"properties": {"city": {"type": "string"}}}},
          {"name": "now", "input_schema": {"type": "object"}}]

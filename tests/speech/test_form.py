@@ -13,7 +13,7 @@ from aiohttp import FormData, web
 from aiohttp.test_utils import TestClient, TestServer
 
 from vllm_pyfrontend.speech.form import FormError, check_request, parse_form
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.speech.route import read_form
 
 WAV = ("a.wav", b"RIFF....")

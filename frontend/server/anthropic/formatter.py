@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun, fold_tool_calls
 from vllm_pyfrontend.server.sse import SSEWriter
 from vllm_pyfrontend.server.anthropic.protocol import error_body

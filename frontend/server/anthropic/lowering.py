@@ -33,7 +33,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.sampling import SamplingOptions
 from vllm_pyfrontend.server.anthropic.protocol import Block, CountTokensRequest, MessagesRequest
 

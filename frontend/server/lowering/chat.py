@@ -35,7 +35,7 @@ from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
 from vllm_pyfrontend.multimodal import has_media
 from vllm_pyfrontend.multimodal.chat import lora_name_of, prepare_chat, process as process_media, strip_media
 from vllm_pyfrontend.server.beam_generation import beam_choice
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.lowering.options import check_prompt_logprobs, options_from, stream_flags, token_bias
 from vllm_pyfrontend.server.request_checks import check_openai_request
 from vllm_pyfrontend.server.request_pipeline import RequestRun

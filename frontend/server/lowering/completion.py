@@ -27,7 +27,7 @@ from vllm_pyfrontend.llm.prompt import bad_words_token_ids, check_prompt_ids, tr
 from vllm_pyfrontend.llm.sampling import SamplingOptions, check_n, is_greedy, lower_choices, resolve_max_tokens
 from vllm_pyfrontend.llm.structured import lower_structured_outputs
 from vllm_pyfrontend.server.beam_generation import beam_choice
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.formatters import CompletionFormatter
 from vllm_pyfrontend.server.lowering.options import check_prompt_logprobs, options_from, stream_flags, token_bias
 from vllm_pyfrontend.server.request_checks import check_openai_request

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_pyfrontend.llm.sampling import SamplingOptions
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
 
 def token_bias(logit_bias: dict[str, float]) -> dict[int, float]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import msgspec
 
-from vllm_pyfrontend.llm.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.prompt import check_prompt_ids
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.schemas import normalize_messages
 
 # Inputs in one request (OpenAI's embeddings API takes at most 2048); each is an engine request.

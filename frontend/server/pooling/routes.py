@@ -27,7 +27,7 @@ from aiohttp import web
 
 from vllm_pyfrontend.engine.types import EngineDeadError, PooledTensor
 from vllm_pyfrontend.llm.pooling import PoolingBatch, PoolingFailed, pooling_params
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.pooling import inputs
 from vllm_pyfrontend.server.pooling.model import PoolingModel
 from vllm_pyfrontend.server.pooling.schemas import (

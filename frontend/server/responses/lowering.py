@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _BUILTIN_TOOLS = {

@@ -20,7 +20,7 @@ import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend.llm.sampling import SamplingOptions
-from vllm_pyfrontend.server.errors import APIError
+from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.lowering.chat import ChatRequest, chat_run, lower_chat, submit_chat
 from vllm_pyfrontend.server.request_pipeline import RequestRun
 from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter, new_id, usage_of
@@ -36,7 +36,7 @@ from vllm_pyfrontend.server.schemas import decode_body
 from vllm_pyfrontend.server.sse import SSEWriter
 from vllm_pyfrontend.store import ResponseStore, open_store
 
-log = logging.getLogger("vllm_pyfrontend.server.responses")
+log = logging.getLogger(__name__)
 WORKER_HEADER = "X-Vllm-Pyfrontend-Worker"  # which worker served the request
 CANCEL_POLL_S = 0.2
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
