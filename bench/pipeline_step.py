@@ -45,9 +45,9 @@ class _Transport:
 
 def drain_hooks():
     """(begin, end) of one drain of the engine's output, as the worker registers them (the
-    `StreamDrain` of server/state.py; a build from before it: sse.py's module functions), and
+    `StreamDrain` of serving/state.py; a build from before it: sse.py's module functions), and
     the drain the writers join (None for such a build)."""
-    from vllm_pyfrontend.server import sse as sse_mod
+    from vllm_pyfrontend.serving import sse as sse_mod
 
     if hasattr(sse_mod, "StreamDrain"):
         drain = sse_mod.StreamDrain()
@@ -60,9 +60,9 @@ def attach_stream(client, rid: str, text, assistant, include_usage: bool, transp
     SSEWriter, the writer in `drain`), registered with the engine client; its writes go to
     `transport` (default: a new counting one), which is returned."""
     from vllm_pyfrontend.llm.generation import Generation
-    from vllm_pyfrontend.server import sse as sse_mod
-    from vllm_pyfrontend.server.formatters import ChatFormatter
-    from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
+    from vllm_pyfrontend.serving import sse as sse_mod
+    from vllm_pyfrontend.serving.formatters import ChatFormatter
+    from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
 
     choice = Choice(0, text, assistant)
     run_ = RequestRun(response_id=rid, model="m", created=1, choices=[choice], num_prompt_tokens=3,
@@ -73,7 +73,7 @@ def attach_stream(client, rid: str, text, assistant, include_usage: bool, transp
         run_.sse.drain = drain
     t = transport if transport is not None else _Transport()
     run_.sse.attach(t, b"")
-    # The consumer and the sink the server registers for it (server/responder.py submit_choices).
+    # The consumer and the sink the server registers for it (serving/responder.py submit_choices).
     step = getattr(run_, "step", None)
     gen = Generation(rid, 0, step(choice) if step is not None else run_, client, 3)
     choice.gen = gen

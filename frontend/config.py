@@ -35,7 +35,7 @@ class WorkerPolicy:
     # a user's module registering reasoning parsers (frontend/parsers/reasoning/plugin.py)
     reasoning_parser_plugin: str = ""
     tool_parser_plugin: str | None = None  # a user's module registering tool parsers (tool/plugin.py)
-    # Admission control (frontend/server/admission.py): deployment-wide bounds, None: unbounded.
+    # Admission control (frontend/serving/admission.py): deployment-wide bounds, None: unbounded.
     max_num_queued_reqs: int | None = None
     max_num_queued_tokens: int | None = None
     # Tracing (frontend/tracing.py): one span per request, exported over OTLP.
@@ -136,13 +136,13 @@ class WorkerConfig:
     generation_config: str = "auto"  # "auto" (model's generation_config.json) or "vllm"
     max_request_body_bytes: int = 32 * 1024 * 1024
     # Request deadline for an engine that stops answering (seconds; 0 disables): see
-    # EngineClient._watchdog.
+    # engine/health.py (Health._watchdog).
     engine_timeout: float = 60.0
     # vLLM client_index stamped on requests (None: worker_index). 0 behind the drop-in router,
     # which owns the single client slot vLLM gave it; request ids still carry worker_index.
     engine_client_index: int | None = None
     # vLLM's `--pooler-config` (a JSON map) as given to the engine: its `task` and
-    # `use_activation` are also the pooling routes' defaults (server/pooling/model.py).
+    # `use_activation` are also the pooling routes' defaults (api/pooling/model.py).
     pooler_config: dict[str, Any] | None = None
     # The engine's `vllm serve` flags as forwarded to it: frontend/multimodal builds vLLM's model
     # config (multimodal limits, processor kwargs and cache) from the same flags.

@@ -63,7 +63,7 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--dp-supervisor-probe-interval-s": "refused: multi-port external LB mode is not supported",
     "--dp-supervisor-probe-timeout-s": "refused: multi-port external LB mode is not supported",
     "--dp-supervisor-probe-failure-threshold": "refused: multi-port external LB mode is not supported",
-    "--enable-scale-out": "implemented by frontend/server/generate_tokens.py and render.py (token-in "
+    "--enable-scale-out": "implemented by frontend/api/openai/generate_routes.py and render.py (token-in "
                           "/inference/v1/generate, render and derender routes; 403 without the flag)",
     # -- security and request hygiene ---------------------------------------------------------
     "--api-key": f"implemented by {_MW}",
@@ -80,7 +80,7 @@ FRONTEND_FLAGS: dict[str, str] = {
                                      "each worker's in-flight requests)",
     # -- chat templates, tools, reasoning -------------------------------------------------------
     "--chat-template": f"implemented by {_CLI} (frontend/chat/template.py)",
-    "--trust-request-chat-template": "implemented by frontend/server/state.py",
+    "--trust-request-chat-template": "implemented by frontend/serving/state.py",
     "--chat-template-content-format": "refused: content is rendered as the template expects "
                                       "(auto detection only)",
     "--default-chat-template-kwargs": "refused: not supported yet (pass chat_template_kwargs per request)",
@@ -99,16 +99,16 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--anthropic-disabled-thinking-effort": "refused: thinking disabled in /v1/messages is always "
                                             "reasoning effort \"none\" (frontend/server/anthropic)",
     # -- responses -------------------------------------------------------------------------------
-    "--lora-modules": "implemented by frontend/server/lora.py (adapters shared by every worker)",
+    "--lora-modules": "implemented by frontend/serving/lora.py (adapters shared by every worker)",
     "--trust-request-mm-kwargs": "refused: not implemented: per-request mm_processor_kwargs and "
                                  "media_io_kwargs are always taken (vLLM refuses them without it)",
     "--return-tokens-as-token-ids": "refused: not supported (logprobs tokens are text)",
     "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",
     "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",
     "--enable-force-include-usage": "refused: usage is streamed only when stream_options asks for it",
-    "--sse-keep-alive-interval": "implemented by frontend/server/sse.py (keep-alive comments on a "
+    "--sse-keep-alive-interval": "implemented by frontend/serving/sse.py (keep-alive comments on a "
                                  "silent stream)",
-    "--enable-tokenizer-info-endpoint": "implemented by frontend/server/admin.py (/tokenizer_info)",
+    "--enable-tokenizer-info-endpoint": "implemented by frontend/api/admin/routes.py (/tokenizer_info)",
     "--tokens-only": "refused: not implemented: the token-in/token-out routes are served beside the "
                      "text routes with --enable-scale-out, and outputs are always detokenized",
     "--fingerprint-mode": "refused: system_fingerprint is always the full form "

@@ -26,9 +26,9 @@ class InjectedFault(RuntimeError):
 def _install() -> None:
     from vllm_pyfrontend.llm.generation import Generation
     from vllm_pyfrontend.parsers.pipeline import AssistantPipeline
-    from vllm_pyfrontend.server.formatters import ChatFormatter
-    from vllm_pyfrontend.server.request_pipeline import ChoiceStep
-    from vllm_pyfrontend.server.sse import SSEWriter
+    from vllm_pyfrontend.serving.formatters import ChatFormatter
+    from vllm_pyfrontend.serving.request_pipeline import ChoiceStep
+    from vllm_pyfrontend.serving.sse import SSEWriter
     from vllm_pyfrontend.text.detokenizer import IncrementalDetokenizer
     from vllm_pyfrontend.text.text_stream import TextStream
 

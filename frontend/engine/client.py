@@ -207,7 +207,7 @@ class EngineClient:
     def drain_hooks(self) -> tuple[Callable[[], None], Callable[[], None]] | None:
         """(begin, end), called around each drain of the output socket (one or more engine
         steps' outputs): the server gathers a stream's writes of one drain into one
-        (vllm_pyfrontend.server.sse)."""
+        (vllm_pyfrontend.serving.sse)."""
         return self._outputs.drain_hooks
 
     @drain_hooks.setter

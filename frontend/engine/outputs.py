@@ -54,7 +54,7 @@ class OutputReader:
 
     `drain_hooks` (begin, end) are called around each drain of the socket (one or more engine
     steps' outputs): the server gathers a stream's writes of one drain into one
-    (vllm_pyfrontend.server.sse)."""
+    (vllm_pyfrontend.serving.sse)."""
 
     def __init__(self, connection: Connection, outbox: Outbox, delivery: Delivery, health: Health,
                  utility: UtilityCalls, stats: EngineStats):

@@ -98,7 +98,7 @@ class Generation:
         self.finished = False
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
-        # Admission control's counts (server/admission.py), only with a queue bound set.
+        # Admission control's counts (serving/admission.py), only with a queue bound set.
         self.admission = None
         self.queue_time: float | None = None  # the engine's QUEUED -> SCHEDULED (seconds)
         # Prompt logprobs (sampling `prompt_logprobs`): the rows of every chunk so far.

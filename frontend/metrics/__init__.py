@@ -252,7 +252,7 @@ class WorkerMetrics:
             "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
         self.prefix_cache_hits = counter(
             "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
-        # -- frontend admission (server/admission.py) -----------------------------------------
+        # -- frontend admission (serving/admission.py) -----------------------------------------
         self.admission_rejections = Counter(
             "vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason.",
             ["model_name", "reason"], registry=registry,

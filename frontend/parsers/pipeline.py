@@ -1,6 +1,6 @@
 """Reasoning, then tool calls: one incremental transformer for a choice.
 
-Contract for the caller (frontend/server/chat_completion.py):
+Contract for the caller (frontend/api/openai/chat_routes.py):
 
 - Build one stream per choice with `make_assistant_stream`; feed it the
   detokenized text of each engine step, and that step's new token ids

@@ -10,21 +10,25 @@ from aiohttp import web
 
 from vllm_pyfrontend import __version__
 from vllm_pyfrontend.errors import InvalidRequestError
-from vllm_pyfrontend.server.anthropic import add_anthropic_routes
-from vllm_pyfrontend.server.chat_completion import handle_chat_completions
-from vllm_pyfrontend.server.completion import handle_completions
-from vllm_pyfrontend.server.tokenize import handle_detokenize, handle_tokenize
+from vllm_pyfrontend.api.anthropic import add_anthropic_routes
+from vllm_pyfrontend.api.openai.chat_routes import handle_chat_completions
+from vllm_pyfrontend.api.openai.completion_routes import handle_completions
+from vllm_pyfrontend.api.openai.tokenize_routes import handle_detokenize, handle_tokenize
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.middleware import build_middlewares
 from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
-from vllm_pyfrontend.server.lora import add_lora_routes, model_cards as lora_model_cards
+from vllm_pyfrontend.serving.lora import add_lora_routes, model_cards as lora_model_cards
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
-from vllm_pyfrontend.server.responses import add_responses_routes
-from vllm_pyfrontend.server.pooling import add_pooling_routes
+from vllm_pyfrontend.api.responses import add_responses_routes
+from vllm_pyfrontend.api.pooling import add_pooling_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
-from vllm_pyfrontend.server.state import ServerState
-from vllm_pyfrontend.server import admin, generate_tokens, render, sagemaker
-from vllm_pyfrontend.speech import add_speech_routes
+from vllm_pyfrontend.serving.state import ServerState
+from vllm_pyfrontend.api.admin import routes as admin
+from vllm_pyfrontend.api.openai import generate_routes as generate_tokens
+from vllm_pyfrontend.api.openai import render_routes as render
+from vllm_pyfrontend.api.openai import sagemaker_routes as sagemaker
+from vllm_pyfrontend.api.speech import add_speech_routes
+from vllm_pyfrontend.serving.state import STATE
 
 log = logging.getLogger(__name__)
 _json = msgspec.json.encode
@@ -64,7 +68,7 @@ async def error_middleware(request: web.Request, handler):
 
 
 async def handle_models(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     created = int(time.time())
     data = [
         {
@@ -84,7 +88,7 @@ async def handle_models(request: web.Request) -> web.Response:
 
 
 async def handle_health(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     # Liveness: the process answers and its engine is connected. Draining is /ready's business.
     if state.engine.healthy:
         down = state.engine.engines_down
@@ -96,7 +100,7 @@ async def handle_health(request: web.Request) -> web.Response:
 
 
 async def handle_version(request: web.Request) -> web.Response:
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     return web.Response(
         body=_json({"version": state.engine.vllm_version, "frontend_version": __version__}),
         content_type="application/json",
@@ -125,7 +129,7 @@ async def handle_load(request: web.Request) -> web.Response:
     """vLLM's /load (`server_load` = this worker's in-flight requests), plus the engine's
     latest scheduler stats as this worker last received them (`engine_load`), and with
     admission control the deployment's queue against its bounds."""
-    state: ServerState = request.app["state"]
+    state: ServerState = request.app[STATE]
     engines = engine_load(state.engine)
     body = {"server_load": state.in_flight, "worker": state.worker_index, "engines": engines}
     admission = state.admission
@@ -145,7 +149,7 @@ def build_app(state: ServerState) -> web.Application:
         middlewares=[*build_middlewares(state.config, state.metrics), error_middleware],
         client_max_size=state.config.max_request_body_bytes,
     )
-    app["state"] = state
+    app[STATE] = state
     install_middleware_hooks(app, state.config)
     add_ops_routes(app)
     app.router.add_post("/v1/chat/completions", handle_chat_completions)

@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 
 from vllm_pyfrontend import __version__
-from vllm_pyfrontend.server import schemas
-from vllm_pyfrontend.server.anthropic import openapi as anthropic_openapi
-from vllm_pyfrontend.speech import openapi as speech_openapi
+from vllm_pyfrontend.api.openai import schemas
+from vllm_pyfrontend.api.anthropic import openapi as anthropic_openapi
+from vllm_pyfrontend.api.speech import openapi as speech_openapi
 
 _REF = "#/components/schemas/{name}"
 
@@ -137,7 +137,7 @@ def build_openapi() -> dict[str, Any]:
 def _add_responses_paths(paths: dict[str, Any], components: dict[str, Any],
                          generation_responses: dict[str, Any]) -> None:
     """The Responses API (server/responses): create, retrieve, cancel."""
-    from vllm_pyfrontend.server.responses.schemas import ResponsesRequest
+    from vllm_pyfrontend.api.responses.schemas import ResponsesRequest
 
     (ref,), more = msgspec.json.schema_components((ResponsesRequest,), ref_template=_REF)
     components.update(more)

@@ -17,12 +17,13 @@ import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend.metrics import CONTENT_TYPE_LATEST
+from vllm_pyfrontend.serving.state import STATE
 
 _json = msgspec.json.encode
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
-    state = request.app["state"]
+    state = request.app[STATE]
     state.metrics.flush()  # this worker's gathered increments first (on the loop's thread)
     # Merging reads every worker's mmap files: off the event loop, it never delays outputs.
     body = await asyncio.get_running_loop().run_in_executor(None, state.metrics.render)
@@ -30,7 +31,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 
 async def handle_ready(request: web.Request) -> web.Response:
-    state = request.app["state"]
+    state = request.app[STATE]
     if state.draining:
         reason = "draining"
     elif not state.engine.healthy:

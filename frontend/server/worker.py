@@ -30,10 +30,10 @@ from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.metrics import install_stats_tap
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.server.app import build_app
-from vllm_pyfrontend.server.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
+from vllm_pyfrontend.api.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
 from vllm_pyfrontend.server.tls import make_ssl_context
-from vllm_pyfrontend.server.state import ServerState
+from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 log = logging.getLogger("vllm_pyfrontend.server.worker")
@@ -195,7 +195,7 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     await site.start()
     grpc_frontend = None
     if config.grpc_port is not None:
-        from vllm_pyfrontend.grpc.server import GrpcFrontend  # grpcio only with --grpc-port
+        from vllm_pyfrontend.api.grpc.server import GrpcFrontend  # grpcio only with --grpc-port
 
         # As vLLM: gRPC follows the HTTP host, or IPv4 loopback when HTTP is a Unix socket.
         grpc_host = "127.0.0.1" if sock.family == socket.AF_UNIX else config.host

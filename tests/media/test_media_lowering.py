@@ -10,10 +10,10 @@ import msgspec
 import pytest
 
 from vllm_pyfrontend.errors import InvalidRequestError
-from vllm_pyfrontend.server.anthropic.lowering import lower_request
-from vllm_pyfrontend.server.anthropic.protocol import MessagesRequest
+from vllm_pyfrontend.api.anthropic.lowering import lower_request
+from vllm_pyfrontend.api.anthropic.protocol import MessagesRequest
 from vllm_pyfrontend.errors import APIError
-from vllm_pyfrontend.server.responses.lowering import build_messages
+from vllm_pyfrontend.api.responses.lowering import build_messages
 
 PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQAAAABJRU5ErkJggg=="
 DATA_URL = f"data:image/png;base64,{PNG_B64}"

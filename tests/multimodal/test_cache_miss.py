@@ -13,8 +13,8 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from tests.engine.test_client import _req, _started, on_uvloop, until
 from vllm_pyfrontend.chat.assistant import AssistantStream
 from vllm_pyfrontend.llm.generation import Generation
-from vllm_pyfrontend.server.formatters import ChatFormatter
-from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
+from vllm_pyfrontend.serving.formatters import ChatFormatter
+from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
 from vllm_pyfrontend.text.text_stream import TextStream
 
 

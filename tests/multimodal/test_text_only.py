@@ -14,7 +14,7 @@ from vllm_pyfrontend.multimodal.chat import has_media, looks_multimodal
 def test_worker_modules_import_no_heavy_libraries():
     code = (
         "import sys\n"
-        "import vllm_pyfrontend.server.worker, vllm_pyfrontend.server.chat_completion\n"
+        "import vllm_pyfrontend.server.worker, vllm_pyfrontend.api.openai.chat_routes\n"
         "import vllm_pyfrontend.multimodal.chat\n"
         "print(sorted(m for m in ('torch', 'transformers', 'vllm', 'PIL', 'numpy.core') if m in sys.modules))\n"
     )

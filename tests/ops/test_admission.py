@@ -16,7 +16,7 @@ from tests.reliability.helpers import (
     chat_body, open_stream, read_until, request, sim_args, sse_events, wait_all_serving, wait_for,
 )
 from tests.stack import Stack
-from vllm_pyfrontend.server.admission import Admission, OverloadedError
+from vllm_pyfrontend.serving.admission import Admission, OverloadedError
 
 
 class _Gen:

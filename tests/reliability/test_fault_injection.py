@@ -36,12 +36,12 @@ from vllm_pyfrontend.engine.handshake import HandshakeServer
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.parsers.pipeline import AssistantPipeline
-from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter
+from vllm_pyfrontend.api.anthropic.formatter import AnthropicFormatter
 from vllm_pyfrontend.server.app import build_app
-from vllm_pyfrontend.server.formatters import ChatFormatter, CompletionFormatter
-from vllm_pyfrontend.server.request_pipeline import ChoiceStep, RequestRun
-from vllm_pyfrontend.server.sse import SSEWriter
-from vllm_pyfrontend.server.state import ServerState
+from vllm_pyfrontend.serving.formatters import ChatFormatter, CompletionFormatter
+from vllm_pyfrontend.serving.request_pipeline import ChoiceStep, RequestRun
+from vllm_pyfrontend.serving.sse import SSEWriter
+from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 from vllm_pyfrontend.supervisor.sim.engine import SimEngineConfig
 from vllm_pyfrontend.text.detokenizer import IncrementalDetokenizer
@@ -306,7 +306,7 @@ def test_every_request_ends_under_a_fault(worker, monkeypatch, fault, stream, n)
 
 
 # -- the Responses API (server/responses): the same faults through its formatter and routes ------
-from vllm_pyfrontend.server.responses.formatter import ResponsesFormatter  # noqa: E402
+from vllm_pyfrontend.api.responses.formatter import ResponsesFormatter  # noqa: E402
 
 RESPONSES_FAULTS = [
     Fault("engine_output_nth", Generation, "on_tokens", nth=3),  # a running output (the per-token path)

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from vllm_pyfrontend.server import sse
-from vllm_pyfrontend.server.sse import DONE, SSEWriter
+from vllm_pyfrontend.serving import sse
+from vllm_pyfrontend.serving.sse import DONE, SSEWriter
 
 
 class FakeTransport:

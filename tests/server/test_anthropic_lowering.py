@@ -1,4 +1,4 @@
-"""The Messages request lowering (frontend/server/anthropic/lowering.py) against vLLM's own
+"""The Messages request lowering (frontend/api/anthropic/lowering.py) against vLLM's own
 (`AnthropicServingMessages.to_chat_completion_request`): the same chat messages, tools, tool
 choice and sampling fields for a corpus of requests; and the error event framing."""
 
@@ -11,9 +11,9 @@ import msgspec
 import pytest
 
 from vllm_pyfrontend.errors import InvalidRequestError
-from vllm_pyfrontend.server.anthropic.formatter import AnthropicRun, event, stop_reason_of
-from vllm_pyfrontend.server.anthropic.lowering import lower_request
-from vllm_pyfrontend.server.anthropic.protocol import MessagesRequest
+from vllm_pyfrontend.api.anthropic.formatter import AnthropicRun, event, stop_reason_of
+from vllm_pyfrontend.api.anthropic.lowering import lower_request
+from vllm_pyfrontend.api.anthropic.protocol import MessagesRequest
 from vllm_pyfrontend.errors import APIError
 
 TOOLS = [{"name": "get_weather", "description": "Weather", "input_schema": {"properties": {"city": {"type": "string"}}}},
@@ -150,7 +150,7 @@ def test_text_during_a_tool_call_follows_the_tool_use_block():
     from types import SimpleNamespace
 
     from vllm_pyfrontend.chat.assistant import AssistantDelta
-    from vllm_pyfrontend.server.anthropic.formatter import AnthropicFormatter
+    from vllm_pyfrontend.api.anthropic.formatter import AnthropicFormatter
 
     written: list[bytes] = []
     run = SimpleNamespace(sse=SimpleNamespace(write=written.append), num_prompt_tokens=7, completion_tokens=5,

@@ -1,4 +1,4 @@
-"""The shared lowering (`server/lowering/`) on a worker over the simulated engine: the render
+"""The shared lowering (`serving/lowering/`) on a worker over the simulated engine: the render
 routes' steps are generation's own, and /invocations reaches the handlers the app registered."""
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ import msgspec
 import pytest
 
 from tests.reliability.test_fault_injection import MODEL, Worker
-from vllm_pyfrontend.server.lowering.chat import chat_request_from_openai, lower_chat, lower_chat_prompt
-from vllm_pyfrontend.server.lowering.completion import (
-    completion_request_from_openai,
+from vllm_pyfrontend.api.openai.lowering import chat_request_from_openai
+from vllm_pyfrontend.serving.lowering.chat import lower_chat, lower_chat_prompt
+from vllm_pyfrontend.api.openai.lowering import completion_request_from_openai
+from vllm_pyfrontend.serving.lowering.completion import (
     lower_completion,
     lower_completion_prompts,
 )
-from vllm_pyfrontend.server.sagemaker import _EXPECTED
-from vllm_pyfrontend.server.schemas import ChatCompletionRequest, CompletionRequest
+from vllm_pyfrontend.api.openai.sagemaker_routes import _EXPECTED
+from vllm_pyfrontend.api.openai.schemas import ChatCompletionRequest, CompletionRequest
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]

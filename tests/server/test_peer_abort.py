@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from vllm_pyfrontend.engine.types import FINISH_ABORT
-from vllm_pyfrontend.server.peer_abort import PeerAbort
+from vllm_pyfrontend.serving.peer_abort import PeerAbort
 
 
 class _Engine:

@@ -9,8 +9,8 @@ import pytest
 from vllm_pyfrontend.chat.assistant import AssistantStream
 from vllm_pyfrontend.engine.types import EngineOutput, Failure, FailureKind
 from vllm_pyfrontend.llm.generation import Generation
-from vllm_pyfrontend.server.formatters import ChatFormatter
-from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
+from vllm_pyfrontend.serving.formatters import ChatFormatter
+from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
 from vllm_pyfrontend.text.text_stream import TextStream
 
 

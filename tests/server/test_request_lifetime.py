@@ -17,7 +17,7 @@ import pytest
 
 from tests.reliability.test_fault_injection import MODEL, Worker
 from vllm_pyfrontend.llm.generation import Generation
-from vllm_pyfrontend.server.request_pipeline import RequestRun
+from vllm_pyfrontend.serving.request_pipeline import RequestRun
 
 CHAT = [{"role": "user", "content": "Hello there"}]
 REQUESTS = [

@@ -4,7 +4,7 @@ outside one."""
 
 from __future__ import annotations
 
-from vllm_pyfrontend.server import sse
+from vllm_pyfrontend.serving import sse
 
 
 class _Transport:

@@ -12,11 +12,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from vllm_pyfrontend.chat.assistant import AssistantStream
-from vllm_pyfrontend.server.formatters import ChatFormatter
-from vllm_pyfrontend.server.request_pipeline import Choice, RequestRun
-from vllm_pyfrontend.server import sse as sse_mod
-from vllm_pyfrontend.server.responder import respond
-from vllm_pyfrontend.server.sse import SSEWriter
+from vllm_pyfrontend.serving.formatters import ChatFormatter
+from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
+from vllm_pyfrontend.serving import sse as sse_mod
+from vllm_pyfrontend.serving.responder import respond
+from vllm_pyfrontend.serving.sse import SSEWriter
 from vllm_pyfrontend.text.text_stream import TextStream
 
 

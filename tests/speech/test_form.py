@@ -12,9 +12,9 @@ import pytest
 from aiohttp import FormData, web
 from aiohttp.test_utils import TestClient, TestServer
 
-from vllm_pyfrontend.speech.form import FormError, check_request, parse_form
+from vllm_pyfrontend.api.speech.form import FormError, check_request, parse_form
 from vllm_pyfrontend.errors import APIError
-from vllm_pyfrontend.speech.route import read_form
+from vllm_pyfrontend.api.speech.route import read_form
 
 WAV = ("a.wav", b"RIFF....")
 
@@ -112,7 +112,7 @@ async def test_multipart_read_is_bounded():
 def test_speech_modules_import_no_heavy_libraries():
     code = (
         "import sys\n"
-        "import vllm_pyfrontend.server.app, vllm_pyfrontend.speech.route, vllm_pyfrontend.speech.openapi\n"
+        "import vllm_pyfrontend.server.app, vllm_pyfrontend.api.speech.route, vllm_pyfrontend.api.speech.openapi\n"
         "print(sorted(m for m in ('torch', 'transformers', 'vllm', 'soundfile') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -133,7 +133,7 @@ def test_chunking_as_vllm():
     from vllm.config.speech_to_text import SpeechToTextConfig
     from vllm.multimodal.audio import split_audio
 
-    from vllm_pyfrontend.speech.model import SpeechModel
+    from vllm_pyfrontend.api.speech.model import SpeechModel
 
     sm = SpeechModel(mm=None)
     cfg = SpeechToTextConfig(sample_rate=16000, max_audio_clip_s=4, overlap_chunk_second=1)

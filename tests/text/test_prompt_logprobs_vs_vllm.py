@@ -1,4 +1,4 @@
-"""Prompt logprobs as vLLM's LogprobsProcessor builds them (server/prompt_logprobs.py), on the
+"""Prompt logprobs as vLLM's LogprobsProcessor builds them (serving/prompt_logprobs.py), on the
 real DeepSeek V4 tokenizer: random prompt rows, many of whose tokens are pieces of multi-byte
 characters (decoded alone they end in U+FFFD and are repaired from the preceding prompt tokens)."""
 
@@ -14,7 +14,7 @@ from vllm.v1.engine.logprobs import LogprobsProcessor
 from vllm.v1.outputs import LogprobsTensors
 
 from vllm_pyfrontend.engine.types import Logprobs
-from vllm_pyfrontend.server.prompt_logprobs import echo_logprobs, prompt_logprobs_json
+from vllm_pyfrontend.serving.prompt_logprobs import echo_logprobs, prompt_logprobs_json
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
@@ -73,7 +73,7 @@ def test_sampled_logprob_texts_equal_vllm(tok: Tokenizer, vllm_tok, pool, seed):
     """The same repair of sampled-token logprobs (context: the tokens sampled before)."""
     from vllm.v1.outputs import LogprobsLists
 
-    from vllm_pyfrontend.server.prompt_logprobs import SampledTexts
+    from vllm_pyfrontend.serving.prompt_logprobs import SampledTexts
 
     rng = random.Random(100 + seed)
     k = rng.choice([0, 2])

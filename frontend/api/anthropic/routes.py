@@ -1,0 +1,131 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API over the chat
+pipeline.
+
+A Messages request is lowered to chat messages, tools and sampling options (`lowering.py`),
+then like a chat completion by the chat lowering (`serving/lowering/chat.py`: template,
+tokenizer, media, sampling maps, the run), and its assistant events (reasoning, content, tool
+calls) are formatted as Anthropic content blocks or stream events (`formatter.py`). Every error on these routes has
+Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`) with the same status
+codes as the OpenAI routes: `anthropic_error_middleware` reshapes whatever the inner layers
+answered (authentication, unknown method, request validation, engine unavailable).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import msgspec
+from aiohttp import web
+
+from vllm_pyfrontend.api.anthropic.formatter import AnthropicFormatter, AnthropicRun, AnthropicSSE
+from vllm_pyfrontend.api.anthropic.lowering import LoweredChat, lower_request
+from vllm_pyfrontend.api.anthropic.protocol import (
+    CountTokensRequest,
+    MessagesRequest,
+    error_body,
+)
+from vllm_pyfrontend.serving.lowering.chat import ChatRequest, chat_run, lower_chat, lower_chat_prompt, submit_chat
+from vllm_pyfrontend.serving.responder import respond
+from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.state import STATE
+
+PREFIX = "/v1/messages"
+_json = msgspec.json.encode
+
+
+def accepts_media(state) -> bool:
+    """Whether the served model takes images (the worker's multimodal processing is set up)."""
+    return getattr(state, "multimodal", None) is not None
+
+
+def _chat_request(lowered: LoweredChat, req: MessagesRequest | None = None) -> ChatRequest:
+    """A lowered Messages (or count_tokens) request as the chat lowering's request: the
+    messages are already in the template's shape; one choice, no truncation."""
+    return ChatRequest(
+        messages=lowered.messages, options=lowered.options, tools=lowered.tools, tool_choice=lowered.tool_choice,
+        parallel_tool_calls=lowered.parallel_tool_calls, response_format=lowered.response_format,
+        chat_template_kwargs=lowered.template_kwargs, messages_normalized=True,
+        stream=bool(req is not None and req.stream), cache_salt=req.cache_salt if req is not None else None,
+    )
+
+
+async def handle_messages(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await state.read_body(request)
+    req: MessagesRequest = decode_body(body, MessagesRequest)
+    model = state.check_model(req.model)
+    state.check_generation()
+    state.check_engine()
+    chat = _chat_request(lower_request(req, allow_media=accepts_media(state)), req)
+    low = await lower_chat(state, chat)
+    prompt_ids = low.prompt.prompt_ids
+
+    message_id = f"msg_{uuid.uuid4().hex[:24]}"
+    formatter = AnthropicFormatter(message_id, model)
+    sse = None
+    if chat.stream:
+        sse = AnthropicSSE()
+        sse.write(formatter.message_start(len(prompt_ids)))  # held until the headers are out
+    # usage goes out with message_delta (include_usage stays off)
+    run = chat_run(state, chat, low, response_id=message_id, model=model, created=int(time.time()),
+                   formatter=formatter, sse=sse, run_class=AnthropicRun)
+    return await respond(state, request, run, submit_chat(state, request, chat, low, run), role_chunks=False)
+
+
+async def handle_count_tokens(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = await state.read_body(request)
+    req: CountTokensRequest = decode_body(body, CountTokensRequest)
+    state.check_model(req.model)
+    prompt = await lower_chat_prompt(state, _chat_request(lower_request(req, allow_media=accepts_media(state))))
+    n = len(prompt.prompt_ids)
+    # vLLM also reports the count before any context management (none here: the same number).
+    return web.Response(body=_json({"input_tokens": n, "context_management": {"original_input_tokens": n}}),
+                        content_type="application/json")
+
+
+def _anthropic_shape(response: web.Response) -> web.Response:
+    """An OpenAI-shaped error answer of an inner layer, reshaped (same status and headers)."""
+    message = response.reason or "error"
+    try:
+        err = msgspec.json.decode(response.body)["error"]
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            message = err["message"]
+        elif isinstance(err, str):
+            message = err
+    except Exception:  # noqa: BLE001 - not JSON (aiohttp's own text answers): keep the reason
+        if isinstance(response.body, bytes) and response.body:
+            message = response.body.decode("utf-8", "replace")
+    out = web.Response(status=response.status, body=_json(error_body(response.status, message)),
+                       content_type="application/json")
+    for name, value in response.headers.items():
+        if name.lower() not in ("content-type", "content-length"):
+            out.headers[name] = value
+    return out
+
+
+@web.middleware
+async def anthropic_error_middleware(request: web.Request, handler):
+    """Outermost: every error answer on the /v1/messages routes in Anthropic's shape."""
+    if not request.path.startswith(PREFIX):
+        return await handler(request)
+    try:
+        resp = await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return web.Response(status=e.status, body=_json(error_body(e.status, e.text or e.reason)),
+                            content_type="application/json")
+    if resp.status >= 400 and isinstance(resp, web.Response) and not resp.prepared:
+        ctype = resp.content_type or ""
+        if ctype == "application/json" or ctype.startswith("text/"):
+            return _anthropic_shape(resp)
+    return resp
+
+
+def add_anthropic_routes(app: web.Application) -> None:
+    """The Messages routes, and the middleware that gives their errors Anthropic's shape."""
+    app.middlewares.insert(0, anthropic_error_middleware)
+    app.router.add_post(PREFIX, handle_messages)
+    app.router.add_post(PREFIX + "/count_tokens", handle_count_tokens)

@@ -1,0 +1,57 @@
+"""POST /v1/chat/completions: messages -> chat template -> n engine requests -> SSE or JSON.
+
+The body becomes a `ChatRequest` and is lowered by `serving/lowering/chat.py` (the same lowering
+as every chat-shaped API style); the pipeline itself lives in `request_pipeline.py`
+(RequestRun) and `formatters.py` (ChatFormatter).
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from vllm_pyfrontend.llm.request_ids import make_request_id
+from vllm_pyfrontend.serving.beam_generation import respond_beam_search, step_sampling
+from vllm_pyfrontend.serving.formatters import ChatFormatter
+from vllm_pyfrontend.serving.lora import lora_request_for
+from vllm_pyfrontend.api.openai.lowering import chat_request_from_openai
+from vllm_pyfrontend.serving.lowering.chat import chat_run, lower_chat, submit_chat
+from vllm_pyfrontend.serving.responder import new_sse, respond
+from vllm_pyfrontend.api.openai.schemas import ChatCompletionRequest
+from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.state import STATE
+
+
+async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await state.read_body(request)
+    req: ChatCompletionRequest = decode_body(body, ChatCompletionRequest)
+    model = state.check_model(req.model)
+    lora = lora_request_for(state, model)
+    state.check_generation()
+    state.check_engine()
+    chat = chat_request_from_openai(state, req, lora)
+    low = await lower_chat(state, chat)
+
+    response_id = f"chatcmpl-{chat.request_id}" if chat.request_id else make_request_id("chatcmpl", state.worker_index)
+    created = int(time.time())
+    beam = chat.use_beam_search
+    formatter = ChatFormatter(
+        state.token_text, chat.top_logprobs or 0,
+        prompt_logprobs=not beam and low.prompt.prompt_logprobs is not None,
+        # vLLM's beam tokens have no decoded text of their own: no repair, no `bytes`
+        decode=None if beam else (lambda ids: state.tokenizer.decode(ids, skip_special_tokens=False)),
+        token_bytes=not beam,
+    )
+    sse = new_sse(state, response_id, model, created, "chat.completion.chunk") if chat.stream else None
+    run = chat_run(state, chat, low, response_id=response_id, model=model, created=created, formatter=formatter,
+                   sse=sse)
+    if beam:
+        return await respond_beam_search(
+            state, request, run, [low.prompt.prompt_ids], [low.beams], step_sampling(state, low.prompt.n,
+                                                                                     chat.options.temperature),
+            skip_special_tokens=chat.options.skip_special_tokens, lora_request=lora, priority=chat.priority,
+            cache_salt=chat.cache_salt, role_chunks=True,
+        )
+    return await respond(state, request, run, submit_chat(state, request, chat, low, run), role_chunks=True)

@@ -1,0 +1,51 @@
+"""POST /v1/completions: prompt(s) as text or token ids -> n engine requests each -> SSE or JSON.
+
+The body becomes a `TextCompletionRequest` and is lowered by `serving/lowering/completion.py`
+(shared with the completion render route); the pipeline is `RequestRun` with the
+`CompletionFormatter`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from vllm_pyfrontend.llm.request_ids import make_request_id
+from vllm_pyfrontend.serving.beam_generation import respond_beam_search, step_sampling
+from vllm_pyfrontend.serving.lora import lora_request_for
+from vllm_pyfrontend.api.openai.lowering import completion_request_from_openai
+from vllm_pyfrontend.serving.lowering.completion import (
+    completion_run,
+    lower_completion,
+    submit_completion,
+)
+from vllm_pyfrontend.serving.responder import new_sse, respond
+from vllm_pyfrontend.api.openai.schemas import CompletionRequest
+from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.state import STATE
+
+
+async def handle_completions(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await state.read_body(request)
+    req: CompletionRequest = decode_body(body, CompletionRequest)
+    model = state.check_model(req.model)
+    lora = lora_request_for(state, model)
+    state.check_generation()
+    state.check_engine()
+    comp = completion_request_from_openai(state, req, lora)
+    low = lower_completion(state, comp)
+
+    response_id = f"cmpl-{comp.request_id}" if comp.request_id else make_request_id("cmpl", state.worker_index)
+    created = int(time.time())
+    sse = new_sse(state, response_id, model, created, "text_completion") if comp.stream else None
+    run = completion_run(state, comp, low, response_id=response_id, model=model, created=created, sse=sse)
+    if comp.use_beam_search:
+        return await respond_beam_search(
+            state, request, run, low.prompts.prompt_ids, low.beams,
+            step_sampling(state, low.prompts.n, comp.options.temperature),
+            skip_special_tokens=comp.options.skip_special_tokens, lora_request=lora, priority=comp.priority,
+            cache_salt=comp.cache_salt, role_chunks=False,
+        )
+    return await respond(state, request, run, submit_completion(state, request, comp, low, run), role_chunks=False)

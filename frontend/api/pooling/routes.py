@@ -1,0 +1,450 @@
+"""The pooling routes with vLLM's request and response shapes:
+
+| route | what |
+|---|---|
+| POST /v1/embeddings | OpenAI embeddings (float or base64, `dimensions`, chat `messages`) |
+| POST /v2/embed | Cohere embed (texts; float, base64, binary, ubinary) |
+| POST /classify | sequence classification (labels from the model config) |
+| POST /pooling | the model's pooler output as is |
+| POST /score, /v1/score | cross-encoder, bi-encoder (cosine) or late-interaction (MaxSim) scores |
+| POST /rerank, /v1/rerank, /v2/rerank | Jina / Cohere rerank (`top_n`, `return_documents`) |
+
+Each input is one engine request (`llm/pooling.py`), all sent together and answered in input
+order. A route the model's tasks do not cover answers 400 naming what the model serves.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import sys
+import time
+from typing import Any
+
+import msgspec
+import numpy as np
+from aiohttp import web
+
+from vllm_pyfrontend.engine.types import EngineDeadError, PooledTensor
+from vllm_pyfrontend.llm.pooling import PoolingBatch, PoolingFailed, pooling_params
+from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.api.pooling import inputs
+from vllm_pyfrontend.api.pooling.model import PoolingModel
+from vllm_pyfrontend.api.pooling.schemas import (
+    ClassificationRequest,
+    CohereEmbedRequest,
+    EmbeddingRequest,
+    PoolingRequest,
+    RerankRequest,
+    ScoreRequest,
+)
+from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.state import STATE
+
+_json = msgspec.json.encode
+_NATIVE = sys.byteorder
+
+
+# --------------------------------------------------------------------------- common
+
+
+def _model(state: Any) -> PoolingModel:
+    pm = getattr(state, "pooling_model", None)
+    return pm if pm is not None else PoolingModel(supported_tasks=tuple(state.supported_tasks))
+
+
+def _serves(pm: PoolingModel) -> str:
+    if pm.pooling_task is not None:
+        return f"its pooling task is `{pm.pooling_task}`"
+    return f"it supports {', '.join(f'`{t}`' for t in pm.supported_tasks) or 'no task'}"
+
+
+def _unsupported(what: str, task: str, pm: PoolingModel) -> APIError:
+    return APIError(400, f"The model does not support {what} (task `{task}`): {_serves(pm)}.", "model")
+
+
+def _request_id(request: web.Request, given: str | None) -> str:
+    """vLLM's: the X-Request-Id header, else the body's `request_id`, else a random one."""
+    return request.headers.get("X-Request-Id") or given or secrets.token_hex(8)
+
+
+def _usage(n: int, *, full: bool = True) -> dict[str, Any]:
+    if not full:
+        return {"prompt_tokens": n, "total_tokens": n}
+    return {"prompt_tokens": n, "total_tokens": n, "completion_tokens": 0,
+            "prompt_tokens_details": None, "completion_tokens_details": None}
+
+
+def _respond(body: dict[str, Any]) -> web.Response:
+    return web.Response(body=_json(body), content_type="application/json")
+
+
+async def _begin(state: Any, request: web.Request, cls: type) -> Any:
+    req = decode_body(await state.read_body(request), cls)
+    return req
+
+
+async def _pool(state: Any, request: web.Request, prompts: list[list[int]], params: list[list[Any]],
+                prefix: str, external_id: str, req: Any) -> list[PooledTensor]:
+    """Send one engine request per prompt, wait for all, answer their outputs in order."""
+    state.check_engine()
+    batch = PoolingBatch(state.engine, state.worker_index, prefix, external_id)
+    trace = request.get("trace_headers")
+    for ids, p in zip(prompts, params):
+        batch.add(ids, p, priority=getattr(req, "priority", 0), cache_salt=getattr(req, "cache_salt", None),
+                  trace_headers=trace)
+    try:
+        batch.submit()
+    except EngineDeadError as e:
+        raise APIError(503, f"The engine is not available: {e}") from None
+    state.request_started()
+    try:
+        return await batch.results()
+    except PoolingFailed as e:
+        raise APIError(503 if e.failure.kind.engine_unavailable else 500, e.failure.message) from None
+    finally:
+        state.request_finished()
+
+
+def _activation(pm: PoolingModel, req: Any) -> bool | None:
+    return req.use_activation if req.use_activation is not None else pm.use_activation
+
+
+def _check_dimensions(pm: PoolingModel, dimensions: int | None, model_name: str) -> None:
+    """vLLM's `PoolingParams` checks of `dimensions` (done by its frontend too)."""
+    if dimensions is None:
+        return
+    if not pm.matryoshka:
+        raise APIError(400, f"Model {model_name!r} does not support Matryoshka embeddings; dimensions must "
+                       f"be unset (received dimensions={dimensions}).", "dimensions")
+    size = pm.hidden_size or 0
+    if not 1 <= dimensions <= size:
+        raise APIError(400, f"Model {model_name!r} only supports dimensions in range [1, {size}], got "
+                       f"{dimensions}.", "dimensions")
+    mds = pm.matryoshka_dimensions
+    if mds is not None and dimensions not in mds:
+        raise APIError(400, f"Model {model_name!r} only supports Matryoshka dimensions {list(mds)}, got "
+                       f"{dimensions}.", "dimensions")
+
+
+def _floats(t: PooledTensor) -> list:
+    return t.array().tolist()
+
+
+def _bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns, rounding to nearest even (as torch's `.to`)."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
+    return rounded.astype(np.uint16)
+
+
+def _binary(t: PooledTensor, embed_dtype: str, endianness: str) -> bytes:
+    """vLLM's `tensor2binary`: flattened, in `embed_dtype`, in the given byte order."""
+    if embed_dtype == "float32" and t.dtype in ("float32", "<f4") and endianness in ("native", "little") \
+            and _NATIVE == "little":
+        return bytes(t.data)  # the engine's own bytes: no conversion
+    a = t.array().reshape(-1)
+    if embed_dtype == "float32":
+        out = a.astype(np.float32)
+    elif embed_dtype == "float16":
+        out = a.astype(np.float16)
+    else:
+        out = _bf16_bits(a.astype(np.float32))
+    if endianness != "native" and endianness != _NATIVE:
+        out = out.byteswap()
+    return out.tobytes()
+
+
+def _encoded(t: PooledTensor, fmt: str, embed_dtype: str, endianness: str) -> Any:
+    if fmt == "base64":
+        return base64.b64encode(_binary(t, embed_dtype, endianness)).decode("ascii")
+    return _floats(t)
+
+
+# --------------------------------------------------------------------------- embeddings
+
+
+async def handle_embeddings(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    req: EmbeddingRequest = await _begin(state, request, EmbeddingRequest)
+    model = state.check_model(req.model)
+    pm = _model(state)
+    if pm.pooling_task != "embed":
+        raise _unsupported("embeddings", "embed", pm)
+    inputs.check_removed(req)
+    _check_dimensions(pm, req.dimensions, model)
+    prompts = inputs.prompts_from(state, req)
+    params = pooling_params("embed", use_activation=_activation(pm, req), dimensions=req.dimensions)
+    rid = _request_id(request, req.request_id)
+    outs = await _pool(state, request, prompts, [params] * len(prompts), "embd", rid, req)
+    data = [{"index": i, "object": "embedding",
+             "embedding": _encoded(t, req.encoding_format, req.embed_dtype, req.endianness)}
+            for i, t in enumerate(outs)]
+    return _respond({"id": f"embd-{rid}", "object": "list", "created": int(time.time()), "model": model,
+                     "data": data, "usage": _usage(sum(len(p) for p in prompts))})
+
+
+def _pack_bits(floats: np.ndarray, signed: bool) -> list:
+    if floats.shape[-1] % 8:
+        raise APIError(400, "Embedding dimension must be a multiple of 8 for binary embedding types, "
+                       f"but got {floats.shape[-1]}.", "embedding_types")
+    packed = np.packbits(floats >= 0, axis=-1)
+    return (packed.astype(np.int16) - 128).tolist() if signed else packed.tolist()
+
+
+async def handle_cohere_embed(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    req: CohereEmbedRequest = await _begin(state, request, CohereEmbedRequest)
+    model = state.check_model(req.model)
+    pm = _model(state)
+    if pm.pooling_task != "embed":
+        raise _unsupported("embeddings", "embed", pm)
+    given = [f for f in (req.texts, req.images, req.inputs) if f is not None]
+    if len(given) != 1 or not given[0]:
+        raise APIError(400, "Exactly one of texts, images, or inputs must be provided, and it must be "
+                       "non-empty", "texts")
+    if req.texts is None:
+        raise APIError(400, "Only `texts` inputs are supported by this text-only model.", "images")
+    if req.input_type is not None:
+        raise APIError(400, f"Unsupported input_type {req.input_type!r}. This model does not define any "
+                       "input_type task instructions.", "input_type")
+    _check_dimensions(pm, req.output_dimension, model)
+    inputs.check_count(len(req.texts), "texts")
+    # Cohere's truncate: END cuts the end (to max_tokens or the model's length), START the
+    # start, NONE refuses what is too long.
+    if req.truncate == "NONE":
+        keep, side = None, None
+    else:
+        keep = req.max_tokens if req.max_tokens is not None else -1
+        side = "left" if req.truncate == "START" else None
+    max_len = state.max_model_len
+    prompts = []
+    for text in req.texts:
+        ids = state.tokenizer.encode(text, add_special_tokens=True)
+        ids = inputs.truncate(ids, keep, side, max_len)
+        if req.truncate == "NONE" and req.max_tokens is not None and len(ids) > req.max_tokens:
+            raise APIError(400, f"Input of {len(ids)} tokens exceeds max_tokens={req.max_tokens} with "
+                           "truncate=NONE. Set truncate to END or START to truncate automatically.", "texts")
+        prompts.append(inputs.check_length(ids, max_len, "texts"))
+    params = pooling_params("embed", use_activation=pm.use_activation, dimensions=req.output_dimension)
+    rid = _request_id(request, None)
+    outs = await _pool(state, request, prompts, [params] * len(prompts), "embd", rid, req)
+    floats = [_floats(t) for t in outs]
+    embeddings: dict[str, Any] = {}
+    for kind in req.embedding_types or ["float"]:
+        if kind == "float":
+            embeddings["float"] = floats
+        elif kind == "base64":
+            embeddings["base64"] = [base64.b64encode(_binary(t, "float32", "little")).decode("ascii")
+                                    for t in outs]
+        else:
+            embeddings[kind] = _pack_bits(np.asarray(floats, dtype=np.float64), signed=kind == "binary")
+    tokens = sum(len(p) for p in prompts)
+    return _respond({
+        "id": f"embd-{rid}", "embeddings": embeddings, "texts": req.texts,
+        "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens, "image_tokens": 0}},
+        "response_type": "embeddings_by_type",
+    })
+
+
+# --------------------------------------------------------------------------- classify / pooling
+
+
+async def handle_classify(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    req: ClassificationRequest = await _begin(state, request, ClassificationRequest)
+    model = state.check_model(req.model)
+    pm = _model(state)
+    if "classify" not in pm.supported_tasks:
+        raise _unsupported("classification", "classify", pm)
+    prompts = inputs.prompts_from(state, req)
+    params = pooling_params("classify", use_activation=_activation(pm, req))
+    rid = _request_id(request, req.request_id)
+    outs = await _pool(state, request, prompts, [params] * len(prompts), "classify", rid, req)
+    data = []
+    for i, t in enumerate(outs):
+        probs = t.array().reshape(-1)
+        top = int(np.argmax(probs)) if probs.size else 0
+        data.append({"index": i, "label": pm.id2label.get(top), "probs": probs.tolist(),
+                     "num_classes": int(probs.size)})
+    return _respond({"id": f"classify-{rid}", "object": "list", "created": int(time.time()), "model": model,
+                     "data": data, "usage": _usage(sum(len(p) for p in prompts))})
+
+
+async def handle_pooling(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    req: PoolingRequest = await _begin(state, request, PoolingRequest)
+    model = state.check_model(req.model)
+    pm = _model(state)
+    inputs.check_removed(req)
+    if pm.pooling_task is None:
+        raise _unsupported("pooling", "embed", pm)
+    task = pm.pooling_task if req.task is msgspec.UNSET or req.task is None else req.task
+    if task != pm.pooling_task:
+        if task not in pm.supported_tasks:
+            raise APIError(400, f"Unsupported task: {task!r} Supported tasks: {list(pm.supported_tasks)}", "task")
+        raise APIError(400, f"The model's pooling task is {pm.pooling_task!r}, not {task!r}. Try switching the "
+                       f"model's pooling_task via --pooler-config.task {task}.", "task")
+    if task not in ("embed", "classify", "token_embed", "token_classify"):
+        raise APIError(400, f"The {task!r} pooling task needs an IO processor plugin, which this frontend "
+                       "does not run.", "task")
+    if req.dimensions is not None:  # as vLLM's /pooling
+        raise APIError(400, "dimensions is currently not supported", "dimensions")
+    prompts = inputs.prompts_from(state, req)
+    params = pooling_params(task, use_activation=_activation(pm, req))
+    rid = _request_id(request, req.request_id)
+    outs = await _pool(state, request, prompts, [params] * len(prompts), "pooling", rid, req)
+    data = [{"index": i, "object": "pooling",
+             "data": _encoded(t, req.encoding_format, req.embed_dtype, req.endianness)}
+            for i, t in enumerate(outs)]
+    return _respond({"id": f"pooling-{rid}", "object": "list", "created": int(time.time()), "model": model,
+                     "data": data, "usage": _usage(sum(len(p) for p in prompts))})
+
+
+# --------------------------------------------------------------------------- score / rerank
+
+
+def _truncate_text(state: Any, text: str, max_tokens: int) -> str:
+    """vLLM's `truncate_text_to_tokens`: cut the text at the end of its `max_tokens`-th token."""
+    if max_tokens <= 0:
+        return text
+    enc = state.tokenizer.hf_tokenizer.encode(text, add_special_tokens=False)
+    if len(enc.ids) <= max_tokens:
+        return text
+    return text[:enc.offsets[max_tokens - 1][1]]
+
+
+def _token_limit(state: Any, value: int, name: str) -> int:
+    if value and value >= state.max_model_len:
+        raise APIError(400, f"{name} ({value}) must be less than max_model_len ({state.max_model_len}).", name)
+    return value
+
+
+def _pair_ids(state: Any, pm: PoolingModel, q: str, d: str, req: Any) -> tuple[list[int], int | None]:
+    """A cross-encoder's prompt for one pair, and where the second segment starts when the
+    model takes token type ids (vLLM's `compressed_token_type_ids`)."""
+    hf = state.tokenizer.hf_tokenizer
+    if pm.use_sep_token:
+        enc = hf.encode(q, pair=d, add_special_tokens=True)
+        ids, type_ids = list(enc.ids), list(enc.type_ids)
+    else:
+        ids, type_ids = state.tokenizer.encode(q + d, add_special_tokens=True), None
+    max_len = state.max_model_len
+    if req.truncate_prompt_tokens is not None:
+        ids = inputs.truncate(ids, req.truncate_prompt_tokens, req.truncation_side, max_len)
+        if type_ids is not None:
+            type_ids = inputs.truncate(type_ids, req.truncate_prompt_tokens, req.truncation_side, max_len)
+    inputs.check_length(ids, max_len, "documents")
+    boundary = None
+    if type_ids is not None and pm.token_type_ids:
+        boundary = next((i for i, t in enumerate(type_ids) if t == 1), len(type_ids))
+    return ids, boundary
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = a.reshape(-1).astype(np.float32)
+    b = b.reshape(-1).astype(np.float32)
+    eps = np.float32(1e-8)
+    return float(np.dot(a, b) / (max(np.linalg.norm(a), eps) * max(np.linalg.norm(b), eps)))
+
+
+def _maxsim(q: np.ndarray, d: np.ndarray) -> float:
+    return float((q.astype(np.float32) @ d.astype(np.float32).T).max(axis=-1).sum())
+
+
+async def _scores(state: Any, request: web.Request, req: Any, side1: list[str], side2: list[str],
+                  rid: str) -> tuple[list[float], int]:
+    """One score per pair (side1 broadcast when it has one item) and the prompt tokens used."""
+    pm = _model(state)
+    kind = pm.score_type
+    if kind is None:
+        raise _unsupported("scoring", "classify" if pm.pooling_task == "classify" else "embed", pm)
+    if len(side1) > 1 and len(side1) != len(side2):
+        raise APIError(400, "Input lengths must be either 1:1, 1:N or N:N")
+    if not side1:
+        raise APIError(400, "At least one text element must be given")
+    if not side2:
+        raise APIError(400, "At least one text_pair element must be given")
+    inputs.check_count(len(side1) + len(side2), "documents")
+    q_limit = _token_limit(state, req.max_tokens_per_query, "max_tokens_per_query")
+    d_limit = _token_limit(state, req.max_tokens_per_doc, "max_tokens_per_doc")
+    side1 = [_truncate_text(state, t, q_limit) for t in side1]
+    side2 = [_truncate_text(state, t, d_limit) for t in side2]
+    if kind == "cross-encoder":
+        queries = side1 * len(side2) if len(side1) == 1 else side1
+        prompts, params = [], []
+        for q, d in zip(queries, side2):
+            ids, boundary = _pair_ids(state, pm, q, d, req)
+            extra = {"compressed_token_type_ids": boundary} if boundary is not None else None
+            prompts.append(ids)
+            params.append(pooling_params("classify", use_activation=_activation(pm, req), extra_kwargs=extra))
+        outs = await _pool(state, request, prompts, params, "score", rid, req)
+        return [float(t.array().reshape(-1)[0]) for t in outs], sum(len(p) for p in prompts)
+    task = "embed" if kind == "bi-encoder" else "token_embed"
+    max_len = state.max_model_len
+    prompts = [inputs.check_length(
+        inputs.truncate(state.tokenizer.encode(t, add_special_tokens=True), req.truncate_prompt_tokens,
+                        req.truncation_side, max_len), max_len, "documents") for t in side1 + side2]
+    params = pooling_params(task, use_activation=_activation(pm, req))
+    outs = await _pool(state, request, prompts, [params] * len(prompts), "score", rid, req)
+    arrays = [t.array() for t in outs]
+    qs, ds = arrays[:len(side1)], arrays[len(side1):]
+    if len(qs) == 1:
+        qs = qs * len(ds)
+    combine = _cosine if kind == "bi-encoder" else _maxsim
+    return [combine(q, d) for q, d in zip(qs, ds)], sum(len(p) for p in prompts)
+
+
+async def handle_score(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    req: ScoreRequest = await _begin(state, request, ScoreRequest)
+    model = state.check_model(req.model)
+    inputs.check_removed(req)
+    if req.queries is not None:
+        a, b, names = req.queries, req.documents if req.documents is not None else req.items, ("queries", "documents")
+    elif req.data_1 is not None or req.data_2 is not None:
+        a, b, names = req.data_1, req.data_2, ("data_1", "data_2")
+    else:
+        a, b, names = req.text_1, req.text_2, ("text_1", "text_2")
+    side1, side2 = inputs.score_texts(a, names[0]), inputs.score_texts(b, names[1])
+    rid = _request_id(request, req.request_id)
+    scores, tokens = await _scores(state, request, req, side1, side2, rid)
+    data = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
+    return _respond({"id": f"score-{rid}", "object": "list", "created": int(time.time()), "model": model,
+                     "data": data, "usage": _usage(tokens)})
+
+
+async def handle_rerank(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    req: RerankRequest = await _begin(state, request, RerankRequest)
+    model = state.check_model(req.model)
+    inputs.check_removed(req)
+    if not isinstance(req.query, str):
+        raise APIError(400, "`query` must be a string.", "query")
+    docs = inputs.score_texts(req.documents, "documents")
+    rid = _request_id(request, req.request_id)
+    scores, tokens = await _scores(state, request, req, [req.query], docs, rid)
+    order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
+    if req.top_n and req.top_n < len(order):
+        order = order[:req.top_n]
+    results = []
+    for i in order:
+        item: dict[str, Any] = {"index": i}
+        if req.return_documents:
+            item["document"] = {"text": docs[i], "multi_modal": None}
+        item["relevance_score"] = scores[i]
+        results.append(item)
+    return _respond({"id": f"score-{rid}", "model": model, "usage": _usage(tokens, full=False),
+                     "results": results})
+
+
+def add_pooling_routes(app: web.Application) -> None:
+    """Register the pooling routes (each answers 400 where the model's tasks do not cover it)."""
+    app.router.add_post("/v1/embeddings", handle_embeddings)
+    app.router.add_post("/v2/embed", handle_cohere_embed)
+    app.router.add_post("/classify", handle_classify)
+    app.router.add_post("/pooling", handle_pooling)
+    for path in ("/score", "/v1/score"):
+        app.router.add_post(path, handle_score)
+    for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
+        app.router.add_post(path, handle_rerank)

@@ -1,0 +1,503 @@
+"""`POST /v1/responses`, `GET /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`.
+
+A Responses request is lowered to chat messages (`lowering.py`), then like a chat request by
+the chat lowering (`serving/lowering/chat.py`: template, tokenizer, media, one engine request),
+and run through the same `RequestRun` pipeline (detokenizer, stop strings, reasoning and tool parsers) with the
+`ResponsesFormatter`. Stored responses go to the shared store (`frontend/store`), so a
+follow-up or a GET served by any worker (or replica, with Redis) finds them. Background
+responses keep running when their client leaves; a cancel on any worker sets the store's
+cancel flag, which the owning worker watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from vllm_pyfrontend.llm.sampling import SamplingOptions
+from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.serving.lowering.chat import ChatRequest, chat_run, lower_chat, submit_chat
+from vllm_pyfrontend.serving.request_pipeline import RequestRun
+from vllm_pyfrontend.api.responses.formatter import ResponsesFormatter, new_id, usage_of
+from vllm_pyfrontend.api.responses.lowering import (
+    build_messages,
+    chat_tool_choice,
+    chat_tools,
+    continues_final_message,
+    response_format,
+)
+from vllm_pyfrontend.api.responses.schemas import ResponsesRequest
+from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.sse import SSEWriter
+from vllm_pyfrontend.store import ResponseStore, open_store
+from vllm_pyfrontend.serving.state import STATE
+
+log = logging.getLogger(__name__)
+WORKER_HEADER = "X-Vllm-Pyfrontend-Worker"  # which worker served the request
+CANCEL_POLL_S = 0.2
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+class Responses:
+    """Per worker: the store, and the background runs this worker owns (for cancels)."""
+
+    def __init__(self, store: ResponseStore):
+        self.store = store
+        self.background: dict[str, RequestRun] = {}
+        self.cancelled: set[str] = set()
+        self.tasks: set[asyncio.Task] = set()
+        self._watcher: asyncio.Task | None = None
+
+    def own(self, response_id: str, run: RequestRun) -> None:
+        self.background[response_id] = run
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    def cancel_local(self, response_id: str) -> bool:
+        run = self.background.get(response_id)
+        if run is None:
+            return False
+        self.cancelled.add(response_id)
+        run.cancel()
+        return True
+
+    async def _watch(self) -> None:
+        """Poll the store's cancel flags of the background runs this worker owns."""
+        while self.background:
+            await asyncio.sleep(CANCEL_POLL_S)
+            try:
+                flagged = await self.store.cancel_requested(list(self.background))
+            except Exception:  # noqa: BLE001 - a store hiccup delays a cancel, never fails a run
+                log.exception("could not read cancel flags")
+                continue
+            for rid in flagged:
+                self.cancel_local(rid)
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+        for task in list(self.tasks):
+            task.cancel()
+        await self.store.close()
+
+
+def add_responses_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/responses", handle_create)
+    app.router.add_get("/v1/responses/{response_id}", handle_retrieve)
+    app.router.add_post("/v1/responses/{response_id}/cancel", handle_cancel)
+
+    async def start(app: web.Application) -> None:
+        cfg = app[STATE].config
+        policy = cfg.policy
+        app["responses"] = Responses(open_store(policy.response_store, cfg.runtime_dir,
+                                                ttl=policy.response_store_ttl,
+                                                max_entries=policy.response_store_max_entries))
+
+    async def stop(app: web.Application) -> None:
+        responses = app.get("responses")
+        if responses is not None:
+            await responses.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+
+
+def _json(state, body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json",
+                        headers={WORKER_HEADER: str(state.worker_index)})
+
+
+def _not_found(response_id: str) -> APIError:
+    return APIError(404, f"Response with id '{response_id}' not found.", "response_id")
+
+
+# -- the response object ------------------------------------------------------------------------
+def response_object(req: ResponsesRequest, *, response_id: str, created_at: int, model: str,
+                    sampling: dict[str, Any], status: str, output: list[dict[str, Any]],
+                    usage: dict[str, Any] | None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Response object, with vLLM's fields (and OpenAI's `error`)."""
+    return {
+        "id": response_id,
+        "created_at": created_at,
+        "error": error,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": req.instructions,
+        "metadata": req.metadata,
+        "model": model,
+        "object": "response",
+        "output": output,
+        "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
+        "temperature": sampling["temperature"],
+        "tool_choice": req.tool_choice if req.tools else "none",
+        "tools": req.tools or [],
+        "top_p": sampling["top_p"],
+        "background": bool(req.background),
+        "max_output_tokens": sampling["max_tokens"],
+        "max_tool_calls": req.max_tool_calls,
+        "previous_response_id": req.previous_response_id,
+        "prompt": None,
+        "reasoning": req.reasoning,
+        "service_tier": req.service_tier,
+        "status": status,
+        "text": req.text,
+        "top_logprobs": sampling.get("logprobs"),
+        "truncation": req.truncation or "disabled",
+        "usage": usage,
+        "user": req.user,
+        "presence_penalty": sampling["presence_penalty"],
+        "frequency_penalty": sampling["frequency_penalty"],
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "input_messages": None,
+        "output_messages": None,
+    }
+
+
+class _Sink:
+    """What the RequestRun writes events into: the client's SSE stream while there is one. A
+    background run stays alive when its client leaves; a foreground run is cancelled."""
+
+    __slots__ = ("writer", "background", "alive")
+
+    def __init__(self, writer: SSEWriter | None, background: bool):
+        self.writer = writer
+        self.background = background
+        self.alive = True
+
+    def write(self, data: bytes) -> None:
+        if data.startswith(b"data: "):
+            return  # RequestRun.fail's chat-style error event: ours is `response.failed`
+        w = self.writer
+        if w is None:
+            return
+        if w.alive:
+            w.write(data)
+        if not w.alive:
+            self.writer = None
+            if not self.background:
+                self.alive = False
+
+
+class _Turn:
+    """One accepted Responses request: its run, formatter and what its final object needs."""
+
+    def __init__(self, state, request: web.Request, req: ResponsesRequest, model: str,
+                 messages: list[dict[str, Any]], sampling: dict[str, Any], run: RequestRun,
+                 formatter: ResponsesFormatter, sink: _Sink, sub):
+        self.state, self.request, self.req, self.model = state, request, req, model
+        self.messages, self.sampling, self.run, self.formatter, self.sink, self.sub = (
+            messages, sampling, run, formatter, sink, sub)
+        self.response_id = run.response_id
+        self.responses: Responses = request.app["responses"]
+
+    def snapshot(self, status: str, output=None, usage=None, error=None) -> dict[str, Any]:
+        return response_object(self.req, response_id=self.response_id, created_at=self.run.created,
+                               model=self.model, sampling=self.sampling, status=status,
+                               output=list(output or []), usage=usage, error=error)
+
+    def final(self, cancelled: bool) -> dict[str, Any]:
+        run = self.run
+        self.formatter.close()
+        error = None
+        gen = run.choices[0].gen
+        if cancelled:
+            status = "cancelled"
+        elif run.error is not None:
+            status = "failed"
+            error = {"code": "server_error", "message": run.error.message}
+        elif gen is not None and gen.finish_reason == "length":
+            status = "incomplete"
+        else:
+            status = "completed"
+        items = self.formatter.items
+        if not items and not self.req.stream and status in ("completed", "incomplete"):
+            # Nothing generated (e.g. a stop at the first token): vLLM answers one empty message
+            # item when not streaming (a stream has no items, as no item events went out).
+            items = [{"id": new_id("msg"), "type": "message", "role": "assistant", "status": "completed",
+                      "content": []}]
+        return self.snapshot(status, items, usage_of(run), error)
+
+    async def store(self, response: dict[str, Any]) -> None:
+        if self.req.store:
+            await self.responses.store.put(self.response_id, {"response": response, "messages": self.messages})
+
+    def terminal_event(self, response: dict[str, Any]) -> None:
+        kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(
+            response["status"], "response.failed")
+        self.formatter.event(kind, response=response)
+
+    async def finish(self) -> dict[str, Any]:
+        """After the run's end: the final object, stored (a cancel seen in the store wins)."""
+        cancelled = self.response_id in self.responses.cancelled
+        if not cancelled and self.req.background and self.req.store:
+            try:
+                cancelled = bool(await self.responses.store.cancel_requested([self.response_id]))
+            except Exception:  # noqa: BLE001
+                log.exception("could not read the cancel flag of %s", self.response_id)
+        response = self.final(cancelled)
+        self.terminal_event(response)
+        try:
+            await self.store(response)
+        except Exception:  # noqa: BLE001 - the client still gets its answer
+            log.exception("could not store response %s", self.response_id)
+        return response
+
+    def ended(self) -> None:
+        """Bookkeeping once the run is over, whatever ended it."""
+        run, sub, state = self.run, self.sub, self.state
+        if not run.done.done():
+            run.cancel()
+        state.request_finished()
+        self.responses.background.pop(self.response_id, None)
+        self.responses.cancelled.discard(self.response_id)
+        for _, gen in sub.requests:
+            if gen.admission is not None:
+                gen.admission.on_end(gen)
+        for req, gen in sub.requests:
+            m = run.choices[gen.index].metrics
+            if m is not None:
+                m.on_finished("error" if run.error is not None else (gen.finish_reason or "abort"),
+                              gen.num_prompt_tokens, gen.num_output_tokens,
+                              max_tokens=req.sampling_params.get("max_tokens"), n=1)
+        run.release()
+
+
+# -- POST /v1/responses ---------------------------------------------------------------------------
+def _chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatRequest:
+    """A Responses request (its input already as chat `messages`) as the chat lowering's
+    request: one choice, always run as a stream of events (into the sink)."""
+    tools = chat_tools(req.tools)
+    tool_choice = chat_tool_choice(req.tool_choice, bool(tools))
+    continue_final = continues_final_message(req.input)
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    extra = dict(req.vllm_xargs or {})
+    if req.kv_transfer_params:
+        extra["kv_transfer_params"] = req.kv_transfer_params
+    opts = SamplingOptions(
+        max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+        min_p=req.min_p, seed=req.seed, presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
+        stop=[s for s in stop if s], stop_token_ids=list(req.stop_token_ids or []), ignore_eos=req.ignore_eos,
+        include_stop_str_in_output=req.include_stop_str_in_output, skip_special_tokens=req.skip_special_tokens,
+        extra_args=extra or None,
+    )
+    return ChatRequest(
+        messages=messages, options=opts, tools=tools, tool_choice=tool_choice,
+        parallel_tool_calls=req.parallel_tool_calls, response_format=response_format(req.text),
+        structured_outputs=req.structured_outputs, logit_bias=req.logit_bias,
+        chat_template_kwargs=req.chat_template_kwargs, reasoning_effort=(req.reasoning or {}).get("effort"),
+        add_generation_prompt=not continue_final, continue_final_message=continue_final,
+        truncate_prompt_tokens=-1 if req.truncation == "auto" else None,
+        logprobs=LOGPROBS_INCLUDE in (req.include or ()), top_logprobs=req.top_logprobs,
+        include_reasoning=req.include_reasoning, stream=True, priority=req.priority, cache_salt=req.cache_salt,
+    )
+
+
+async def handle_create(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    responses: Responses = request.app["responses"]
+    body = await state.read_body(request)
+    req: ResponsesRequest = decode_body(body, ResponsesRequest)
+    model = state.check_model(req.model)
+    state.check_generation()
+    state.check_engine()
+
+    if req.prompt is not None:
+        raise APIError(400, "prompt template is not supported", "prompt")
+    if req.background and not req.store:
+        raise APIError(400, "background can only be used when `store` is true", "background")
+    if req.max_output_tokens is not None and req.max_output_tokens < 1:
+        raise APIError(400, f"max_output_tokens must be at least 1, got {req.max_output_tokens}.",
+                       "max_output_tokens")
+    if req.text is not None and req.text.get("format") is not None and req.structured_outputs is not None:
+        raise APIError(400, "Cannot specify both structured_outputs and text.format", "structured_outputs")
+    previous = None
+    if req.previous_response_id is not None:
+        previous = await responses.store.get(req.previous_response_id)
+        if previous is None:
+            raise _not_found(req.previous_response_id)
+
+    lowered = build_messages(req.instructions, req.input, previous,
+                             allow_media=getattr(state, "multimodal", None) is not None)
+    chat = _chat_request(req, lowered)
+    low = await lower_chat(state, chat)
+    prompt = low.prompt
+
+    response_id = req.request_id or new_id("resp")
+    stream, background = bool(req.stream), bool(req.background)
+    writer = SSEWriter(response_id, model, 0) if stream else None
+    sink = _Sink(writer, background)
+    formatter = ResponsesFormatter(state.token_text, req.top_logprobs or 0, sink.write if stream else None)
+    # the run writes its events through the sink, streamed or not (the sink keeps them or drops them)
+    run = chat_run(state, chat, low, response_id=response_id, model=model, created=int(time.time()),
+                   formatter=formatter, sse=sink)
+    sub = submit_chat(state, request, chat, low, run)
+    sampling = low.samplings[0]
+    state.request_started()
+    # Stored for previous_response_id: with media, the chat messages with their image parts
+    # (a follow-up renders and processes them again), not the rendered template messages.
+    turn = _Turn(state, request, req, model, lowered if prompt.has_media else prompt.messages, sampling, run,
+                 formatter, sink, sub)
+    if background:
+        responses.own(response_id, run)
+    try:
+        if background:  # retrievable (and cancellable) from any worker at once
+            await turn.store(turn.snapshot("in_progress"))
+        initial = turn.snapshot("queued" if background else "in_progress")
+        formatter.event("response.created", response=initial)
+        formatter.event("response.in_progress", response={**initial, "status": "in_progress"})
+    except BaseException:
+        turn.ended()
+        raise
+
+    if background:
+        task = asyncio.get_running_loop().create_task(_run_background(turn))
+        responses.tasks.add(task)
+        task.add_done_callback(responses.tasks.discard)
+        if not stream:
+            return _json(state, initial)
+        return await _stream_until_end(turn, task)
+    if stream:
+        return await _stream_foreground(turn)
+    try:
+        await run.done
+        response = await turn.finish()
+    except asyncio.CancelledError:
+        run.cancel()  # the client left: abort in the engine
+        raise
+    finally:
+        turn.ended()
+    if run.error is not None:  # (stored as "failed"); a synchronous answer is the error itself
+        raise run.error
+    return _json(state, response)
+
+
+async def _run_background(turn: _Turn) -> None:
+    try:
+        await turn.run.done
+        await turn.finish()
+    except asyncio.CancelledError:
+        turn.run.cancel()
+        raise
+    except Exception:  # noqa: BLE001
+        log.exception("background response %s failed", turn.response_id)
+    finally:
+        turn.ended()
+
+
+async def _prepare_stream(turn: _Turn) -> web.StreamResponse | None:
+    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                                    WORKER_HEADER: str(turn.state.worker_index)})
+    resp.enable_chunked_encoding()
+    try:
+        await resp.prepare(turn.request)
+    except ConnectionError:
+        return None
+    return resp
+
+
+def _attach(turn: _Turn) -> None:
+    """The headers are out: the events held so far go, then every event as it comes."""
+    writer = turn.sink.writer
+    assert writer is not None
+    writer.attach(turn.request.transport, first_chunk=b"")
+    interval = turn.state.config.policy.sse_keep_alive_interval
+    if interval > 0:
+        writer.keep_alive(interval)
+
+
+async def _end_stream(turn: _Turn, resp: web.StreamResponse) -> None:
+    w = turn.sink.writer
+    if w is None or not w.alive:
+        return
+    w.stop_keep_alive()
+    tail = w.last_frame()[: -len(b"data: [DONE]\n\n")]  # Responses streams have no [DONE]
+    try:
+        await resp.write_eof(tail)
+    except ConnectionError:
+        pass
+
+
+async def _stream_foreground(turn: _Turn) -> web.StreamResponse:
+    run = turn.run
+    try:
+        resp = await _prepare_stream(turn)
+        if resp is None:
+            run.cancel()
+            return web.StreamResponse()
+        try:
+            _attach(turn)
+            if not turn.sink.alive:
+                run.cancel()
+            await run.done
+        except Exception:  # noqa: BLE001 - headers are out: the answer is a response.failed event
+            log.exception("stream %s failed", turn.response_id)
+            run.fail(APIError(500, "Internal server error."))
+        try:
+            if turn.sink.alive:
+                await turn.finish()
+            elif turn.req.store:  # the client left: the run was cancelled
+                await turn.store(turn.final(True))
+        except Exception:  # noqa: BLE001 - the headers are out: never a second response
+            log.exception("stream %s could not finish", turn.response_id)
+        await _end_stream(turn, resp)
+        return resp
+    except asyncio.CancelledError:
+        run.cancel()
+        raise
+    finally:
+        turn.ended()
+
+
+async def _stream_until_end(turn: _Turn, task: asyncio.Task) -> web.StreamResponse:
+    """A background stream: events while the client stays; the run goes on if it leaves."""
+    resp = await _prepare_stream(turn)
+    if resp is None:
+        return web.StreamResponse()
+    try:
+        _attach(turn)
+    except Exception:  # noqa: BLE001 - this client's stream is broken; the run goes on
+        log.exception("stream %s could not start", turn.response_id)
+        turn.sink.writer = None
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        turn.sink.writer = None  # client gone; the background task carries on
+        raise
+    await _end_stream(turn, resp)
+    return resp
+
+
+# -- GET /v1/responses/{id}, POST /v1/responses/{id}/cancel --------------------------------------
+async def handle_retrieve(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    response_id = request.match_info["response_id"]
+    if request.query.get("stream", "false").lower() == "true":
+        raise APIError(400, "Streaming a stored response again (stream=true) is not supported.", "stream")
+    record = await request.app["responses"].store.get(response_id)
+    if record is None:
+        raise _not_found(response_id)
+    return _json(state, record["response"])
+
+
+async def handle_cancel(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    responses: Responses = request.app["responses"]
+    response_id = request.match_info["response_id"]
+    record = await responses.store.get(response_id)
+    if record is None:
+        raise _not_found(response_id)
+    response = record["response"]
+    if not response.get("background"):
+        raise APIError(400, "Cannot cancel a synchronous response.", "response_id")
+    if response.get("status") in ("queued", "in_progress"):
+        response = {**response, "status": "cancelled"}
+        await responses.store.request_cancel(response_id)
+        await responses.store.put(response_id, {**record, "response": response})
+        responses.cancel_local(response_id)
+    return _json(state, response)

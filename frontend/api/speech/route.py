@@ -1,0 +1,472 @@
+"""POST /v1/audio/transcriptions and /v1/audio/translations, as vLLM's Python server has them.
+
+Steps (vLLM's `SpeechToTextBaseServing._create_speech_to_text`, in its order):
+1. the multipart form (`form.py`), the upload read up to `VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`
+   (vLLM's variable and default, 25 MB) without holding more than that;
+2. the model name, the engine, the model's support (a model whose class is not a
+   `SupportsTranscription` has no such routes in vLLM: 404 here too; a text-only worker
+   decides that from config.json and never imports torch), the response format;
+3. in the multimodal pool (`model.py`): the language check, decoding and resampling, chunking,
+   language detection when the model detects it and none was given (one engine request
+   restricted to the language tokens), then the model's prompt per chunk through vLLM's
+   processor into `mm_features`;
+4. one engine request per chunk (the same sampling for each: vLLM's defaults for these routes,
+   `max_completion_tokens`, greedy by default), answered as one JSON body (the chunks' texts
+   joined by the model's separator; `verbose_json`: Whisper-style timestamp segments from
+   the sampled logprobs) or as SSE `transcription.chunk` / `translation.chunk` events with
+   optional usage, then `data: [DONE]`.
+
+Every 4xx is decided before anything reaches the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import secrets
+import time
+from typing import Any
+
+from aiohttp import web
+
+from vllm_pyfrontend.engine.types import EngineDeadError, Failure
+from vllm_pyfrontend.llm.generation import DeltaConsumer
+from vllm_pyfrontend.llm.sampling import SamplingOptions, lower_sampling, resolve_max_tokens
+from vllm_pyfrontend.llm.submission import Submission
+from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.api.speech.form import FormError, SpeechRequest, check_request, parse_form
+from vllm_pyfrontend.text.text_stream import TextStream
+from vllm_pyfrontend.serving.state import STATE
+
+_MiB = 1024 * 1024
+_READ = 64 * 1024
+_FIELD_LIMIT = 1 * _MiB  # a non-file form field
+
+
+def _dumps(obj: Any) -> bytes:
+    # Starlette's JSONResponse: compact, non-ASCII kept.
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def upload_limit_bytes() -> int:
+    """vLLM's `VLLM_MAX_AUDIO_CLIP_FILESIZE_MB` (MB; default 25)."""
+    import os
+
+    try:
+        mb = float(os.environ.get("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", "25"))
+    except ValueError:
+        mb = 25.0
+    return int(mb * _MiB)
+
+
+async def read_form(request: web.Request, limit: int, body_limit: int | None = None) -> list[tuple[str, Any]]:
+    """The form's fields, the file part as `(filename, bytes)`. The file is read in chunks up
+    to `limit` bytes (vLLM's `read_upload_with_limit`: 400 "Maximum file size exceeded"; the
+    rest of a larger file is drained, not kept, to name its size as vLLM does), the whole body
+    up to `body_limit` (413, as every route's body)."""
+    fields: list[tuple[str, Any]] = []
+    ctype = request.headers.get("Content-Type", "")
+    total = 0
+
+    def count(n: int) -> None:
+        nonlocal total
+        total += n
+        if body_limit is not None and total > body_limit:
+            raise APIError(413, f"Request body exceeds the limit of {body_limit} bytes.")
+
+    if "multipart/form-data" in ctype:
+        try:
+            reader = await request.multipart()
+            while True:
+                part = await reader.next()
+                if part is None:
+                    break
+                name = part.name or ""
+                if part.filename is not None:
+                    chunks: list[bytes] = []
+                    size = 0
+                    while True:
+                        chunk = await part.read_chunk(_READ)
+                        if not chunk:
+                            break
+                        size += len(chunk)
+                        count(len(chunk))  # the body limit bounds what is drained past `limit`
+                        if size <= limit:
+                            chunks.append(chunk)
+                    if size > limit:  # vLLM's message names the file's whole size
+                        raise APIError(400, f"Maximum file size exceeded (parameter=audio_filesize_mb, "
+                                       f"value={size / _MiB})", "audio_filesize_mb")
+                    fields.append((name, (part.filename, b"".join(chunks))))
+                else:
+                    raw = bytearray()
+                    while True:
+                        chunk = await part.read_chunk(_READ)
+                        if not chunk:
+                            break
+                        raw += chunk
+                        count(len(chunk))
+                        if len(raw) > _FIELD_LIMIT:
+                            raise APIError(400, f"The form field `{name}` is too large.", name)
+                    value = bytes(part.decode(bytes(raw)))
+                    fields.append((name, value.decode(part.get_charset("utf-8"), errors="replace")))
+        except (ValueError, AssertionError, RuntimeError) as e:  # a malformed multipart body
+            raise APIError(400, f"Invalid multipart/form-data body: {e}") from None
+    elif "application/x-www-form-urlencoded" in ctype:
+        post = await request.post()
+        fields = [(k, v if isinstance(v, str) else str(v)) for k, v in post.items()]
+    return fields
+
+
+async def read_form_timed(request: web.Request, state: Any) -> list[tuple[str, Any]]:
+    """`read_form` within the body timeout every route has (`--http-body-timeout`: 408)."""
+    body_limit = state.config.max_request_body_bytes
+    if request.content_length is not None and request.content_length > body_limit:
+        raise APIError(413, f"Request body of {request.content_length} bytes exceeds the limit of {body_limit} bytes.")
+    timeout = state.config.policy.http_body_timeout
+    if timeout <= 0:
+        return await read_form(request, upload_limit_bytes(), body_limit)
+    try:
+        async with asyncio.timeout(timeout):
+            return await read_form(request, upload_limit_bytes(), body_limit)
+    except TimeoutError:
+        raise APIError(408, f"The request body did not arrive within {timeout:g} s.") from None
+
+
+# ----------------------------------------------------------------------------------- model
+def _looks_speech(model_dir: str) -> bool:
+    from vllm_pyfrontend.multimodal.chat import looks_multimodal
+
+    return looks_multimodal(model_dir)
+
+
+async def speech_model(state: Any):
+    """The loaded SpeechModel of this worker (built once, in the multimodal pool), or None
+    for a model vLLM serves no speech routes for."""
+    sm = getattr(state, "speech", None)
+    if sm is None:
+        if getattr(state, "multimodal", None) is None and not _looks_speech(state.config.model):
+            return None  # text-only: decided without importing vLLM
+        from vllm_pyfrontend.multimodal.chat import runtime_for
+        from vllm_pyfrontend.api.speech.model import SpeechModel
+
+        rt = runtime_for(state)
+        try:
+            await rt.ready()
+        except Exception as e:  # noqa: BLE001
+            raise APIError(500, f"The model's processor could not be loaded: {e}") from None
+        sm = SpeechModel(rt.model)
+        state.speech = sm
+        state.speech_ready = asyncio.get_running_loop().run_in_executor(rt.pool, sm.load)
+    try:
+        await asyncio.shield(state.speech_ready)
+    except Exception as e:  # noqa: BLE001
+        raise APIError(500, f"The speech-to-text model could not be loaded: {e}") from None
+    return sm if sm.supported else None
+
+
+async def _in_pool(state: Any, fn, *args, **kwargs):
+    from functools import partial
+
+    pool = state.multimodal.pool
+    return await asyncio.get_running_loop().run_in_executor(pool, partial(fn, *args, **kwargs))
+
+
+# ----------------------------------------------------------------------------------- engine
+class _Chunk(DeltaConsumer):
+    """The output of one engine request (one audio chunk)."""
+
+    def __init__(self, state: Any, prompt_ids: list[int], index: int, queue: asyncio.Queue | None):
+        self.index = index
+        self.prompt_ids = prompt_ids
+        self.text = TextStream(state.tokenizer.new_detokenizer(prompt_ids), [])
+        self.parts: list[str] = []
+        self.token_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.done = asyncio.get_running_loop().create_future()
+        self.queue = queue
+        self.gen: Any = None
+        self.metrics: Any = None  # RequestMetrics of its engine request (frontend/metrics)
+
+    # GenerationConsumer
+    def on_delta(self, gen, token_ids, logprobs, finish_reason, stop_reason) -> None:
+        if token_ids and self.metrics is not None:
+            self.metrics.on_output()
+        text, _ = self.text.feed(list(token_ids), finish_reason == "stop")
+        if finish_reason is not None and finish_reason != "stop":
+            text += self.text.finish()
+        self.token_ids.extend(token_ids)
+        if logprobs is not None:
+            self.logprobs.extend(row[0] for row in logprobs.logprobs)
+        self.parts.append(text)
+        if self.queue is not None:
+            self.queue.put_nowait((self.index, text, list(token_ids), finish_reason, stop_reason))
+        if finish_reason is not None and not self.done.done():
+            self.done.set_result(finish_reason)
+
+    def on_error(self, gen, failure: Failure) -> None:
+        err = APIError(500, failure.message)
+        if self.queue is not None:
+            self.queue.put_nowait((self.index, err, [], "error", None))
+        if not self.done.done():
+            self.done.set_exception(err)
+
+
+class _Router(DeltaConsumer):
+    """Routes a Generation's outputs to its chunk."""
+
+    def __init__(self, chunks: list[_Chunk]):
+        self.chunks = chunks
+
+    def on_delta(self, gen, *args) -> None:
+        self.chunks[gen.index].on_delta(gen, *args)
+
+    def on_error(self, gen, failure) -> None:
+        self.chunks[gen.index].on_error(gen, failure)
+
+
+def _submit(state: Any, request_id: str, rendered: list[Any], sampling: dict[str, Any],
+            queue: asyncio.Queue | None) -> tuple[list[_Chunk], list[Any]]:
+    """One engine request per audio chunk, all sent or none; admitted and counted as every
+    generation route's (serving/admission.py), with per-request metrics. `_end` releases them."""
+    admission = state.admission
+    if admission is not None:
+        admission.admit(len(rendered))
+    chunks = [_Chunk(state, r.prompt_ids, i, queue) for i, r in enumerate(rendered)]
+    sub = Submission(state.engine, state.worker_index, _Router(chunks), "stt")
+    gens = []
+    arrival = time.monotonic()
+    for i, r in enumerate(rendered):
+        ext = request_id if len(rendered) == 1 else f"{request_id}-{i}"
+        params = dict(sampling)
+        # vLLM sends max_tokens counted without the decoder prompt (up to max_model_len) and
+        # the engine stops at max_model_len: the same output as asking for what fits.
+        params["max_tokens"] = max(1, min(params["max_tokens"], state.max_model_len - len(r.prompt_ids)))
+        gen = sub.add(i, r.prompt_ids, params, external_id=ext, multimodal=r.processed)
+        chunks[i].gen = gen
+        chunks[i].metrics = state.metrics.start_request(arrival=arrival)
+        gens.append(gen)
+    try:
+        sub.submit()
+    except EngineDeadError:
+        raise APIError(503, "The engine is not available.") from None
+    if admission is not None:
+        for gen in gens:
+            if not gen.finished:
+                admission.track(gen)
+    return chunks, gens
+
+
+def _end(chunks: list[_Chunk], failed: bool) -> None:
+    """Whatever ended the request (done, an error, the client gone): abort what still runs in
+    the engine, release the admission counts, record each engine request's metrics."""
+    for c in chunks:
+        gen = c.gen
+        if gen is None:
+            continue
+        gen.cancel()  # a no-op once finished
+        if gen.admission is not None:
+            gen.admission.on_end(gen)
+        if c.metrics is not None:
+            reason = "error" if failed else (gen.finish_reason or "abort")
+            c.metrics.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
+                                  max_tokens=None, n=1 if c.index == 0 else None)
+
+
+def _sampling(state: Any, req: SpeechRequest, *, logprobs: bool) -> dict[str, Any]:
+    """vLLM's `to_sampling_params` for these routes, lowered as every route lowers it."""
+    max_tokens = resolve_max_tokens(req.max_completion_tokens, 0, state.max_model_len, state.limits.defaults)
+    opts = SamplingOptions(
+        max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+        seed=req.seed, presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+        repetition_penalty=req.repetition_penalty, include_stop_str_in_output=req.include_stop_str_in_output,
+        extra_args=dict(req.vllm_xargs) if req.vllm_xargs else None,
+    )
+    params = lower_sampling(opts, max_tokens=max_tokens, eos_token_id=state.limits.eos_token_id,
+                            defaults=state.limits.defaults)
+    if logprobs:
+        params["logprobs"] = 1
+    return params
+
+
+async def _detect_language(state: Any, sm: Any, chunk: Any, task: str, request_id: str) -> str:
+    rendered, allowed = await _in_pool(state, sm.detection_prompt, chunk, task)
+    opts = SamplingOptions(max_tokens=1, temperature=0.0, allowed_token_ids=allowed)
+    params = lower_sampling(opts, max_tokens=1, eos_token_id=state.limits.eos_token_id,
+                            defaults=state.limits.defaults)
+    chunks, _ = _submit(state, f"{request_id}-lang_detect", [rendered], params, None)
+    failed = True
+    try:
+        await chunks[0].done
+        failed = False
+    finally:
+        _end(chunks, failed)
+    return await _in_pool(state, sm.parse_detection, chunks[0].token_ids)
+
+
+# ----------------------------------------------------------------------------------- handler
+async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
+    state = request.app[STATE]
+    state.request_started()  # a graceful drain waits for it
+    try:
+        return await _handle_speech(request, state, task)
+    finally:
+        state.request_finished()
+
+
+async def _handle_speech(request: web.Request, state: Any, task: str) -> web.StreamResponse:
+    # vLLM registers these routes only for a transcription model: for any other, 404 whatever
+    # the body (decided from config.json alone on a text-only model).
+    sm = await speech_model(state)
+    if sm is None:
+        raise web.HTTPNotFound()
+    fields = await read_form_timed(request, state)
+    try:
+        req = parse_form(task, fields)
+    except FormError as e:
+        if e.param == "file":  # vLLM's model validator raises HTTPException(422) for it
+            raise APIError(422, e.message, e.param) from None
+        # pydantic's validation errors: vLLM's handler answers 400 "Bad Request"
+        raise APIError(400, e.message, e.param, "Bad Request" if (e.param or "").startswith("body.") else None) from None
+    model = state.check_model(req.model)
+    state.check_engine()
+    try:
+        check_request(req, supports_verbose=sm.supports_verbose, supports_diarized=sm.supports_diarized,
+                      model=model)
+    except FormError as e:
+        raise APIError(400, e.message, e.param) from None
+    if req.use_beam_search:
+        raise APIError(400, "Beam search is not supported on the speech-to-text routes here.", "use_beam_search")
+    if req.response_format == "diarized_json":  # no model in vLLM 0.32 supports it yet
+        raise APIError(400, f"Currently do not support diarized_json for {model}")
+    request_id = f"{task}-{secrets.token_hex(8)}"
+    try:
+        language = sm.validate_language(req.language)
+        to_language = sm.validate_language(req.to_language) if req.to_language else None
+    except ValueError as e:
+        raise APIError(400, str(e)) from None
+    try:
+        chunks, duration = await _in_pool(state, sm.decode_and_chunk, req.file, task)
+    except ValueError as e:
+        raise APIError(400, str(e)) from None
+    offsets = sm.chunk_offsets(chunks, task)
+    if language is None and sm.detect_language:
+        language = await _detect_language(state, sm, chunks[0], task, request_id)
+    verbose = req.response_format == "verbose_json"
+    try:
+        rendered = await _in_pool(state, sm.generation_prompts, chunks, task, language=language,
+                                  prompt=req.prompt, to_language=to_language, hotwords=req.hotwords,
+                                  verbose=verbose)
+    except (ValueError, TypeError) as e:
+        raise APIError(400, str(e)) from None
+    sampling = _sampling(state, req, logprobs=verbose)
+    separator = "" if language and language.lower() in sm.no_space_languages else " "
+    if req.stream:
+        return await _stream(request, state, sm, req, model, task, request_id, rendered, sampling, duration,
+                             separator)
+    outs, _ = _submit(state, request_id, rendered, sampling, None)
+    failed = True
+    try:  # the client left, or one chunk failed: the others go too (_end)
+        await asyncio.gather(*(c.done for c in outs))
+        failed = False
+    finally:
+        _end(outs, failed)
+    if verbose:
+        segments: list[dict[str, Any]] = []
+        for c, start in zip(outs, offsets):
+            segments.extend(await _in_pool(state, sm.verbose_segments, c.token_ids, c.logprobs,
+                                           temperature=req.temperature, start_time=start))
+        text = separator.join(s["text"] for s in segments)
+        body = {"duration": duration, "language": language, "text": text, "segments": segments, "words": None}
+    else:
+        text = separator.join(sm.post_process("".join(c.parts)) for c in outs)
+        body = {"text": text}
+        if task == "transcribe":  # vLLM reports usage for transcriptions only
+            body["usage"] = {"type": "duration", "seconds": int(math.ceil(duration))}
+    return web.Response(body=_dumps(body), content_type="application/json")
+
+
+async def _stream(request, state, sm, req: SpeechRequest, model: str, task: str, request_id: str,
+                  rendered: list[Any], sampling: dict[str, Any], duration: float, separator: str):
+    """vLLM's `_speech_to_text_stream_generator`: the chunks one after the other."""
+    object_name = "transcription.chunk" if task == "transcribe" else "translation.chunk"
+    include_usage = req.stream_include_usage  # --enable-force-include-usage is not a flag here
+    continuous = include_usage and req.stream_continuous_usage_stats
+    created = int(time.time())
+    queue: asyncio.Queue = asyncio.Queue()
+    outs, _ = _submit(state, request_id, rendered, sampling, queue)
+    try:
+        return await _stream_out(request, sm, req, model, task, request_id, outs, queue, duration,
+                                 separator, object_name, include_usage, continuous, created)
+    finally:  # also when a write fails because the client left: nothing stays in the engine
+        _end(outs, any(c.done.done() and not c.done.cancelled() and c.done.exception() is not None
+                       for c in outs))
+
+
+async def _stream_out(request, sm, req: SpeechRequest, model: str, task: str, request_id: str,
+                      outs: list[_Chunk], queue: asyncio.Queue, duration: float, separator: str,
+                      object_name: str, include_usage: bool, continuous: bool, created: int):
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+    await resp.prepare(request)
+    audio_tokens = sm.num_audio_tokens(duration, task) or 0
+    completion = 0
+    prompt_tokens = 0
+
+    def frame(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
+        body: dict[str, Any] = {"id": request_id, "object": object_name, "created": created, "model": model,
+                                "choices": choices}
+        if usage is not None:
+            body["usage"] = usage
+        return b"data: " + _dumps(body) + b"\n\n"
+
+    try:
+        pending: dict[int, list[Any]] = {}
+        for c in outs:
+            post = sm.stream_post_processor()
+            beginning = True
+            prompt_tokens = len(c.prompt_ids) + audio_tokens
+            while True:
+                item = pending.get(c.index, []).pop(0) if pending.get(c.index) else None
+                while item is None:
+                    got = await queue.get()
+                    if got[0] == c.index:
+                        item = got
+                    else:
+                        pending.setdefault(got[0], []).append(got)
+                _, text, token_ids, finish, stop_reason = item
+                if isinstance(text, APIError):
+                    raise text
+                text = post.process_delta(text, finish is not None)
+                if c.index > 0 and beginning and text:
+                    text = separator + text
+                    beginning = False
+                completion += len(token_ids)
+                if finish is None and not text:
+                    continue
+                choice: dict[str, Any] = {"delta": {"content": text}}
+                if finish is not None:
+                    choice["finish_reason"] = finish
+                    choice["stop_reason"] = stop_reason
+                usage = None
+                if continuous:
+                    usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion,
+                             "completion_tokens": completion}
+                await resp.write(frame([choice], usage))
+                if finish is not None:
+                    break
+        if include_usage:
+            await resp.write(frame([], {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion,
+                                        "completion_tokens": completion}))
+    except APIError as e:
+        await resp.write(b"data: " + e.to_bytes() + b"\n\n")
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def handle_transcriptions(request: web.Request) -> web.StreamResponse:
+    return await handle_speech(request, "transcribe")
+
+
+async def handle_translations(request: web.Request) -> web.StreamResponse:
+    return await handle_speech(request, "translate")

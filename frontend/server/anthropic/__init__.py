@@ -1,5 +1,0 @@
-"""Anthropic's Messages API (`/v1/messages`, `/v1/messages/count_tokens`) over the chat pipeline."""
-
-from vllm_pyfrontend.server.anthropic.routes import add_anthropic_routes
-
-__all__ = ["add_anthropic_routes"]

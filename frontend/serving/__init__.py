@@ -1,0 +1,1 @@
+"""vllm_pyfrontend.serving."""

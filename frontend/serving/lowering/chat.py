@@ -1,0 +1,257 @@
+"""A chat request, whatever API style sent it, lowered to prompt ids, engine sampling maps and
+the `RequestRun` that answers it.
+
+Chat completions, Anthropic Messages and Responses (and SageMaker's /invocations, through the
+chat route) turn their request into a `ChatRequest`; the lowering is then one sequence:
+
+1. `lower_chat_prompt`: the number of choices, prompt logprobs, the tool plan, media parsing,
+   the chat template and tokenizer, truncation, media processing and `logit_bias`. The chat
+   render route stops here and writes the request out (`api/openai/render_routes.py`), so render and
+   chat cannot drift apart.
+2. `lower_chat_sampling`: parser-visible special tokens, structured outputs (a forced tool
+   call included), bad words, one engine sampling map per choice (or the beam search
+   parameters), the assistant streams and `echo`.
+3. `chat_run`: the `RequestRun`, every option passed to its constructor; `submit_chat` sends
+   its engine requests.
+
+Each step raises `APIError` / `InvalidRequestError` (answered 400 with the param) in the chat
+route's order, which is observable (which error wins when two apply) and the same for every
+style (the tool plan before media parsing, the template before `logit_bias`). What is specific
+to one request shape (field names, ranges of fields only it has) stays in its conversion:
+`chat_request_from_openai` for OpenAI's chat body, beside each style's own routes for the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from vllm_pyfrontend.chat.tools import ToolChoiceError, ToolPlan, plan_tools
+from vllm_pyfrontend.llm.beam_search import BeamSearchParams, check_beam_width
+from vllm_pyfrontend.llm.prompt import bad_words_token_ids, truncate_prompt
+from vllm_pyfrontend.llm.sampling import SamplingOptions, check_n, is_greedy, lower_choices, resolve_max_tokens
+from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
+from vllm_pyfrontend.multimodal import has_media
+from vllm_pyfrontend.multimodal.chat import lora_name_of, prepare_chat, process as process_media, strip_media
+from vllm_pyfrontend.serving.beam_generation import beam_choice
+from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.serving.lowering.options import check_prompt_logprobs, options_from, stream_flags, token_bias
+from vllm_pyfrontend.serving.request_pipeline import RequestRun
+from vllm_pyfrontend.serving.responder import new_choice, submit_choices
+from vllm_pyfrontend.chat.messages import normalize_messages
+
+
+class ChatRequest(msgspec.Struct):
+    """One chat request in the terms every API style shares (OpenAI chat's names).
+
+    A msgspec Struct: built once per request, and positionally on the OpenAI path
+    (`chat_request_from_openai`), where 35 keyword arguments would cost more than the checks."""
+
+    messages: list[dict[str, Any]]
+    options: SamplingOptions  # `logit_bias` left None: it is converted from `logit_bias` below
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    logit_bias: dict[str, float] | None = None  # as sent: token ids as strings
+    # the chat template
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None  # reaches the template; turns thinking on (off for "none")
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    documents: list[dict[str, Any]] | None = None
+    chat_template: str | None = None  # a request's own template (checked against the policy by its style)
+    messages_normalized: bool = False  # already in the template's shape (no role / content checks)
+    allow_media: bool = True  # media parts go to frontend/multimodal (else the text-only checks refuse them)
+    mm_processor_kwargs: dict[str, Any] | None = None
+    # choices and what they report
+    n: int | None = 1
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    echo: bool = False
+    truncate_prompt_tokens: int | None = None
+    bad_words: list[str] | None = None
+    include_reasoning: bool = True
+    return_token_ids: bool = False
+    stream: bool = False
+    include_usage: bool = False
+    continuous_usage: bool = False
+    # the engine requests
+    priority: int = 0
+    cache_salt: str | None = None
+    lora: list[Any] | None = None  # vLLM's LoRARequest array (serving/lora.py)
+    request_id: str | None = None
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+
+
+class ChatPrompt(msgspec.Struct):
+    """Step 1's result: what the render route writes out, and what the sampling step needs."""
+
+    n: int
+    prompt_logprobs: int | None
+    plan: ToolPlan
+    messages: list[dict[str, Any]]  # as rendered (media parts replaced by their placeholders)
+    template_kwargs: dict[str, Any]
+    prompt_ids: list[int]
+    multimodal: Any  # frontend/multimodal's processed media (None: text only)
+    has_media: bool
+
+
+class LoweredChat(msgspec.Struct):
+    """A chat request lowered: its prompt, one sampling map per choice and what the run needs."""
+
+    prompt: ChatPrompt
+    samplings: list[dict[str, Any]]  # one per choice; empty for beam search
+    beams: BeamSearchParams | None
+    assistants: list[Any]  # one assistant stream per choice
+    echo_text: str | None = None
+
+    @property
+    def plan(self) -> ToolPlan:
+        return self.prompt.plan
+
+
+async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
+    """Step 1: checks, tool plan, media, the rendered and tokenized prompt, `logit_bias`."""
+    if req.use_beam_search:
+        n = check_beam_width(req.n)
+    else:
+        n = check_n(req.n, is_greedy(req.options.temperature, state.limits.defaults))
+    prompt_logprobs = check_prompt_logprobs(req.prompt_logprobs, stream=req.stream, echo=req.echo,
+                                            echo_default=req.top_logprobs)
+    try:
+        plan = plan_tools(
+            req.tools, req.tool_choice, parallel_tool_calls=req.parallel_tool_calls,
+            auto_enabled=state.config.policy.enable_auto_tool_choice, has_parser=state.parsers.tool_parser is not None,
+        )
+    except ToolChoiceError as e:
+        raise APIError(400, e.message, e.param) from None
+    media = None
+    if req.allow_media and has_media(req.messages):  # frontend/multimodal: vLLM's chat_utils + its processor
+        if req.use_beam_search:
+            raise APIError(400, "Beam search is not supported with media inputs here.", "use_beam_search")
+        if not req.messages_normalized:
+            normalize_messages(strip_media(req.messages))  # role and shape checks
+        mm_model, media = await prepare_chat(state, req.messages)
+        messages = media.messages
+    elif req.messages_normalized:
+        messages = req.messages
+    else:
+        messages = normalize_messages(req.messages)
+    template_kwargs = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        # As vLLM's build_chat_params: the effort reaches the template, and turns thinking on
+        # (or off for "none") unless the user set enable_thinking explicitly.
+        template_kwargs["reasoning_effort"] = req.reasoning_effort
+        template_kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
+    prompt_ids = state.render_and_tokenize(
+        messages,
+        tools=req.tools,
+        documents=req.documents,
+        add_generation_prompt=req.add_generation_prompt,
+        continue_final_message=req.continue_final_message,
+        chat_template_kwargs=template_kwargs,
+        template_override=req.chat_template,
+    )
+    prompt_ids = truncate_prompt(prompt_ids, req.truncate_prompt_tokens, state.max_model_len)
+    mm = None
+    if media is not None:
+        mm = await process_media(state, mm_model, media, prompt_ids, req.mm_processor_kwargs, lora_name_of(req.lora))
+        prompt_ids = mm.prompt_ids
+    if req.logit_bias:
+        req.options.logit_bias = token_bias(req.logit_bias)
+    return ChatPrompt(n, prompt_logprobs, plan, messages, template_kwargs, prompt_ids, mm, media is not None)
+
+
+def lower_chat_sampling(state, req: ChatRequest, prompt: ChatPrompt) -> LoweredChat:
+    """Step 2: structured outputs, bad words, the engine sampling map of every choice (or the
+    beam search parameters), the assistant streams and the echoed text."""
+    opts = req.options
+    plan = prompt.plan
+    prompt_ids = prompt.prompt_ids
+    n = prompt.n
+    if state.parsers.uses_parsers(plan):
+        # Markers are special tokens for some models: the parsers must see them as text.
+        opts.skip_special_tokens = False
+    structured = lower_structured_outputs(req.structured_outputs, req.response_format)
+    if plan.schema is not None:
+        # "required" / named tool choice: the engine's structured outputs enforce the call.
+        structured = {**(structured or {}), **forced_json(plan.schema)}
+    bad = bad_words_token_ids(state.tokenizer.encode, req.bad_words, state.limits.vocab_size) if req.bad_words else None
+    beams = None
+    if req.use_beam_search:
+        beams = BeamSearchParams(
+            n, resolve_max_tokens(opts.max_tokens, len(prompt_ids), state.max_model_len, state.limits.defaults),
+            ignore_eos=opts.ignore_eos, length_penalty=req.length_penalty,
+            include_stop_str_in_output=opts.include_stop_str_in_output,
+        )
+        samplings = []
+    else:
+        samplings = lower_choices(
+            state.limits, opts, len(prompt_ids), n,
+            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+            structured=structured, bad_words=bad, prompt_logprobs=prompt.prompt_logprobs,
+        )  # fmt: skip
+    assistants = [state.parsers.new_assistant_stream(plan, prompt_ids, prompt.template_kwargs, req.tools)
+                  for _ in range(n)]
+    echo_text = None
+    if req.echo:
+        # vLLM: the response role is "assistant" with a generation prompt, else the last
+        # message's role; echo repeats the last message's content when its role is that one.
+        messages = prompt.messages
+        role = "assistant" if req.add_generation_prompt else messages[-1]["role"]
+        last = messages[-1]
+        if last.get("role") == role and isinstance(last.get("content"), str):
+            echo_text = last["content"]
+    return LoweredChat(prompt, samplings, beams, assistants, echo_text)
+
+
+async def lower_chat(state, req: ChatRequest) -> LoweredChat:
+    """Steps 1 and 2: a chat request lowered up to its `RequestRun`."""
+    return lower_chat_sampling(state, req, await lower_chat_prompt(state, req))
+
+
+def chat_run(state, req: ChatRequest, low: LoweredChat, *, response_id: str, model: str, created: int,
+             formatter: Any, sse: Any = None, run_class: type[RequestRun] = RequestRun) -> RequestRun:
+    """Step 3: the request's `RequestRun`, one choice per engine request (a beam search's
+    choices take the finished beams' text). `formatter`, `sse` and `run_class` are the API
+    style's wire format."""
+    prompt_ids = low.prompt.prompt_ids
+    assistants = low.assistants
+    if req.use_beam_search:
+        choices = [beam_choice(i, a) for i, a in enumerate(assistants)]
+    else:
+        opts = req.options
+        choices = [new_choice(state, i, prompt_ids, opts, a) for i, a in enumerate(assistants)]
+    plan = low.plan
+    return run_class(
+        response_id=response_id,
+        model=model,
+        created=created,
+        choices=choices,
+        num_prompt_tokens=len(prompt_ids),
+        stream=req.stream,
+        include_usage=req.include_usage,
+        continuous_usage=req.continuous_usage,
+        formatter=formatter,
+        want_logprobs=req.logprobs,
+        return_token_ids=req.return_token_ids,
+        sse=sse,
+        prompt_token_ids=prompt_ids,
+        include_reasoning=req.include_reasoning,
+        parallel_tool_calls=plan.parallel,
+        named_tool_choice=plan.mode == "named",
+        echo_text=low.echo_text,
+    )
+
+
+def submit_chat(state, request, req: ChatRequest, low: LoweredChat, run: RequestRun):
+    """The engine request of every choice, sent (`responder.submit_choices`)."""
+    prompt_ids = low.prompt.prompt_ids
+    return submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(run.choices, low.samplings)],
+                          priority=req.priority, cache_salt=req.cache_salt, lora_request=req.lora,
+                          multimodal=low.prompt.multimodal)

@@ -1,0 +1,183 @@
+"""Per-worker serving state shared by the route handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+from aiohttp import web
+
+from vllm_pyfrontend.chat.template import ChatTemplate, ChatTemplateError
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.engine.client import EngineClient
+from vllm_pyfrontend.llm.sampling import GenerationDefaults, ModelLimits
+from vllm_pyfrontend.metrics import WorkerMetrics
+from vllm_pyfrontend.model_config import ModelConfig
+from vllm_pyfrontend.parsers.selection import ParserSelection
+from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin
+from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
+from vllm_pyfrontend.serving.admission import REASONS as ADMISSION_REASONS, Admission
+from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.serving.sse import StreamDrain
+from vllm_pyfrontend.text.tokenizer import Tokenizer
+
+
+class ServerState:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        tokenizer: Tokenizer,
+        template: ChatTemplate | None,
+        engine: EngineClient,
+        generation_defaults: GenerationDefaults,
+        model_config: ModelConfig | None = None,
+    ):
+        model_config = model_config or ModelConfig()
+        self.config = config
+        self.worker_index = config.worker_index
+        self.tokenizer = tokenizer
+        self.template = template
+        self.engine = engine
+        self.model_names = list(config.served_model_names) or [config.model]
+        engine_len = engine.max_model_len
+        self.max_model_len = min(engine_len, config.max_model_len) if config.max_model_len else engine_len
+        # vLLM's form: "vllm-<version>-<hash>"; ours hashes the served model and its length.
+        digest = hashlib.sha256(f"{config.model}|{self.max_model_len}".encode()).hexdigest()[:8]
+        self.system_fingerprint: str | None = f"vllm-{engine.vllm_version}-{digest}"
+        self.limits = ModelLimits(self.max_model_len, tokenizer.eos_token_id, generation_defaults,
+                                  vocab_size=model_config.vocab_size or tokenizer.vocab_size)
+        self.template_vars = tokenizer.template_vars()
+        self.trust_request_chat_template = config.policy.trust_request_chat_template
+        self._token_text: dict[int, str] = {}
+        load_reasoning_parser_plugin(config.policy.reasoning_parser_plugin)
+        if config.policy.tool_parser_plugin:  # registers its tool parsers before the name is looked up
+            load_tool_parser_plugin(config.policy.tool_parser_plugin)
+        self.parsers = ParserSelection.resolve(
+            config.policy.tool_call_parser, config.policy.reasoning_parser, model_type=model_config.model_type,
+            template_source=template.source if template is not None else None, tokenizer=tokenizer,
+        )
+        self.draining = False
+        # Gathers the streams' writes of one drain of the engine's output into one write per
+        # stream; the worker registers it with the engine client (`StreamDrain.hooks`), each
+        # submitted request's writer joins it (serving/responder.py).
+        self.drain = StreamDrain()
+        # The engine's tasks (vLLM's `get_supported_tasks` utility call) and, for a pooling
+        # model, what the pooling routes know of it (api/pooling/model.py): set by the worker.
+        self.supported_tasks: tuple[str, ...] = ("generate",)
+        self.pooling_model = None
+        # Prometheus families of this worker (frontend/metrics); the request pipeline records
+        # into `metrics.start_request()`, the worker tracks serving/draining.
+        self.metrics = WorkerMetrics(self.model_names[0], list(config.engine_indices), self.max_model_len)
+        self.in_flight = 0
+        policy = config.policy
+        self.admission: Admission | None = None
+        if policy.max_num_queued_reqs is not None or policy.max_num_queued_tokens is not None:
+            self.admission = Admission(config.runtime_dir, config.worker_index, config.num_workers,
+                                       policy.max_num_queued_reqs, policy.max_num_queued_tokens,
+                                       on_reject=self.metrics.record_admission_rejection)
+            for reason in ADMISSION_REASONS:  # both series from the start, at 0 (as vLLM)
+                self.metrics.admission_rejections.labels(self.metrics.model_name, reason)
+        # Request spans (frontend/tracing.py), set by the worker with --otlp-traces-endpoint.
+        self.tracer = None
+        # The deployment's LoRA adapters (frontend/llm/lora.py), set by serving/lora.py when
+        # adapters can be served.
+        self.loras = None
+        # Set on first use by the layers that need them: the multimodal runtime (its process
+        # pool and processor, frontend/multimodal/chat.py), the speech model and the future of
+        # its load (api/speech), and /tokenizer_info's answer (api/admin).
+        self.multimodal: Any = None
+        self.speech: Any = None
+        self.speech_ready: asyncio.Future | None = None
+        self.tokenizer_info: dict[str, Any] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- request gates ---------------------------------------------------------------------
+    async def read_body(self, request: web.Request) -> bytes:
+        limit = self.config.max_request_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise APIError(413, f"Request body of {request.content_length} bytes exceeds the limit of {limit} bytes.")
+        timeout = self.config.policy.http_body_timeout
+        try:
+            if timeout <= 0:
+                return await request.read()
+            async with asyncio.timeout(timeout):
+                return await request.read()
+        except TimeoutError:
+            # aiohttp writes the 408, reads what is left of the body for at most its lingering
+            # time (10 s) and closes the connection.
+            raise APIError(408, f"The request body did not arrive within {timeout:g} s.") from None
+        except web.HTTPRequestEntityTooLarge:
+            raise APIError(413, f"Request body exceeds the limit of {limit} bytes.") from None
+
+    def check_model(self, name: str | None) -> str:
+        if name is None or name in self.model_names:
+            return name or self.model_names[0]
+        if self.loras is not None and self.loras.get(name) is not None:
+            return name  # a LoRA adapter (serving/lora.py)
+        raise APIError(404, f"The model `{name}` does not exist.", "model")
+
+    def check_generation(self) -> None:
+        """Generation routes on a pooling model (embedding, classifier): a clear 400."""
+        if "generate" not in self.supported_tasks:
+            tasks = ", ".join(f"`{t}`" for t in self.supported_tasks) or "none"
+            raise APIError(400, f"The model does not support generation (task `generate`); its tasks are "
+                           f"{tasks}: use the pooling routes (/v1/embeddings, /classify, /score, ...).", "model")
+
+    def check_engine(self) -> None:
+        if self.draining:
+            raise APIError(503, "The server is shutting down.")
+        if not self.engine.healthy:
+            raise APIError(503, "The engine is not available.")
+        if self.admission is not None:
+            self.admission.check()
+
+    # -- prompt ---------------------------------------------------------------------------------
+    def render_and_tokenize(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+        if self.template is None and kwargs.get("template_override") is None:
+            raise APIError(
+                400,
+                "This model has no chat template; start the server with --chat-template.",
+                "messages",
+            )
+        override = kwargs.pop("template_override", None)
+        template = self.template
+        if override is not None:
+            try:
+                template = ChatTemplate(override)
+            except ChatTemplateError as e:
+                raise APIError(400, f"Chat template error: {e}", "chat_template") from None
+        try:
+            text = template.render(messages, template_vars=self.template_vars, **kwargs)
+        except ChatTemplateError as e:
+            raise APIError(400, f"Chat template error: {e}", "messages") from None
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text, for logprobs (vLLM decodes each id on its own)."""
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self._token_text[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def request_started(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def request_finished(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+
+STATE = web.AppKey("state", ServerState)
+"""Where the application keeps the worker's `ServerState`: `request.app[STATE]` is typed."""
