@@ -130,7 +130,7 @@ class WorkerConfig:
     listen_fd: int | None = None
     # Use SO_REUSEPORT (several workers on one port).
     reuse_port: bool = True
-    # vLLM's gRPC service (frontend/grpc) on this port too, shared by the workers; None: off.
+    # vLLM's gRPC service (frontend/api/grpc) on this port too, shared by the workers; None: off.
     grpc_port: int | None = None
     log_level: str = "info"
     generation_config: str = "auto"  # "auto" (model's generation_config.json) or "vllm"

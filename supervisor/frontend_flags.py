@@ -37,7 +37,7 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--port": f"implemented by {_CLI} (HTTP port, shared by the workers with SO_REUSEPORT)",
     "--uds": "implemented by supervisor/deployment.py (binds the Unix socket once; every worker "
              "serves on its fd)",
-    "--grpc-port": "implemented by frontend/grpc (vLLM's VllmEngine gRPC service, as `vllm serve "
+    "--grpc-port": "implemented by frontend/api/grpc (vLLM's VllmEngine gRPC service, as `vllm serve "
                    "--grpc` serves it, beside HTTP in every worker)",
     "--root-path": f"refused: {_NO_ASGI}; strip the prefix in the proxy",
     "--middleware": f"refused: {_NO_ASGI} to add middleware to",
@@ -97,7 +97,7 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--cohere-format": "refused: Cohere's tokenizer mode and prompt formats are not served (pass "
                        "chat_template_kwargs per request to the model's own template)",
     "--anthropic-disabled-thinking-effort": "refused: thinking disabled in /v1/messages is always "
-                                            "reasoning effort \"none\" (frontend/server/anthropic)",
+                                            "reasoning effort \"none\" (frontend/api/anthropic)",
     # -- responses -------------------------------------------------------------------------------
     "--lora-modules": "implemented by frontend/serving/lora.py (adapters shared by every worker)",
     "--trust-request-mm-kwargs": "refused: not implemented: per-request mm_processor_kwargs and "

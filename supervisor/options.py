@@ -18,7 +18,7 @@ class SupervisorOptions:
     host: str = "0.0.0.0"
     port: int = 8000
     uds: str | None = None  # a Unix domain socket path instead of host:port
-    grpc_port: int | None = None  # vLLM's gRPC service on this port too (frontend/grpc)
+    grpc_port: int | None = None  # vLLM's gRPC service on this port too (frontend/api/grpc)
     engine: str = "vllm"  # "vllm" | "sim"
     sim_step_time: float | None = None
     shutdown_timeout: float = 30.0

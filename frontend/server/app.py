@@ -162,13 +162,13 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_get("/load", handle_load)
     app.router.add_get("/openapi.json", handle_openapi)
     # API styles and route families beside chat/completions, each its own module.
-    add_responses_routes(app)  # /v1/responses (server/responses, frontend/store)
-    add_anthropic_routes(app)  # /v1/messages (server/anthropic)
-    add_pooling_routes(app)  # embeddings, classify, score, rerank (server/pooling)
+    add_responses_routes(app)  # /v1/responses (api/responses, frontend/store)
+    add_anthropic_routes(app)  # /v1/messages (api/anthropic)
+    add_pooling_routes(app)  # embeddings, classify, score, rerank (api/pooling)
     add_lora_routes(app)  # runtime LoRA load/unload
     generate_tokens.add_routes(app)  # /inference/v1/generate, abort (scale-out)
     render.add_routes(app)  # render / derender (scale-out)
     admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes
     sagemaker.add_routes(app, chat=handle_chat_completions, completion=handle_completions)  # /ping, /invocations
-    add_speech_routes(app)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/speech)
+    add_speech_routes(app)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/api/speech)
     return app

@@ -136,7 +136,7 @@ def build_openapi() -> dict[str, Any]:
 
 def _add_responses_paths(paths: dict[str, Any], components: dict[str, Any],
                          generation_responses: dict[str, Any]) -> None:
-    """The Responses API (server/responses): create, retrieve, cancel."""
+    """The Responses API (api/responses): create, retrieve, cancel."""
     from vllm_pyfrontend.api.responses.schemas import ResponsesRequest
 
     (ref,), more = msgspec.json.schema_components((ResponsesRequest,), ref_template=_REF)

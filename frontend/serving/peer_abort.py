@@ -18,6 +18,7 @@ import socket
 from typing import Any
 
 import msgspec
+from aiohttp import web
 
 from vllm_pyfrontend.engine.types import FINISH_ABORT, EngineOutput
 from vllm_pyfrontend.serving.state import STATE
@@ -148,14 +149,18 @@ class PeerAbort:
                     log.debug("abort to worker %d not sent: %s", k, e)
 
 
+PEER_ABORT = web.AppKey("peer_abort", PeerAbort)
+"""Where the application keeps its `PeerAbort` once installed."""
+
+
 def install(app) -> PeerAbort:
     """The worker's PeerAbort, created once and started with the app (routes that abort by
     answered id call this when they register)."""
-    peer = app.get("peer_abort")
+    peer = app.get(PEER_ABORT)
     if peer is None:
         state = app[STATE]
-        peer = app["peer_abort"] = PeerAbort(state.config.runtime_dir, state.worker_index,
-                                             state.config.num_workers, state.engine)
+        peer = app[PEER_ABORT] = PeerAbort(state.config.runtime_dir, state.worker_index,
+                                           state.config.num_workers, state.engine)
 
         async def _start(_app) -> None:
             await peer.start()

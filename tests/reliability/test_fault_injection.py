@@ -305,7 +305,7 @@ def test_every_request_ends_under_a_fault(worker, monkeypatch, fault, stream, n)
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 5, ok.text
 
 
-# -- the Responses API (server/responses): the same faults through its formatter and routes ------
+# -- the Responses API (api/responses): the same faults through its formatter and routes ------
 from vllm_pyfrontend.api.responses.formatter import ResponsesFormatter  # noqa: E402
 
 RESPONSES_FAULTS = [

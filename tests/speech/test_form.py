@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from vllm_pyfrontend.api.speech.form import FormError, check_request, parse_form
 from vllm_pyfrontend.errors import APIError
-from vllm_pyfrontend.api.speech.route import read_form
+from vllm_pyfrontend.api.speech.routes import read_form
 
 WAV = ("a.wav", b"RIFF....")
 
@@ -112,7 +112,7 @@ async def test_multipart_read_is_bounded():
 def test_speech_modules_import_no_heavy_libraries():
     code = (
         "import sys\n"
-        "import vllm_pyfrontend.server.app, vllm_pyfrontend.api.speech.route, vllm_pyfrontend.api.speech.openapi\n"
+        "import vllm_pyfrontend.server.app, vllm_pyfrontend.api.speech.routes, vllm_pyfrontend.api.speech.openapi\n"
         "print(sorted(m for m in ('torch', 'transformers', 'vllm', 'soundfile') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

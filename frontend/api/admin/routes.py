@@ -28,6 +28,7 @@ from vllm_pyfrontend.engine.client import UtilityError
 from vllm_pyfrontend.engine.types import EngineDeadError
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.peer_abort import install as install_peer_abort
+from vllm_pyfrontend.serving.peer_abort import PEER_ABORT
 from vllm_pyfrontend.serving.state import STATE
 
 _json = msgspec.json.encode
@@ -186,7 +187,7 @@ async def handle_dev_abort_requests(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise APIError(400, "Request body must be a JSON object")
     ids = body.get("request_ids")
-    peers = request.app["peer_abort"]
+    peers = request.app[PEER_ABORT]
     if ids:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise APIError(400, "'request_ids' must be a list of strings.")

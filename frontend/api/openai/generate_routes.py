@@ -35,6 +35,7 @@ from vllm_pyfrontend.serving.responder import new_choice, new_sse, respond, subm
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.api.openai.token_schemas import GenerateRequest, options_of
+from vllm_pyfrontend.serving.peer_abort import PEER_ABORT
 from vllm_pyfrontend.serving.state import STATE
 
 _enc = msgspec.json.encode
@@ -256,7 +257,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
                      sse=new_sse(state, response_id, model, created, "generate") if stream else None)
     sub = submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(choices, samplings)],
                          priority=req.priority, cache_salt=req.cache_salt)
-    peers = request.app.get("peer_abort")
+    peers = request.app.get(PEER_ABORT)
     if peers is not None:
         peers.track(response_id, sub)
     try:
@@ -278,7 +279,7 @@ async def handle_abort_requests(request: web.Request) -> web.Response:
         raise APIError(400, "Missing 'request_ids' in request body")
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise APIError(400, "'request_ids' must be a list of strings.")
-    request.app["peer_abort"].abort_everywhere(ids)
+    request.app[PEER_ABORT].abort_everywhere(ids)
     return web.Response(status=200)
 
 

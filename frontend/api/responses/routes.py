@@ -86,6 +86,10 @@ class Responses:
         await self.store.close()
 
 
+RESPONSES = web.AppKey("responses", Responses)
+"""The worker's stored responses and the background runs it owns."""
+
+
 def add_responses_routes(app: web.Application) -> None:
     app.router.add_post("/v1/responses", handle_create)
     app.router.add_get("/v1/responses/{response_id}", handle_retrieve)
@@ -94,12 +98,12 @@ def add_responses_routes(app: web.Application) -> None:
     async def start(app: web.Application) -> None:
         cfg = app[STATE].config
         policy = cfg.policy
-        app["responses"] = Responses(open_store(policy.response_store, cfg.runtime_dir,
+        app[RESPONSES] = Responses(open_store(policy.response_store, cfg.runtime_dir,
                                                 ttl=policy.response_store_ttl,
                                                 max_entries=policy.response_store_max_entries))
 
     async def stop(app: web.Application) -> None:
-        responses = app.get("responses")
+        responses = app.get(RESPONSES)
         if responses is not None:
             await responses.close()
 
@@ -193,7 +197,7 @@ class _Turn:
         self.messages, self.sampling, self.run, self.formatter, self.sink, self.sub = (
             messages, sampling, run, formatter, sink, sub)
         self.response_id = run.response_id
-        self.responses: Responses = request.app["responses"]
+        self.responses: Responses = request.app[RESPONSES]
 
     def snapshot(self, status: str, output=None, usage=None, error=None) -> dict[str, Any]:
         return response_object(self.req, response_id=self.response_id, created_at=self.run.created,
@@ -300,7 +304,7 @@ def _chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> Chat
 
 async def handle_create(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    responses: Responses = request.app["responses"]
+    responses: Responses = request.app[RESPONSES]
     body = await state.read_body(request)
     req: ResponsesRequest = decode_body(body, ResponsesRequest)
     model = state.check_model(req.model)
@@ -479,7 +483,7 @@ async def handle_retrieve(request: web.Request) -> web.Response:
     response_id = request.match_info["response_id"]
     if request.query.get("stream", "false").lower() == "true":
         raise APIError(400, "Streaming a stored response again (stream=true) is not supported.", "stream")
-    record = await request.app["responses"].store.get(response_id)
+    record = await request.app[RESPONSES].store.get(response_id)
     if record is None:
         raise _not_found(response_id)
     return _json(state, record["response"])
@@ -487,7 +491,7 @@ async def handle_retrieve(request: web.Request) -> web.Response:
 
 async def handle_cancel(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    responses: Responses = request.app["responses"]
+    responses: Responses = request.app[RESPONSES]
     response_id = request.match_info["response_id"]
     record = await responses.store.get(response_id)
     if record is None:

@@ -11,7 +11,7 @@ from aiohttp import web
 
 
 def add_speech_routes(app: web.Application) -> None:
-    from vllm_pyfrontend.api.speech.route import handle_transcriptions, handle_translations
+    from vllm_pyfrontend.api.speech.routes import handle_transcriptions, handle_translations
 
     app.router.add_post("/v1/audio/transcriptions", handle_transcriptions)
     app.router.add_post("/v1/audio/translations", handle_translations)
