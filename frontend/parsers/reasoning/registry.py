@@ -8,10 +8,9 @@ note, for the listings generated from the registry (`vllm_pyfrontend.parsers.cat
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from vllm_pyfrontend.parsers.registration import Registration, caller_module
 from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser, ThinkStyle
 
 #: name -> a ThinkStyle, or a maker with get_reasoning_parser's signature
@@ -21,19 +20,7 @@ _REGISTRY: dict[str, ThinkStyle | Callable[..., Any]] = {}
 _CUSTOM: dict[str, Any] = {}
 
 
-@dataclass(frozen=True)
-class Registration:
-    """Where a name was registered (the module's dotted name) and its optional note."""
-
-    module: str
-    note: str = ""
-
-
 _ORIGIN: dict[str, Registration] = {}
-
-
-def _caller_module(depth: int) -> str:
-    return sys._getframe(depth + 1).f_globals.get("__name__", "?")
 
 
 def register_reasoning_parser(
@@ -43,14 +30,14 @@ def register_reasoning_parser(
     ``--reasoning-parser`` name (replaces any). ``note``: a one-line remark for the
     listings; ``module``: the registering module (default: the caller's)."""
     _REGISTRY[name] = style
-    _ORIGIN[name] = Registration(module or _caller_module(1), note)
+    _ORIGIN[name] = Registration(module or caller_module(1), note)
 
 
 def register_custom_reasoning_parser(name: str, make: Callable[..., Any], *, note: str = "") -> None:
     """Register a parser that is not a ``<think>`` style (harmony, ``hf``):
     ``make(tokenizer, prompt_text=..., prompt_token_ids=..., template_kwargs=...,
     implicit_ends=...)`` -> an object with ``feed``, ``finish`` and ``reasoning_tokens``."""
-    register_reasoning_parser(name, ThinkStyle(), note=note, module=_caller_module(1))  # listed
+    register_reasoning_parser(name, ThinkStyle(), note=note, module=caller_module(1))  # listed
     _CUSTOM[name] = make
 
 

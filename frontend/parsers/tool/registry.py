@@ -9,10 +9,9 @@ listings generated from the registry (`vllm_pyfrontend.parsers.catalog`, ``--hel
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from vllm_pyfrontend.parsers.registration import Registration, caller_module
 from vllm_pyfrontend.parsers.special import SpecialGate
 from vllm_pyfrontend.parsers.tool.base import SectionToolParser, ToolFormat
 
@@ -28,19 +27,7 @@ _SHARED_FORMATS: dict[str, ToolFormat] = {}
 _CUSTOM: dict[str, Callable[[Any, Sequence[Any] | None], Any]] = {}
 
 
-@dataclass(frozen=True)
-class Registration:
-    """Where a name was registered (the module's dotted name) and its optional note."""
-
-    module: str
-    note: str = ""
-
-
 _ORIGIN: dict[str, Registration] = {}
-
-
-def _caller_module(depth: int) -> str:
-    return sys._getframe(depth + 1).f_globals.get("__name__", "?")
 
 
 def register_tool_parser(
@@ -56,7 +43,7 @@ def register_tool_parser(
         _SHARED.add(name)
     else:
         _SHARED.discard(name)
-    _ORIGIN[name] = Registration(module or _caller_module(1), note)
+    _ORIGIN[name] = Registration(module or caller_module(1), note)
 
 
 def register_custom_tool_parser(
@@ -66,7 +53,7 @@ def register_custom_tool_parser(
     ``--tool-parser-plugin``, see plugin.py): ``make(tokenizer, tools)`` -> an object with
     ``feed``, ``finish`` and ``n_calls``."""
     # listed with an empty format (no section markers); built by ``make``
-    register_tool_parser(name, lambda tools: ToolFormat(), note=note, module=_caller_module(1))
+    register_tool_parser(name, lambda tools: ToolFormat(), note=note, module=caller_module(1))
     _CUSTOM[name] = make
 
 
