@@ -14,20 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from vllm_pyfrontend.parsers.tool.schema_values import tool_schema
+
 
 def tool_properties(tools: Sequence[Any], name: str) -> dict[str, Any]:
-    """The JSON-schema properties of tool ``name`` (OpenAI tool dicts)."""
-    for tool in tools:
-        fn = tool.get("function") if isinstance(tool, dict) else getattr(tool, "function", None)
-        if fn is None:
-            continue
-        fn_name = fn.get("name") if isinstance(fn, dict) else getattr(fn, "name", None)
-        if fn_name != name:
-            continue
-        params = fn.get("parameters") if isinstance(fn, dict) else getattr(fn, "parameters", None)
-        if isinstance(params, dict) and isinstance(params.get("properties"), dict):
-            return params["properties"]
-    return {}
+    """The JSON-schema properties of tool ``name`` (OpenAI tool dicts); {} when it has none."""
+    props = (tool_schema(tools, name) or {}).get("properties")
+    return props if isinstance(props, dict) else {}
 
 
 def schema_types(schema: Any) -> set[str]:
