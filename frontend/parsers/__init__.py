@@ -2,8 +2,9 @@
 
 Layout:
 - ``combinators.py``: three-way (Ok / NEED / Fail) parser combinators over a
-  growing buffer, a validating JSON scanner that returns raw slices, and
-  ``safe_text`` (the longest prefix that cannot be part of a marker).
+  growing buffer, ``scan_json`` (a JSON value's raw slice) and ``safe_text``
+  (the longest prefix that cannot be part of a marker); ``json_scan.py``
+  holds the validating JSON scanner under ``scan_json``.
 - ``special.py``: tells real marker tokens from lookalike text using the
   step's token ids.
 - ``tool/``: the section engine (``base.py``), the formats, one module per format

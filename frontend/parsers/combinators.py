@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+from vllm_pyfrontend.parsers.json_scan import BadJson, NeedMore, scan_value
+
 
 class _Need:
     """More input could still make the parser match (only when not at eof)."""
@@ -199,9 +201,6 @@ def chars_while(pred: Callable[[str], bool], minimum: int = 1) -> P:
 
 
 # ------------------------------------------------------------------ JSON scan
-_WS = " \t\n\r"
-
-
 def scan_json(s: str, pos: int, eof: bool) -> Result:
     """Scan one JSON value at ``pos``; ``Ok(end, raw_slice)`` without decoding.
 
@@ -209,151 +208,14 @@ def scan_json(s: str, pos: int, eof: bool) -> Result:
     validating scanner, so a prefix that cannot become JSON fails at once.
     """
     try:
-        end_pos = _scan_value(s, pos, len(s))
-    except _NeedMore:
+        end_pos = scan_value(s, pos, len(s))
+    except NeedMore:
         return Fail(len(s)) if eof else NEED
-    except _Bad as bad:
+    except BadJson as bad:
         return Fail(bad.pos)
     if end_pos == len(s) and not eof and s[pos] in "-0123456789":
         return NEED  # a number may continue
     return Ok(end_pos, s[pos:end_pos])
-
-
-class _NeedMore(Exception):
-    pass
-
-
-class _Bad(Exception):
-    def __init__(self, pos: int) -> None:
-        self.pos = pos
-
-
-def _skip_ws(s: str, i: int, n: int) -> int:
-    while i < n and s[i] in _WS:
-        i += 1
-    if i == n:
-        raise _NeedMore
-    return i
-
-
-def _scan_value(s: str, i: int, n: int) -> int:
-    if i >= n:
-        raise _NeedMore
-    c = s[i]
-    if c == "{":
-        i = _skip_ws(s, i + 1, n)
-        if s[i] == "}":
-            return i + 1
-        while True:
-            if s[i] != '"':
-                raise _Bad(i)
-            i = _scan_string(s, i, n)
-            i = _skip_ws(s, i, n)
-            if s[i] != ":":
-                raise _Bad(i)
-            i = _skip_ws(s, i + 1, n)
-            i = _scan_value(s, i, n)
-            i = _skip_ws(s, i, n)
-            if s[i] == "}":
-                return i + 1
-            if s[i] != ",":
-                raise _Bad(i)
-            i = _skip_ws(s, i + 1, n)
-    if c == "[":
-        i = _skip_ws(s, i + 1, n)
-        if s[i] == "]":
-            return i + 1
-        while True:
-            i = _scan_value(s, i, n)
-            i = _skip_ws(s, i, n)
-            if s[i] == "]":
-                return i + 1
-            if s[i] != ",":
-                raise _Bad(i)
-            i = _skip_ws(s, i + 1, n)
-    if c == '"':
-        return _scan_string(s, i, n)
-    if c == "-" or c.isdigit():
-        return _scan_number(s, i, n)
-    for word in ("true", "false", "null"):
-        if c == word[0]:
-            k = 0
-            while k < len(word):
-                if i + k >= n:
-                    raise _NeedMore
-                if s[i + k] != word[k]:
-                    raise _Bad(i + k)
-                k += 1
-            return i + len(word)
-    raise _Bad(i)
-
-
-_HEX = frozenset("0123456789abcdefABCDEF")
-
-
-def _scan_string(s: str, i: int, n: int) -> int:
-    i += 1  # opening quote
-    while True:
-        if i >= n:
-            raise _NeedMore
-        c = s[i]
-        if c == '"':
-            return i + 1
-        if c == "\\":
-            if i + 1 >= n:
-                raise _NeedMore
-            e = s[i + 1]
-            if e in '"\\/bfnrt':
-                i += 2
-                continue
-            if e == "u":
-                for k in range(4):
-                    if i + 2 + k >= n:
-                        raise _NeedMore
-                    if s[i + 2 + k] not in _HEX:
-                        raise _Bad(i + 2 + k)
-                i += 6
-                continue
-            raise _Bad(i + 1)
-        if c < " ":
-            raise _Bad(i)  # raw control characters are not JSON
-        i += 1
-
-
-def _scan_number(s: str, i: int, n: int) -> int:
-    start = i
-    if s[i] == "-":
-        i += 1
-        if i >= n:
-            raise _NeedMore
-    if s[i] == "0":
-        i += 1
-    elif s[i].isdigit():
-        while i < n and s[i].isdigit():
-            i += 1
-    else:
-        raise _Bad(i)
-    if i < n and s[i] == ".":
-        i += 1
-        if i >= n:
-            raise _NeedMore
-        if not s[i].isdigit():
-            raise _Bad(i)
-        while i < n and s[i].isdigit():
-            i += 1
-    if i < n and s[i] in "eE":
-        i += 1
-        if i < n and s[i] in "+-":
-            i += 1
-        if i >= n:
-            raise _NeedMore
-        if not s[i].isdigit():
-            raise _Bad(i)
-        while i < n and s[i].isdigit():
-            i += 1
-    if i == start:
-        raise _Bad(i)
-    return i
 
 
 class _JsonValue(P):

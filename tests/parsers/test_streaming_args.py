@@ -427,3 +427,17 @@ def test_call_end_missing_before_the_section_end(fmt: str) -> None:
     assert (r.content, r.decoded_calls()) == (" after", [("get_weather", {"city": "X"})])
     for k in range(1, len(text)):
         assert run_chunks(make, [text[:k], text[k:]]).key() == r.key(), k
+
+
+# ------------------------------------------------ DSML typed parameters
+@pytest.mark.parametrize("fmt, prefix, wrapper", [("deepseek_v4", "｜DSML｜", "tool_calls"),
+                                                  ("deepseek_v41", "｜DSML｜ ", "calls")])
+def test_dsml_non_string_parameter_nan_stays_text(fmt: str, prefix: str, wrapper: str) -> None:
+    """``string="false"`` values are JSON where they parse; NaN is not JSON, so it stays text
+    and the arguments stay valid JSON (the spaced V4.1 dialect types values as V4 does)."""
+    p = prefix
+    params = "".join(f'<{p}parameter name="{k}" string="false">{v}</{p}parameter>\n'
+                     for k, v in (("x", "NaN"), ("y", "2"), ("z", "-Infinity")))
+    text = f'<{p}{wrapper}>\n<{p}invoke name="f">\n{params}</{p}invoke>\n</{p}{wrapper}>'
+    r = run_whole(lambda: get_tool_parser(fmt, None, TOOLS), text)
+    assert r.calls[0][1] == '{"x": "NaN", "y": 2, "z": "-Infinity"}'

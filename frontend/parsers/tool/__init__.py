@@ -3,7 +3,9 @@
 Each parser is an incremental transformer over the content text of one
 choice: ``feed(text, token_ids=None) -> AssistantDelta | None`` and
 ``finish() -> AssistantDelta | None`` (see base.py for the engine and
-special.py for the token-id contract).
+special.py for the token-id contract). Parameters written as text get their
+JSON values from the tool's schema in ``arg_values.py`` (XML-style formats)
+and ``schema_values.py`` (tagged_params, gemma).
 
 Where each format lives (every module registers the names of the grammars it defines,
 with `register_tool_parser` at its bottom):

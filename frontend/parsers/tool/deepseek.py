@@ -8,7 +8,6 @@ JSON, so these grammars do not read the request's tools.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from vllm_pyfrontend.parsers.combinators import (
@@ -27,7 +26,8 @@ from vllm_pyfrontend.parsers.combinators import (
     take_until,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, loads_strict
+from vllm_pyfrontend.parsers.tool.arg_values import loads_strict
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.json_grammar import call, json_args, name_ok
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.streaming import skip_ws
@@ -290,7 +290,7 @@ class DsmlSpaced(TypedFormat):
     def build(self) -> dict[str, Section]:
         p = self.prefix
         param = XmlParam(DsmlParamHead(p), f"</{p}parameter>")
-        typing = _DsmlTyping()
+        typing = DsmlTyping()
         make = xml_call(typing)
         invoke = tag(
             "call",
@@ -310,21 +310,6 @@ class DsmlSpaced(TypedFormat):
         return {
             f"<{p}{self.wrapper}>": Section(body=calls_body(invoke), ends=(f"</{p}{self.wrapper}>",))
         }
-
-
-class _DsmlTyping(XmlTyping):
-    """``string="true"``: text (streamed); else JSON where it parses, else text."""
-
-    def is_string(self, name: str, key: str, meta: Any) -> bool:
-        return meta == "true"
-
-    def convert(self, name: str, key: str, meta: Any, text: str) -> Any:
-        if meta == "true":
-            return text
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
 
 
 register_tool_parser("deepseek_v3", lambda tools: DeepSeekV3(), note="DeepSeek V3 (JSON in a code fence)")

@@ -20,7 +20,8 @@ from vllm_pyfrontend.parsers.combinators import (
     take_until,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import Section, coerce_params, is_string_param
+from vllm_pyfrontend.parsers.tool.arg_values import coerce_params, is_string_param
+from vllm_pyfrontend.parsers.tool.base import Section
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.xml_calls import (
     SchemaTyping,

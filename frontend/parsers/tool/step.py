@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_pyfrontend.parsers.combinators import fmap, lit, many, opt, seq, tag, take_until, ws
-from vllm_pyfrontend.parsers.tool.base import Section, coerce_value, is_string_param
+from vllm_pyfrontend.parsers.tool.arg_values import coerce_value, is_string_param
+from vllm_pyfrontend.parsers.tool.base import Section
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.xml_calls import (
     SchemaTyping,

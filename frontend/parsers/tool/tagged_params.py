@@ -23,7 +23,8 @@ from vllm_pyfrontend.parsers.combinators import (
     take_until,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat, dumps_args
+from vllm_pyfrontend.parsers.tool.arg_values import dumps_args
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.json_grammar import json_members
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.schema_values import (

@@ -34,14 +34,8 @@ from vllm_pyfrontend.parsers.combinators import (
     take_until,
     ws,
 )
-from vllm_pyfrontend.parsers.tool.base import (
-    Call,
-    Section,
-    ToolFormat,
-    coerce_value,
-    is_string_param,
-    tool_properties,
-)
+from vllm_pyfrontend.parsers.tool.arg_values import coerce_value, is_string_param, tool_properties
+from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.json_calls import Hermes
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.streaming import (
