@@ -63,8 +63,9 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--dp-supervisor-probe-interval-s": "refused: multi-port external LB mode is not supported",
     "--dp-supervisor-probe-timeout-s": "refused: multi-port external LB mode is not supported",
     "--dp-supervisor-probe-failure-threshold": "refused: multi-port external LB mode is not supported",
-    "--enable-scale-out": "implemented by frontend/api/openai/generate_routes.py and render.py (token-in "
-                          "/inference/v1/generate, render and derender routes; 403 without the flag)",
+    "--enable-scale-out": "implemented by frontend/api/openai (generate_routes.py: token-in "
+                          "/inference/v1/generate; render_routes.py, derender_routes.py; 403 without "
+                          "the flag)",
     # -- security and request hygiene ---------------------------------------------------------
     "--api-key": f"implemented by {_MW}",
     "--allow-credentials": f"implemented by {_MW} (CORS)",

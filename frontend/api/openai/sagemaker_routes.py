@@ -17,7 +17,8 @@ from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.state import STATE
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-INVOCATION_HANDLERS = "invocation_handlers"  # app key: (chat handler, completion handler)
+# The chat and completion handlers the app registers, which /invocations dispatches to.
+INVOCATION_HANDLERS = web.AppKey("invocation_handlers", tuple)
 
 _EXPECTED = "Cannot find suitable handler for request. Expected one of: ['ChatCompletionRequest', 'CompletionRequest']"
 
