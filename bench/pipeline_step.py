@@ -45,14 +45,11 @@ class _Transport:
 
 def drain_hooks():
     """(begin, end) of one drain of the engine's output, as the worker registers them (the
-    `StreamDrain` of serving/state.py; a build from before it: sse.py's module functions), and
-    the drain the writers join (None for such a build)."""
-    from vllm_pyfrontend.serving import sse as sse_mod
+    `StreamDrain` of serving/state.py), and the drain the writers join."""
+    from vllm_pyfrontend.serving.sse import StreamDrain
 
-    if hasattr(sse_mod, "StreamDrain"):
-        drain = sse_mod.StreamDrain()
-        return drain.hooks, drain
-    return (sse_mod.begin_drain, sse_mod.end_drain), None
+    drain = StreamDrain()
+    return drain.hooks, drain
 
 
 def attach_stream(client, rid: str, text, assistant, include_usage: bool, transport=None, drain=None):
