@@ -62,9 +62,10 @@ LAYERS: tuple[Layer, ...] = (
     Layer(("engine",), "engine requests <-> ZMQ frames",
           "the wire format per vLLM version, validation before encoding, handshake, the engine "
           "client (connection, sending and routing, aborts, outputs, utility calls, health)"),
-    Layer(("metrics", "store", "tracing", "config", "model_config"), "values -> files, records",
+    Layer(("metrics", "store", "tracing", "config", "model_config", "tenants"), "values -> files, records",
           "Prometheus families across workers, the shared response store (SQLite or Redis), "
-          "request spans, the worker's configuration, the model's config"),
+          "request spans, the worker's configuration, the model's config, who a request is "
+          "from (tenant and owner scope)"),
     Layer(("errors",), "-",
           "the errors every layer raises: `APIError` (an HTTP status in OpenAI's shape), "
           "`InvalidRequestError`, `MediaError`"),

@@ -19,11 +19,12 @@ What a handler can read from the request (aiohttp's per-request mapping):
                               --enable-request-id-headers or --enable-log-requests is on
     request["trace_headers"]  {"traceparent": ..., "tracestate": ...} when the client sent a
                               W3C traceparent: give it to EngineRequest.trace_headers
+    request[TENANT]           the key's `Tenant` on guarded paths (read it with
+                              `vllm_pyfrontend.tenants.tenant_of`)
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import time
@@ -36,6 +37,7 @@ from aiohttp import web
 from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.metrics import UNINSTRUMENTED_ROUTES, WorkerMetrics
 from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.tenants import TENANT, Tenant, key_digest, key_owner
 
 request_log = logging.getLogger("vllm_pyfrontend.requests")
 
@@ -53,7 +55,7 @@ _SAFE_HEADERS = frozenset({"accept", "accept-language", "content-language", "con
 
 
 class ApiKeys:
-    """Constant-time check of a Bearer token against several keys.
+    """Constant-time check of a Bearer token against several keys, and the tenant it names.
 
     Keys and the presented token are hashed first (SHA-256), so every comparison is between
     equal-length digests, and every key is compared (no early exit): the time taken does not
@@ -61,28 +63,36 @@ class ApiKeys:
     """
 
     def __init__(self, keys: list[str]):
-        self._digests = [hashlib.sha256(k.encode("utf-8")).digest() for k in keys if k]
+        self._digests = [key_digest(k) for k in keys if k]
+        self._tenants = [Tenant("", key_owner(d)) for d in self._digests]
 
     def __bool__(self) -> bool:
         return bool(self._digests)
 
     def check(self, authorization: str | None, api_key: str | None = None) -> bool:
         """`Authorization: Bearer <key>`, or Anthropic's `x-api-key: <key>` header."""
+        return self.tenant(authorization, api_key) is not None
+
+    def tenant(self, authorization: str | None, api_key: str | None = None) -> Tenant | None:
+        """The tenant of the presented key, None when no key matches."""
         token = None
         if authorization:
             scheme, _, bearer = authorization.partition(" ")
             if scheme.lower() == "bearer":
                 token = bearer
-        if token is not None and self._matches(token):
-            return True
-        return bool(api_key) and self._matches(api_key)
+        if token is not None:
+            found = self._match(token)
+            if found is not None:
+                return found
+        return self._match(api_key) if api_key else None
 
-    def _matches(self, token: str) -> bool:
-        presented = hashlib.sha256(token.strip().encode("utf-8")).digest()
-        ok = False
-        for digest in self._digests:
-            ok |= hmac.compare_digest(presented, digest)
-        return ok
+    def _match(self, token: str) -> Tenant | None:
+        presented = key_digest(token)
+        found = -1
+        for i, digest in enumerate(self._digests):
+            if hmac.compare_digest(presented, digest):
+                found = i
+        return self._tenants[found] if found >= 0 else None
 
 
 def auth_middleware(keys: ApiKeys, guard_metrics: bool):
@@ -91,10 +101,12 @@ def auth_middleware(keys: ApiKeys, guard_metrics: bool):
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method != "OPTIONS" and request.path.startswith(prefixes):
-            if not keys.check(request.headers.get("Authorization"), request.headers.get("x-api-key")):
+            tenant = keys.tenant(request.headers.get("Authorization"), request.headers.get("x-api-key"))
+            if tenant is None:
                 resp = APIError(401, "Unauthorized: a valid API key is required.").to_response()
                 resp.headers["WWW-Authenticate"] = "Bearer"
                 return resp
+            request[TENANT] = tenant
         return await handler(request)
 
     return auth

@@ -15,6 +15,7 @@ from vllm_pyfrontend.metrics import MULTIPROC_ENV, WorkerMetrics
 from vllm_pyfrontend.server.app import error_middleware
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.middleware import ApiKeys, build_middlewares, install
+from vllm_pyfrontend.tenants import ANONYMOUS, tenant_of
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -85,6 +86,16 @@ def test_api_keys_constant_time_shape():
     assert not keys.check("alpha")
     assert not keys.check(None) and not keys.check("")
     assert not ApiKeys([""])
+
+
+def test_each_anonymous_key_is_its_own_owner_scope():
+    keys = ApiKeys(["alpha", "beta"])
+    a, b = keys.tenant("Bearer alpha"), keys.tenant(None, "beta")
+    assert a is not None and b is not None
+    assert a.owner.startswith("key:") and b.owner.startswith("key:") and a.owner != b.owner
+    assert keys.tenant("Bearer alpha") == a and a.name == ""
+    assert keys.tenant("Bearer gamma") is None
+    assert tenant_of({}) == ANONYMOUS and ANONYMOUS.owner == ""
 
 
 async def test_auth_guards_v1_not_health_and_metrics_only_when_asked():
