@@ -58,6 +58,13 @@ class WorkerPolicy:
     # vLLM's scale-out routes (render / derender / token-in generate) and /tokenizer_info.
     enable_scale_out: bool = False
     enable_tokenizer_info_endpoint: bool = False
+    # OpenAI answers (vLLM's flags of the same names).
+    return_tokens_as_token_ids: bool = False  # logprob tokens as "token_id:N" for every request
+    enable_force_include_usage: bool = False  # usage on every stream, as if include_usage were set
+    default_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # under a request's own
+    response_role: str = "assistant"  # the role of generated chat messages
+    exclude_tools_when_tool_choice_none: bool = False  # tool_choice "none": no tools in the template
+    root_path: str = ""  # a path prefix (a proxy's): routes answer with and without it
     # /start_profile and /stop_profile exist when the engines have a profiler configured.
     profiler_enabled: bool = False
     # Stored Responses (frontend/store): None = SQLite in the runtime directory, shared by the
@@ -119,6 +126,9 @@ class WorkerConfig:
     # Ready responses already received (given to a restarted worker, which gets none).
     engine_infos: list[dict[str, Any]] | None = None
     runtime_dir: str = "/tmp"
+    # The model as the command line gave it (a hub name or a path): /v1/models reports it as
+    # `root`, as vLLM does (None: the local directory).
+    model_root: str | None = None
     tokenizer: str | None = None
     chat_template: str | None = None  # path or inline template text
     max_model_len: int | None = None  # user's --max-model-len; the engine's ready value wins
@@ -152,6 +162,17 @@ class WorkerConfig:
     api_keys: list[str] = field(default_factory=list)
     # Security, request hygiene, reasoning and tool-call parsing (see WorkerPolicy).
     policy: WorkerPolicy = field(default_factory=WorkerPolicy)
+
+    def engine_flag(self, name: str) -> str | None:
+        """The value of an engine flag (`--max-logprobs`) as forwarded to the engine, or None."""
+        value = None
+        args = self.engine_args
+        for i, arg in enumerate(args):
+            if arg == name and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg[len(name) + 1:]
+        return value
 
     def to_json(self) -> str:
         d = asdict(self)

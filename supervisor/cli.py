@@ -255,6 +255,19 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "render and derender (else they answer 403)")
     p.add_argument("--enable-tokenizer-info-endpoint", action=bool_flag, default=False,
                    help="serve GET /tokenizer_info (the tokenizer's configuration and chat template)")
+    p.add_argument("--return-tokens-as-token-ids", action=bool_flag, default=False,
+                   help="logprob tokens as 'token_id:N' for every request (vLLM's flag)")
+    p.add_argument("--enable-force-include-usage", action=bool_flag, default=False,
+                   help="usage (and continuous usage stats) on every stream (vLLM's flag)")
+    p.add_argument("--default-chat-template-kwargs", type=_json_object("--default-chat-template-kwargs"),
+                   default=None, help="JSON object of chat template kwargs for every request; a "
+                   "request's own chat_template_kwargs win (e.g. '{\"enable_thinking\": false}')")
+    p.add_argument("--response-role", default="assistant",
+                   help="the role of generated chat messages (with add_generation_prompt)")
+    p.add_argument("--exclude-tools-when-tool-choice-none", action=bool_flag, default=False,
+                   help="with tool_choice \"none\", do not give the tools to the chat template")
+    p.add_argument("--root-path", default="",
+                   help="a path prefix a proxy adds: every route answers both with and without it")
     add_media_arguments(p)
 
 

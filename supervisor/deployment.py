@@ -312,6 +312,7 @@ class Supervisor:
             host=opts.host,
             port=opts.port,
             model=opts.model,
+            model_root=opts.model_arg or opts.model,
             served_model_names=opts.served_names,
             input_address=slot.addresses.input,
             output_address=slot.addresses.output,

@@ -150,6 +150,7 @@ class ServeSettings:
 
     model: str  # local directory
     served_model_names: list[str]
+    model_root: str | None = None  # the model as `vllm serve` was given it (/v1/models `root`)
     host: str = "0.0.0.0"
     port: int = 8000
     tokenizer: str | None = None
@@ -168,12 +169,14 @@ class ServeSettings:
 
 # `vllm serve` args that shape the multimodal processor and its model config: the workers build
 # vLLM's ModelConfig from them (frontend/multimodal/model.py), as vLLM's API server does from
-# the same flags. (--model and --tokenizer go as the local directories resolved here.)
+# the same flags (--model and --tokenizer go as the local directories resolved here); and
+# `max_logprobs`, the bound the workers check logprobs requests against.
 PROCESSOR_SERVE_ARGS = (
     "limit_mm_per_prompt", "mm_processor_kwargs", "media_io_kwargs", "allowed_local_media_path",
     "allowed_media_domains", "mm_processor_cache_gb", "mm_processor_cache_type",
     "mm_shm_cache_max_object_size_mb", "enable_mm_embeds", "interleave_mm_strings", "trust_remote_code",
     "tokenizer_mode", "hf_overrides", "hf_config_path", "config_format", "max_model_len", "dtype",
+    "max_logprobs",
 )
 
 
@@ -255,6 +258,7 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     return ServeSettings(
         model=_local_dir(str(model_arg), args.get("revision")),
         served_model_names=list(served) if served else [str(model_arg)],
+        model_root=str(model_arg),
         host=args.get("host") or "0.0.0.0",
         port=int(args.get("port") or 8000),
         tokenizer=tokenizer_dir,
@@ -380,6 +384,7 @@ class DropinSupervisor:
             host=s.host,
             port=s.port,
             model=s.model,
+            model_root=s.model_root,
             served_model_names=s.served_model_names,
             input_address=slot.addresses.input,
             output_address=slot.addresses.output,

@@ -39,7 +39,8 @@ FRONTEND_FLAGS: dict[str, str] = {
              "serves on its fd)",
     "--grpc-port": "implemented by frontend/api/grpc (vLLM's VllmEngine gRPC service, as `vllm serve "
                    "--grpc` serves it, beside HTTP in every worker)",
-    "--root-path": f"refused: {_NO_ASGI}; strip the prefix in the proxy",
+    "--root-path": "implemented by frontend/server/root_path.py (routes answer with and without "
+                   "the prefix)",
     "--middleware": f"refused: {_NO_ASGI} to add middleware to",
     "--ssl-keyfile": f"implemented by {_TLS}",
     "--ssl-certfile": f"implemented by {_TLS}",
@@ -84,15 +85,16 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--trust-request-chat-template": "implemented by frontend/serving/state.py",
     "--chat-template-content-format": "refused: content is rendered as the template expects "
                                       "(auto detection only)",
-    "--default-chat-template-kwargs": "refused: not supported yet (pass chat_template_kwargs per request)",
-    "--response-role": "refused: the role is always `assistant`",
+    "--default-chat-template-kwargs": "implemented by frontend/serving/lowering/chat.py (under a "
+                                      "request's own chat_template_kwargs)",
+    "--response-role": "implemented by frontend/api/openai/chat_routes.py",
     "--enable-auto-tool-choice": "implemented by frontend/chat/tools.py",
     "--tool-call-parser": "implemented by frontend/parsers/tool (registry)",
     "--tool-parser-plugin": "implemented by frontend/parsers/tool/plugin.py (loaded by the supervisor "
                             "and every worker)",
     "--tool-strict-level": "refused: not supported (tools are constrained per request's `strict`)",
     "--tool-server": "refused: built-in tools (Responses API tool servers) are not supported",
-    "--exclude-tools-when-tool-choice-none": "refused: not supported; tools are always given to the template",
+    "--exclude-tools-when-tool-choice-none": "implemented by frontend/serving/lowering/chat.py",
     "--cohere-is-reasoning-model": "refused: Cohere's /cohere/v2/chat API is not served (the "
                                    "cohere_command3/4 tool and reasoning parsers are)",
     "--cohere-format": "refused: Cohere's tokenizer mode and prompt formats are not served (pass "
@@ -103,10 +105,10 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--lora-modules": "implemented by frontend/serving/lora.py (adapters shared by every worker)",
     "--trust-request-mm-kwargs": "refused: not implemented: per-request mm_processor_kwargs and "
                                  "media_io_kwargs are always taken (vLLM refuses them without it)",
-    "--return-tokens-as-token-ids": "refused: not supported (logprobs tokens are text)",
+    "--return-tokens-as-token-ids": "implemented by frontend/serving/formatters.py",
     "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",
     "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",
-    "--enable-force-include-usage": "refused: usage is streamed only when stream_options asks for it",
+    "--enable-force-include-usage": "implemented by frontend/serving/lowering/options.py",
     "--sse-keep-alive-interval": "implemented by frontend/serving/sse.py (keep-alive comments on a "
                                  "silent stream)",
     "--enable-tokenizer-info-endpoint": "implemented by frontend/api/admin/routes.py (/tokenizer_info)",

@@ -8,6 +8,8 @@ from typing import Any
 from vllm_pyfrontend.errors import APIError
 
 
+# OpenAI's roles. Any other string is a custom role, passed to the chat template as vLLM passes
+# it (its CustomChatCompletionMessageParam); the template decides what it means.
 VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
@@ -18,12 +20,8 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, msg in enumerate(messages):
         role = msg.get("role")
-        if not isinstance(role, str) or role not in VALID_ROLES:
-            raise APIError(
-                400,
-                f"messages[{i}].role must be one of {sorted(VALID_ROLES)}, got {role!r}.",
-                "messages",
-            )
+        if not isinstance(role, str) or not role:
+            raise APIError(400, f"messages[{i}].role must be a non-empty string, got {role!r}.", "messages")
         m = dict(msg)
         content = msg.get("content")
         if isinstance(content, list):

@@ -20,12 +20,15 @@ def check_prompt_ids(ids: list[int], vocab_size: int, param: str = "prompt") -> 
     return ids
 
 
-def truncate_prompt(ids: list[int], truncate: int | None, max_model_len: int) -> list[int]:
-    """vLLM's `truncate_prompt_tokens`: keep the last `truncate` ids (-1: the model's length)."""
+def truncate_prompt(ids: list[int], truncate: int | None, max_model_len: int, side: str | None = None) -> list[int]:
+    """vLLM's `truncate_prompt_tokens`: keep the last `truncate` ids (-1: the model's length), or
+    the first ones with `truncation_side="right"`."""
     if truncate is None:
         return ids
     keep = max_model_len if truncate == -1 else truncate
-    return ids[-keep:] if keep and len(ids) > keep else ids
+    if not keep or len(ids) <= keep:
+        return ids
+    return ids[:keep] if side == "right" else ids[-keep:]
 
 
 def bad_words_token_ids(encode: Callable[[str], list[int]], words: list[str], vocab_size: int) -> list[list[int]]:

@@ -208,6 +208,7 @@ def lower_choices(
     structured: dict[str, Any] | None = None,
     bad_words: list[list[int]] | None = None,
     prompt_logprobs: int | None = None,
+    logprob_token_ids: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     """The engine's sampling map for each of the n choices of one prompt (seed + i, as vLLM's
     fan-out). `structured` is a full map from `llm.structured`; `bad_words` token sequences
@@ -218,6 +219,8 @@ def lower_choices(
         base["logprobs"] = logprobs
     if prompt_logprobs is not None:
         base["prompt_logprobs"] = prompt_logprobs
+    if logprob_token_ids:
+        base["logprob_token_ids"] = list(logprob_token_ids)
     if structured is not None:
         base["structured_outputs"] = structured
     if bad_words:

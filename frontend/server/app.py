@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import msgspec
@@ -22,6 +23,7 @@ from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
 from vllm_pyfrontend.api.responses import add_responses_routes
 from vllm_pyfrontend.api.pooling import add_pooling_routes
 from vllm_pyfrontend.server.openapi import openapi_bytes
+from vllm_pyfrontend.server.root_path import RootPathRouter, normalize_root
 from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.api.admin import routes as admin
 from vllm_pyfrontend.api.openai import generate_routes as generate_tokens
@@ -76,7 +78,7 @@ async def handle_models(request: web.Request) -> web.Response:
             "object": "model",
             "created": created,
             "owned_by": "vllm",
-            "root": state.config.model,
+            "root": state.config.model_root or state.config.model,
             "parent": None,
             "max_model_len": state.max_model_len,
             "permission": [],
@@ -101,10 +103,12 @@ async def handle_health(request: web.Request) -> web.Response:
 
 async def handle_version(request: web.Request) -> web.Response:
     state: ServerState = request.app[STATE]
-    return web.Response(
-        body=_json({"version": state.engine.vllm_version, "frontend_version": __version__}),
-        content_type="application/json",
-    )
+    body = {"version": state.engine.vllm_version, "frontend_version": __version__}
+    if os.environ.get("VLLM_USE_RUST_FRONTEND", "").lower() in ("1", "true"):
+        # Selected by vLLM's launcher in place of its Rust frontend: that frontend reports the
+        # vLLM release it serves under this name (vLLM's tests compare it with vLLM's version).
+        body["rust_frontend_version"] = state.engine.vllm_version
+    return web.Response(body=_json(body), content_type="application/json")
 
 
 def engine_load(engine) -> dict[str, dict]:
@@ -145,9 +149,11 @@ async def handle_openapi(request: web.Request) -> web.Response:
 
 
 def build_app(state: ServerState) -> web.Application:
+    root = normalize_root(state.config.policy.root_path)
     app = web.Application(
         middlewares=[*build_middlewares(state.config, state.metrics), error_middleware],
         client_max_size=state.config.max_request_body_bytes,
+        router=RootPathRouter(root) if root else None,
     )
     app[STATE] = state
     install_middleware_hooks(app, state.config)

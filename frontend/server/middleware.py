@@ -37,6 +37,7 @@ from aiohttp import web
 from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.metrics import UNINSTRUMENTED_ROUTES, WorkerMetrics
 from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.server.root_path import normalize_root, route_path
 from vllm_pyfrontend.tenants import TENANT, Tenant, key_digest, key_owner
 
 request_log = logging.getLogger("vllm_pyfrontend.requests")
@@ -95,12 +96,12 @@ class ApiKeys:
         return self._tenants[found] if found >= 0 else None
 
 
-def auth_middleware(keys: ApiKeys, guard_metrics: bool):
+def auth_middleware(keys: ApiKeys, guard_metrics: bool, root: str = ""):
     prefixes = GUARDED_PREFIXES + (("/metrics",) if guard_metrics else ())
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method != "OPTIONS" and request.path.startswith(prefixes):
+        if request.method != "OPTIONS" and route_path(request, root).startswith(prefixes):
             tenant = keys.tenant(request.headers.get("Authorization"), request.headers.get("x-api-key"))
             if tenant is None:
                 resp = APIError(401, "Unauthorized: a valid API key is required.").to_response()
@@ -296,7 +297,7 @@ def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None) -> li
             policy.allow_credentials)))
     keys = ApiKeys(config.api_keys)
     if keys:
-        mws.append(auth_middleware(keys, policy.metrics_require_api_key))
+        mws.append(auth_middleware(keys, policy.metrics_require_api_key, normalize_root(policy.root_path)))
     return mws
 
 

@@ -145,6 +145,7 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         engine_indices=config.engine_indices,
         vocab_size=model_config.vocab_size or tokenizer.vocab_size,
         engine_timeout=config.engine_timeout,
+        max_logprobs=int(config.engine_flag("--max-logprobs") or 20),  # the engine's flag (vLLM's default 20)
     )
     known = [EngineInfo.from_json(d) for d in config.engine_infos] if config.engine_infos else None
     infos = await engine.start(engine_infos=known, timeout=config.engine_ready_timeout)

@@ -26,13 +26,25 @@ def _param_from_error(text: str) -> str | None:
     return path or None
 
 
-_decoders: dict[type, msgspec.json.Decoder] = {}
+_decoders: dict[tuple[type, bool], msgspec.json.Decoder] = {}
+
+# msgspec's range errors ("Expected `int` >= -9223372036854775808 - at `$.seed`") in pydantic's
+# words and error types, which vLLM's answers carry (`greater_than_equal`, ...).
+_RANGE_RE = re.compile(r"^Expected `(\w+)[^`]*` (>=|<=|>|<) (\S+)")
+_RANGE_WORDS = {
+    ">=": ("greater than or equal to", "greater_than_equal"),
+    "<=": ("less than or equal to", "less_than_equal"),
+    ">": ("greater than", "greater_than"),
+    "<": ("less than", "less_than"),
+}
 
 
-def decode_body(body: bytes, cls: type) -> Any:
-    dec = _decoders.get(cls)
+def decode_body(body: bytes, cls: type, *, lax: bool = False) -> Any:
+    """The body as `cls`. `lax`: pydantic's lax coercions, as vLLM's OpenAI request models
+    accept them ("5" for 5, "true" for true, 2.0 for 2); otherwise types are exact."""
+    dec = _decoders.get((cls, lax))
     if dec is None:
-        dec = _decoders[cls] = msgspec.json.Decoder(cls)
+        dec = _decoders[(cls, lax)] = msgspec.json.Decoder(cls, strict=not lax)
     if not body:
         raise APIError(400, "The request body is empty; expected a JSON object.")
     try:
@@ -51,4 +63,8 @@ def decode_body(body: bytes, cls: type) -> Any:
 
 
 def _raise(text: str, param: str | None):
+    m = _RANGE_RE.match(text)
+    if m:
+        words, kind = _RANGE_WORDS[m.group(2)]
+        text = f"Input should be {words} {m.group(3)} [type={kind}]{text[m.end():]}"
     raise APIError(400, text, param)

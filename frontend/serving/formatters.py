@@ -33,14 +33,28 @@ def _clamp(v: float) -> float:
     return max(v, -9999.0)
 
 
+def token_id_text(token_id: int) -> str:
+    """A logprob token as vLLM writes it with `return_tokens_as_token_ids`."""
+    return "token_id:%d" % token_id
+
+
+_ALL = 1 << 62  # a top-k that lists every entry of a row (`-1`, or explicit `logprob_token_ids`)
+
+
 class ChatFormatter:
     plain_content_chunks = True  # RequestRun may write content chunks itself (SSEWriter.content_chunk_bytes)
     quiet_empty_deltas = True  # an empty running delta writes nothing (ChoiceStep.on_delta)
 
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int, *, prompt_logprobs: bool = False,
-                 decode: Callable[[list[int]], str] | None = None, token_bytes: bool = True):
+                 decode: Callable[[list[int]], str] | None = None, token_bytes: bool = True,
+                 as_token_ids: bool = False, all_top: bool = False, role: str = "assistant"):
         self.token_text = token_text
-        self.top = top_logprobs
+        self.role = role  # of the generated message (vLLM's --response-role, or the continued message's)
+        # -1 (or `logprob_token_ids`): every entry the engine returned for a position
+        self.top = _ALL if all_top or top_logprobs == -1 else top_logprobs
+        # `return_tokens_as_token_ids`: tokens written "token_id:N" (the sampled token's `bytes`
+        # stay its text's, as vLLM's)
+        self.as_token_ids = as_token_ids
         self.prompt_logprobs = prompt_logprobs  # the engine computes them: the body lists them
         # ids -> text: vLLM's UTF-8 repair of logprob tokens (serving/prompt_logprobs.py); None
         # (beam search, whose tokens vLLM decodes one by one) repairs nothing.
@@ -62,10 +76,10 @@ class ChatFormatter:
             for j, (t, v) in enumerate(row.items()):
                 if j >= self.top:
                     break
-                s = names[t]
+                s = token_id_text(t) if self.as_token_ids else names[t]
                 tops.append({"token": s, "logprob": _clamp(v), "bytes": list(s.encode("utf-8"))})
             out.append({
-                "token": tok,
+                "token": token_id_text(tid) if self.as_token_ids else tok,
                 "logprob": _clamp(row.get(tid, lp.logprobs[i][0])),
                 "bytes": list(tok.encode("utf-8")) if self.token_bytes else None,
                 "top_logprobs": tops,
@@ -110,7 +124,7 @@ class ChatFormatter:
         for c in run.choices:
             gen = c.gen
             message: dict[str, Any] = {
-                "role": "assistant",
+                "role": self.role,
                 "content": (run.echo_text or "") + "".join(c.content) if (c.content or not c.tool_calls) else None,
                 "refusal": None,
                 "annotations": None,
@@ -178,9 +192,11 @@ class CompletionFormatter:
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int,
                  echo_texts: list[str] | None = None, *, prompt_logprobs: bool = False,
                  decode: Callable[[list[int]], str] | None = None, echo_ids: list[list[int]] | None = None,
-                 prompt_ids: list[list[int]] | None = None, stream_prompt_ids: bool = False):
+                 prompt_ids: list[list[int]] | None = None, stream_prompt_ids: bool = False,
+                 all_top: bool = False):
+        # `return_tokens_as_token_ids`: the caller passes `token_id_text` and no `decode`
         self.token_text = token_text
-        self.top = top_logprobs
+        self.top = _ALL if all_top or top_logprobs == -1 else top_logprobs
         self.echo_texts = echo_texts  # per choice: prompt text to put in front
         self.prompt_logprobs = prompt_logprobs  # the engine computes them: each choice lists them
         self.decode = decode  # ids -> text: vLLM's UTF-8 repair of logprob tokens (serving/prompt_logprobs.py)

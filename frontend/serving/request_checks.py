@@ -18,7 +18,7 @@ from vllm_pyfrontend.errors import APIError
 def check_openai_request(req: Any, max_model_len: int, *, max_tokens_param: str = "max_tokens") -> None:
     """Raises APIError / InvalidRequestError (both answered 400) for what vLLM refuses."""
     so = req.stream_options
-    if so is not None and not req.stream and (so.include_usage is not None or so.continuous_usage_stats is not None):
+    if so is not None and not req.stream and so.given():
         raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
     if getattr(req, "tools", None) is not None and len(req.tools) == 0:
         raise APIError(400, "`tools` must not be an empty array. Either provide at least one tool or omit "

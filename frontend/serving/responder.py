@@ -124,7 +124,9 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
             sse = run.sse
             assert sse is not None
             ids = run.prompt_token_ids if run.return_token_ids else None
-            first = b"".join(sse.role_chunk(c.index, ids) for c in run.choices) if role_chunks else b""
+            role = getattr(run.formatter, "role", "assistant")
+            first = b"".join(sse.role_chunk(c.index, ids, role, run.choice_usage(c) if run.continuous_usage else None)
+                             for c in run.choices) if role_chunks else b""
             if run.echo_text:
                 first += b"".join(sse.content_chunk_bytes(c.index, run.echo_text) for c in run.choices)
             resp = _EventStream(

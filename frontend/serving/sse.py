@@ -306,13 +306,16 @@ class SSEWriter:
     def set_fingerprint(self, fingerprint: str | None) -> None:
         self.usage_suffix = b',"system_fingerprint":' + _enc(fingerprint) + b"}\n\n"
 
-    def role_chunk(self, index: int, prompt_token_ids: list[int] | None = None) -> bytes:
+    def role_chunk(self, index: int, prompt_token_ids: list[int] | None = None, role: str = "assistant",
+                   usage: dict | None = None) -> bytes:
         """A choice's first chunk; with `return_token_ids` it carries the prompt's token ids
-        (vLLM: the first chunk of each choice, placeholders of media expanded)."""
+        (vLLM: the first chunk of each choice, placeholders of media expanded), and with
+        continuous usage stats the choice's usage (no completion tokens yet)."""
         return (
             self.prefix
-            + b'{"index":%d,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],'
-            b'"prompt_token_ids":%b,"prompt_text":null}\n\n' % (index, _enc(prompt_token_ids))
+            + b'{"index":%d,"delta":{"role":%b,"content":""},"logprobs":null,"finish_reason":null}],'
+            b'"prompt_token_ids":%b,"prompt_text":null%b}\n\n' % (
+                index, _enc(role), _enc(prompt_token_ids), b',"usage":' + _enc(usage) if usage else b"")
         )
 
     def content_chunk(self, index: int, content: str, usage: dict | None = None) -> None:

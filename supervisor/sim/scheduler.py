@@ -44,6 +44,7 @@ class SimRequest:
         "first",
         "aborted",
         "logprobs",
+        "logprob_ids",
         "pool_dim",
     )
 
@@ -62,6 +63,7 @@ class SimRequest:
         queued_ts: float,
         logprobs: int | None = None,
         pool_dim: int | None = None,
+        logprob_ids: list[int] | None = None,
     ):
         self.request_id = request_id
         self.client_index = client_index
@@ -78,6 +80,7 @@ class SimRequest:
         self.first = True
         self.aborted = False
         self.logprobs = logprobs  # top-k asked for (None: no logprobs)
+        self.logprob_ids = logprob_ids  # `logprob_token_ids`: these ids after the sampled one
         self.pool_dim = pool_dim  # a pooling request: the size of its vector
 
     @property
@@ -183,7 +186,9 @@ class Scheduler:
             eos_after=int(eos_after) if eos_after is not None else None,
             offset=self.tokens.offset_for(_text_seed(params, prompt), rid),
             queued_ts=now,
-            logprobs=None if params.logprobs is None else (20 if params.logprobs == -1 else params.logprobs),
+            logprobs=(len(params.logprob_token_ids) if params.logprob_token_ids
+                      else None if params.logprobs is None else (20 if params.logprobs == -1 else params.logprobs)),
+            logprob_ids=list(params.logprob_token_ids) if params.logprob_token_ids else None,
         )
         self.requests[rid] = r
         self.waiting.append(r)
@@ -328,7 +333,7 @@ class Scheduler:
                     item += layout_extra
             if r.logprobs is not None:
                 # The sampled token first, then k others from the same word stream.
-                alternatives = [stream[(r.offset + n + 17 * j) & mask] for j in range(1, r.logprobs + 1)]
+                alternatives = r.logprob_ids or [stream[(r.offset + n + 17 * j) & mask] for j in range(1, r.logprobs + 1)]
                 item[2] = wire.logprobs_lists(tok, alternatives)
             client_outputs = outputs.get(r.client_index)
             if client_outputs is None:

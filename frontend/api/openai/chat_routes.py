@@ -23,10 +23,18 @@ from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.state import STATE
 
 
+def chat_response_role(response_role: str, chat) -> str:
+    """vLLM's `get_chat_request_role`: `--response-role` for a new message, else the role of the
+    message being continued."""
+    if chat.add_generation_prompt or not chat.messages:
+        return response_role
+    return str(chat.messages[-1].get("role") or response_role)
+
+
 async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     body = await state.read_body(request)
-    req: ChatCompletionRequest = decode_body(body, ChatCompletionRequest)
+    req: ChatCompletionRequest = decode_body(body, ChatCompletionRequest, lax=True)
     model = state.check_model(req.model)
     lora = lora_request_for(state, model)
     state.check_generation()
@@ -43,6 +51,9 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         # vLLM's beam tokens have no decoded text of their own: no repair, no `bytes`
         decode=None if beam else (lambda ids: state.tokenizer.decode(ids, skip_special_tokens=False)),
         token_bytes=not beam,
+        as_token_ids=chat.return_tokens_as_token_ids or state.config.policy.return_tokens_as_token_ids,
+        all_top=bool(chat.logprob_token_ids),
+        role=chat_response_role(state.config.policy.response_role, chat),
     )
     sse = new_sse(state, response_id, model, created, "chat.completion.chunk") if chat.stream else None
     run = chat_run(state, chat, low, response_id=response_id, model=model, created=created, formatter=formatter,

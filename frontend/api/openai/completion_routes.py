@@ -29,7 +29,7 @@ from vllm_pyfrontend.serving.state import STATE
 async def handle_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     body = await state.read_body(request)
-    req: CompletionRequest = decode_body(body, CompletionRequest)
+    req: CompletionRequest = decode_body(body, CompletionRequest, lax=True)
     model = state.check_model(req.model)
     lora = lora_request_for(state, model)
     state.check_generation()

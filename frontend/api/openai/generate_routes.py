@@ -242,7 +242,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     stream = bool(req.stream)
     so = req.stream_options
     include_usage = bool(stream and so and so.include_usage)
-    continuous = bool(stream and so and so.continuous_usage_stats)
+    continuous = include_usage and bool(so.continuous_usage_stats)
     response_id = f"generate-tokens-{req.request_id or secrets.token_hex(8)}"
     created = int(time.time())
     text_mode = req.output_mode == "text"

@@ -24,8 +24,12 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
         value = getattr(req, name)
         if value is not None and value < 1:
             raise APIError(400, f"{name} must be at least 1, got {value}.", name)
-    if not render and req.top_logprobs is not None and req.top_logprobs < 0:
-        raise APIError(400, f"top_logprobs must be non-negative, got {req.top_logprobs}.", "top_logprobs")
+    if req.logprob_token_ids and req.use_beam_search:
+        raise APIError(400, "`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+    if req.logprob_token_ids and not req.logprobs:
+        raise APIError(400, "when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids")
+    if not render and req.top_logprobs is not None and req.top_logprobs < -1:
+        raise APIError(400, "`top_logprobs` must be a positive value or -1.", "top_logprobs")
     if req.top_logprobs and not req.logprobs:
         raise APIError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
     if req.chat_template is not None and not state.trust_request_chat_template:
@@ -38,7 +42,7 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
     completion_tokens = req.max_completion_tokens is not None
     check_openai_request(req, state.max_model_len,
                          max_tokens_param="max_completion_tokens" if completion_tokens else "max_tokens")
-    stream, include_usage, continuous = stream_flags(req)
+    stream, include_usage, continuous = stream_flags(req, state.config.policy.enable_force_include_usage)
     return ChatRequest(  # positional, in field order (see the class)
         req.messages,
         options_from(req, req.max_completion_tokens if completion_tokens else req.max_tokens, with_logit_bias=False),
@@ -75,6 +79,9 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
         req.request_id,
         bool(req.use_beam_search) and not render,
         req.length_penalty,
+        bool(req.return_tokens_as_token_ids),
+        req.logprob_token_ids,
+        req.truncation_side,
     )
 
 
@@ -90,10 +97,14 @@ def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any
         raise APIError(400, "best_of is not supported; use n.", "best_of")
     if req.max_tokens is not None and req.max_tokens < 1:
         raise APIError(400, f"max_tokens must be at least 1, got {req.max_tokens}.", "max_tokens")
-    if not render and req.logprobs is not None and req.logprobs < 0:
-        raise APIError(400, f"logprobs must be non-negative, got {req.logprobs}.", "logprobs")
+    if req.logprob_token_ids and req.use_beam_search:
+        raise APIError(400, "`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+    if req.logprob_token_ids and req.logprobs is None:
+        raise APIError(400, "when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids")
+    if not render and req.logprobs is not None and req.logprobs < -1:
+        raise APIError(400, "`logprobs` must be a positive value or -1.", "logprobs")
     check_openai_request(req, state.max_model_len)
-    stream, include_usage, continuous = stream_flags(req)
+    stream, include_usage, continuous = stream_flags(req, state.config.policy.enable_force_include_usage)
     return TextCompletionRequest(  # positional, in field order (see the class)
         req.prompt,
         options_from(req, req.max_tokens, with_logit_bias=False),
@@ -117,4 +128,7 @@ def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any
         req.request_id,
         bool(req.use_beam_search) and not render,
         req.length_penalty,
+        bool(req.return_tokens_as_token_ids),
+        req.logprob_token_ids,
+        req.truncation_side,
     )

@@ -116,7 +116,7 @@ def _generate_request(state, *, request_id: str, token_ids: list[int], sampling:
 
 async def handle_render_chat(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    req: ChatCompletionRequest = decode_body(await state.read_body(request), ChatCompletionRequest)
+    req: ChatCompletionRequest = decode_body(await state.read_body(request), ChatCompletionRequest, lax=True)
     model = state.check_model(req.model)
     # The chat lowering's own steps up to the sampling maps (the rendered request is sampled
     # and its prompt text only), then the request as vLLM's render writes it.
@@ -136,7 +136,7 @@ async def handle_render_chat(request: web.Request) -> web.Response:
 
 async def handle_render_completion(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    req: CompletionRequest = decode_body(await state.read_body(request), CompletionRequest)
+    req: CompletionRequest = decode_body(await state.read_body(request), CompletionRequest, lax=True)
     model = state.check_model(req.model)
     # The completion lowering's own steps up to the sampling maps, then each prompt's request
     # as vLLM's render writes it.

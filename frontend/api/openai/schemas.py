@@ -1,8 +1,9 @@
 """Typed request bodies, validated by msgspec in one compiled pass.
 
-Types are strict (no "5" for 5, no true for 1), as vLLM's pydantic models are for the
-fields that matter to the engine. Unknown fields are ignored (vLLM accepts and ignores them).
-Range checks that need the model (context length, vocab) happen later.
+Chat and completion bodies are decoded in lax mode (`decode_body(..., lax=True)`): "5" for 5,
+"true" for true and 2.0 for 2 are taken, as vLLM's pydantic models take them. Unknown fields are
+ignored (vLLM accepts and ignores them). Range checks that need the model (context length,
+vocab) happen later.
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ NonNegInt = Annotated[int, Meta(ge=0)]
 
 
 class StreamOptions(msgspec.Struct, omit_defaults=True):
-    # None when not given: vLLM refuses any non-empty stream_options without `stream`.
-    include_usage: bool | None = None
-    continuous_usage_stats: bool | None = None
+    # UNSET when not given: vLLM refuses any non-empty stream_options without `stream`, so
+    # `{"include_usage": null}` counts as given.
+    include_usage: bool | None | msgspec.UnsetType = msgspec.UNSET
+    continuous_usage_stats: bool | None | msgspec.UnsetType = msgspec.UNSET
+
+    def given(self) -> bool:
+        return self.include_usage is not msgspec.UNSET or self.continuous_usage_stats is not msgspec.UNSET
 
 
 class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
@@ -82,6 +87,9 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     early_stopping: bool = False  # accepted and unused, as by vLLM's online beam search
     prompt_logprobs: int | None = None
     stream_interval: Annotated[int, Meta(ge=1)] | None = None
+    return_tokens_as_token_ids: bool | None = None  # logprob tokens as "token_id:N"
+    logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position
+    truncation_side: Literal["left", "right"] | None = None  # with truncate_prompt_tokens
 
 
 class CompletionRequest(msgspec.Struct, omit_defaults=True):
@@ -131,6 +139,9 @@ class CompletionRequest(msgspec.Struct, omit_defaults=True):
     early_stopping: bool = False  # accepted and unused, as by vLLM's online beam search
     prompt_logprobs: int | None = None
     stream_interval: Annotated[int, Meta(ge=1)] | None = None
+    return_tokens_as_token_ids: bool | None = None
+    logprob_token_ids: list[int] | None = None
+    truncation_side: Literal["left", "right"] | None = None
 
 
 class TokenizeRequest(msgspec.Struct, omit_defaults=True):

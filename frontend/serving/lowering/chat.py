@@ -86,6 +86,10 @@ class ChatRequest(msgspec.Struct):
     request_id: str | None = None
     use_beam_search: bool = False
     length_penalty: float = 1.0
+    # logprobs as vLLM's options shape them
+    return_tokens_as_token_ids: bool = False  # tokens written "token_id:N"
+    logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position (not a top-k)
+    truncation_side: str | None = None  # "right": truncation keeps the first tokens
 
 
 class ChatPrompt(msgspec.Struct):
@@ -142,22 +146,27 @@ async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
         messages = req.messages
     else:
         messages = normalize_messages(req.messages)
-    template_kwargs = dict(req.chat_template_kwargs or {})
+    defaults = state.config.policy.default_chat_template_kwargs  # --default-chat-template-kwargs
+    template_kwargs = {**defaults, **req.chat_template_kwargs} if defaults and req.chat_template_kwargs else dict(
+        req.chat_template_kwargs or defaults or {})
     if req.reasoning_effort is not None:
         # As vLLM's build_chat_params: the effort reaches the template, and turns thinking on
         # (or off for "none") unless the user set enable_thinking explicitly.
         template_kwargs["reasoning_effort"] = req.reasoning_effort
         template_kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
+    tools = req.tools
+    if req.tool_choice == "none" and state.config.policy.exclude_tools_when_tool_choice_none:
+        tools = None  # vLLM's --exclude-tools-when-tool-choice-none
     prompt_ids = state.render_and_tokenize(
         messages,
-        tools=req.tools,
+        tools=tools,
         documents=req.documents,
         add_generation_prompt=req.add_generation_prompt,
         continue_final_message=req.continue_final_message,
         chat_template_kwargs=template_kwargs,
         template_override=req.chat_template,
     )
-    prompt_ids = truncate_prompt(prompt_ids, req.truncate_prompt_tokens, state.max_model_len)
+    prompt_ids = truncate_prompt(prompt_ids, req.truncate_prompt_tokens, state.max_model_len, req.truncation_side)
     mm = None
     if media is not None:
         mm = await process_media(state, mm_model, media, prompt_ids, req.mm_processor_kwargs, lora_name_of(req.lora))
@@ -193,8 +202,9 @@ def lower_chat_sampling(state, req: ChatRequest, prompt: ChatPrompt) -> LoweredC
     else:
         samplings = lower_choices(
             state.limits, opts, len(prompt_ids), n,
-            logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+            logprobs=(req.top_logprobs or 0) if req.logprobs and not req.logprob_token_ids else None,
             structured=structured, bad_words=bad, prompt_logprobs=prompt.prompt_logprobs,
+            logprob_token_ids=req.logprob_token_ids,
         )  # fmt: skip
     assistants = [state.parsers.new_assistant_stream(plan, prompt_ids, prompt.template_kwargs, req.tools)
                   for _ in range(n)]

@@ -28,7 +28,7 @@ from vllm_pyfrontend.llm.sampling import SamplingOptions, check_n, is_greedy, lo
 from vllm_pyfrontend.llm.structured import lower_structured_outputs
 from vllm_pyfrontend.serving.beam_generation import beam_choice
 from vllm_pyfrontend.errors import APIError
-from vllm_pyfrontend.serving.formatters import CompletionFormatter
+from vllm_pyfrontend.serving.formatters import CompletionFormatter, token_id_text
 from vllm_pyfrontend.serving.lowering.options import check_prompt_logprobs, options_from, stream_flags, token_bias
 from vllm_pyfrontend.serving.request_pipeline import RequestRun
 from vllm_pyfrontend.serving.responder import new_choice, submit_choices
@@ -62,6 +62,10 @@ class TextCompletionRequest(msgspec.Struct):
     request_id: str | None = None
     use_beam_search: bool = False
     length_penalty: float = 1.0
+    # logprobs as vLLM's options shape them
+    return_tokens_as_token_ids: bool = False  # tokens written "token_id:N"
+    logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position (not a top-k)
+    truncation_side: str | None = None  # "right": truncation keeps the first tokens
 
 
 class CompletionPrompts(msgspec.Struct):
@@ -123,7 +127,7 @@ def lower_completion_prompts(state, req: TextCompletionRequest) -> CompletionPro
             text = tokenizer.decode(ids, skip_special_tokens=False) if req.echo else ""
         if not ids:
             raise APIError(400, "The prompt is empty after tokenization.", "prompt")
-        prompt_ids.append(truncate_prompt(ids, req.truncate_prompt_tokens, state.max_model_len))
+        prompt_ids.append(truncate_prompt(ids, req.truncate_prompt_tokens, state.max_model_len, req.truncation_side))
         echo_texts.append(text)
     if req.logit_bias:
         req.options.logit_bias = token_bias(req.logit_bias)
@@ -144,8 +148,9 @@ def lower_completion_sampling(state, req: TextCompletionRequest, prompts: Comple
         ) for ids in prompts.prompt_ids]
         return LoweredCompletion(prompts, [], beams)
     samplings = [
-        lower_choices(state.limits, opts, len(ids), n, logprobs=req.logprobs, structured=structured, bad_words=bad,
-                      prompt_logprobs=prompts.prompt_logprobs)
+        lower_choices(state.limits, opts, len(ids), n, logprobs=None if req.logprob_token_ids else req.logprobs,
+                      structured=structured, bad_words=bad, prompt_logprobs=prompts.prompt_logprobs,
+                      logprob_token_ids=req.logprob_token_ids)
         for ids in prompts.prompt_ids
     ]
     return LoweredCompletion(prompts, samplings, [])
@@ -173,16 +178,18 @@ def completion_run(state, req: TextCompletionRequest, low: LoweredCompletion, *,
             choice_ids.append(ids)
             choice_texts.append(low.prompts.echo_texts[pi])
     tokenizer = state.tokenizer
+    as_ids = req.return_tokens_as_token_ids or state.config.policy.return_tokens_as_token_ids
     formatter = CompletionFormatter(
-        state.token_text, req.logprobs or 0,
+        token_id_text if as_ids else state.token_text, req.logprobs or 0,
         # vLLM: with return_token_ids the echoed prompt is in prompt_token_ids, not the text.
         [("" if req.return_token_ids else text) for text in choice_texts] if req.echo else None,
         prompt_ids=choice_ids,
         stream_prompt_ids=req.return_token_ids or req.echo,
         # (vLLM decodes beam search tokens one by one: no repair)
         prompt_logprobs=not beam and low.prompts.prompt_logprobs is not None,
-        decode=None if beam else (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)),
+        decode=None if beam or as_ids else (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)),
         echo_ids=choice_ids if not beam and req.echo and req.logprobs is not None else None,
+        all_top=bool(req.logprob_token_ids),
     )
     return RequestRun(
         response_id=response_id,

@@ -66,10 +66,15 @@ def check_prompt_logprobs(value: int | None, *, stream: bool, echo: bool, echo_d
     return echo_default if echo else None
 
 
-def stream_flags(req: Any) -> tuple[bool, bool, bool]:
-    """(stream, include_usage, continuous_usage_stats) of an OpenAI request."""
+def stream_flags(req: Any, force_usage: bool = False) -> tuple[bool, bool, bool]:
+    """(stream, include_usage, continuous_usage_stats) of an OpenAI request, as vLLM's
+    `should_include_usage`: continuous stats only with `include_usage`, and both forced on by
+    `--enable-force-include-usage`."""
     stream = bool(req.stream)
     so = req.stream_options
-    if so is not None and not stream and (so.include_usage or so.continuous_usage_stats):
+    if so is not None and not stream and so.given():
         raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
-    return stream, bool(so and so.include_usage), bool(so and so.continuous_usage_stats)
+    if force_usage:
+        return stream, True, True
+    include = bool(so and so.include_usage)
+    return stream, include, include and bool(so.continuous_usage_stats)
