@@ -79,7 +79,7 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--enable-log-deltas": "refused: request logs carry no outputs here",
     "--log-error-stack": "refused: error responses never carry stack traces here",
     "--enable-server-load-tracking": "implemented by frontend/server/app.py (/load always reports "
-                                     "each worker's in-flight requests)",
+                                     "the deployment's in-flight requests, summed over the workers)",
     # -- chat templates, tools, reasoning -------------------------------------------------------
     "--chat-template": f"implemented by {_CLI} (frontend/chat/template.py)",
     "--trust-request-chat-template": "implemented by frontend/serving/state.py",

@@ -130,12 +130,14 @@ def engine_load(engine) -> dict[str, dict]:
 
 
 async def handle_load(request: web.Request) -> web.Response:
-    """vLLM's /load (`server_load` = this worker's in-flight requests), plus the engine's
+    """vLLM's /load (`server_load` = the deployment's in-flight requests, every worker's;
+    `worker_load` this worker's), plus the engine's
     latest scheduler stats as this worker last received them (`engine_load`), and with
     admission control the deployment's queue against its bounds."""
     state: ServerState = request.app[STATE]
     engines = engine_load(state.engine)
-    body = {"server_load": state.in_flight, "worker": state.worker_index, "engines": engines}
+    body = {"server_load": state.server_load, "worker": state.worker_index, "worker_load": state.in_flight,
+            "engines": engines}
     admission = state.admission
     if admission is not None:  # the deployment-wide queue, against its bounds
         reqs, tokens = admission.totals()

@@ -17,6 +17,7 @@ from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin
 from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
+from vllm_pyfrontend.serving.worker_slots import WorkerSlots
 from vllm_pyfrontend.serving.admission import REASONS as ADMISSION_REASONS, Admission
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.sse import StreamDrain
@@ -70,6 +71,9 @@ class ServerState:
         # into `metrics.start_request()`, the worker tracks serving/draining.
         self.metrics = WorkerMetrics(self.model_names[0], list(config.engine_indices), self.max_model_len)
         self.in_flight = 0
+        # the deployment's in-flight requests for /load (one slot per worker; one worker: in_flight)
+        self.load_slots = (WorkerSlots(config.runtime_dir, "server_load", config.worker_index, config.num_workers)
+                           if config.num_workers > 1 else None)
         policy = config.policy
         self.admission: Admission | None = None
         if policy.max_num_queued_reqs is not None or policy.max_num_queued_tokens is not None:
@@ -165,11 +169,20 @@ class ServerState:
     def request_started(self) -> None:
         self.in_flight += 1
         self._idle.clear()
+        if self.load_slots is not None:
+            self.load_slots.set(self.in_flight)
 
     def request_finished(self) -> None:
         self.in_flight -= 1
+        if self.load_slots is not None:
+            self.load_slots.set(self.in_flight)
         if self.in_flight == 0:
             self._idle.set()
+
+    @property
+    def server_load(self) -> int:
+        """In-flight requests of the whole deployment (every worker's)."""
+        return self.load_slots.total() if self.load_slots is not None else self.in_flight
 
     async def wait_idle(self, timeout: float) -> bool:
         try:

@@ -123,13 +123,9 @@ def engine_running(stack: Stack) -> tuple[int, int]:
     return stats.get("num_running_reqs", 0), stats.get("num_waiting_reqs", 0)
 
 
-def server_load(stack: Stack, polls: int = 16) -> int:
-    """Sum of in-flight requests over the workers that answered (each /load is one worker)."""
-    seen: dict[int, int] = {}
-    for _ in range(polls):
-        load = request(stack, "/load").json()
-        seen[load["worker"]] = load["server_load"]
-    return sum(seen.values())
+def server_load(stack: Stack) -> int:
+    """In-flight requests of the deployment (/load sums every worker's, whichever answers)."""
+    return request(stack, "/load").json()["server_load"]
 
 
 # -- raw streaming ---------------------------------------------------------------------------

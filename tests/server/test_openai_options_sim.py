@@ -197,3 +197,19 @@ def test_default_template_kwargs_and_tools_excluded_with_choice_none(flagged):
                                                "parameters": {"type": "object", "properties": {
                                                    "city": {"type": "string"}}}}}]
     assert prompt_tokens(tools=tools, tool_choice="none") == default
+
+
+def test_load_counts_the_whole_deployment(flagged):
+    """/load's server_load is every worker's in-flight requests, whichever worker answers."""
+    c = _client(flagged, "", KEY)
+    stream = c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=3000, stream=True,
+                                       extra_body={"ignore_eos": True})
+    next(iter(stream))  # admitted and generating
+    try:
+        answers: list[dict] = []
+        while len({a["worker"] for a in answers}) < 2 and len(answers) < 200:  # until both answered
+            answers.append(httpx.get(flagged.base_url + "/load", timeout=10).json())
+        assert all(a["server_load"] == 1 for a in answers), answers
+        assert sorted({a["worker_load"] for a in answers}) == [0, 1]
+    finally:
+        stream.close()

@@ -17,7 +17,17 @@ def token_bias(logit_bias: dict[str, float]) -> dict[int, float]:
     try:
         return {int(k): v for k, v in logit_bias.items()}
     except ValueError:
-        raise APIError(400, "`logit_bias` keys must be token ids.", "logit_bias") from None
+        bad = [k for k in logit_bias if not _is_int_text(k)]
+        raise APIError(400, "logit_bias contains key(s) that cannot be converted to integer token IDs: "
+                       f"{bad!r}", "logit_bias") from None
+
+
+def _is_int_text(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 def options_from(req: Any, max_tokens: int | None, *, with_logit_bias: bool = True) -> SamplingOptions:
