@@ -246,6 +246,12 @@ class WorkerMetrics:
             "vllm:num_requests_running", "Number of requests in model execution batches.", "mostrecent")
         self.num_requests_waiting = gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed.", "mostrecent")
+        self.num_requests_waiting_by_reason = gauge(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+            "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, "
+            "blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+            "mostrecent", labels + ["reason"])
         self.kv_cache_usage = gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "mostrecent")
         self.prefix_cache_queries = counter(
@@ -301,16 +307,18 @@ class WorkerMetrics:
         if c is None:
             c = self._per_engine[str(engine)] = _EngineChildren(self, str(engine))
         running = stats.get("num_running_reqs") or 0
-        waiting = (stats.get("num_waiting_reqs") or 0) + (stats.get("num_skipped_waiting_reqs") or 0)
+        capacity = stats.get("num_waiting_reqs") or 0
+        deferred = stats.get("num_skipped_waiting_reqs") or 0
         usage = stats.get("kv_cache_usage") or 0.0
+        values = ((c.running, running), (c.waiting, capacity + deferred), (c.kv_cache_usage, usage),
+                  (c.waiting_capacity, capacity), (c.waiting_deferred, deferred))
         if engine_time:
             # prometheus_client's Gauge.set stamps time.time(); its value store takes a timestamp.
-            for gauge, v in ((c.running, running), (c.waiting, waiting), (c.kv_cache_usage, usage)):
+            for gauge, v in values:
                 gauge._value.set(float(v), timestamp=engine_time)
         else:
-            c.running.set(running)
-            c.waiting.set(waiting)
-            c.kv_cache_usage.set(usage)
+            for gauge, v in values:
+                gauge.set(v)
         prefix = stats.get("prefix_cache_stats")
         if isinstance(prefix, dict):
             queries, hits = prefix.get("queries") or 0, prefix.get("hits") or 0
@@ -362,6 +370,7 @@ class _EngineChildren:
         "prompt_tokens", "generation_tokens", "success", "prompt_hist", "generation_hist",
         "n_hist", "max_tokens_hist", "ttft", "itl", "e2e", "queue_time", "_queue_family",
         "_labels", "running", "waiting", "kv_cache_usage", "prefix_queries", "prefix_hits",
+        "waiting_capacity", "waiting_deferred",
     )
 
     def __init__(self, m: WorkerMetrics, engine: str):
@@ -384,6 +393,8 @@ class _EngineChildren:
         self._queue_family = m.queue_time
         self.running = m.num_requests_running.labels(*lv)
         self.waiting = m.num_requests_waiting.labels(*lv)
+        self.waiting_capacity = m.num_requests_waiting_by_reason.labels(*lv, "capacity")
+        self.waiting_deferred = m.num_requests_waiting_by_reason.labels(*lv, "deferred")
         self.kv_cache_usage = m.kv_cache_usage.labels(*lv)
         self.prefix_queries = m.prefix_cache_queries.labels(*lv)
         self.prefix_hits = m.prefix_cache_hits.labels(*lv)

@@ -190,6 +190,15 @@ def test_scheduler_stats_gauges_and_prefix_counters():
     assert value(s, "vllm:prefix_cache_hits_total", engine=1) == 40
 
 
+def test_waiting_by_reason_splits_the_waiting_gauge():
+    m = WorkerMetrics("m", [0], 128)
+    m.record_scheduler_stats(0, {"num_running_reqs": 1, "num_waiting_reqs": 2, "num_skipped_waiting_reqs": 3})
+    s = samples(m.render())
+    assert value(s, "vllm:num_requests_waiting", engine=0) == 5
+    assert value(s, "vllm:num_requests_waiting_by_reason", engine=0, reason="capacity") == 2
+    assert value(s, "vllm:num_requests_waiting_by_reason", engine=0, reason="deferred") == 3
+
+
 class _FakeClient:
     def __init__(self):
         self._stats: dict[int, dict] = {}
