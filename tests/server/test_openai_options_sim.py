@@ -213,3 +213,20 @@ def test_load_counts_the_whole_deployment(flagged):
         assert sorted({a["worker_load"] for a in answers}) == [0, 1]
     finally:
         stream.close()
+
+
+def test_kv_transfer_prompt_token_ids_skip_the_template(plain):
+    """Disaggregated serving: the prefill stage's ids are the prompt (no template, no tokenizer)."""
+    c = _client(plain)
+    ids = [1000, 1001, 1002, 1003, 1004, 1005, 1006]
+    r = c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=2,
+                                  extra_body={"kv_transfer_params": {"prompt_token_ids": ids},
+                                              "return_token_ids": True})
+    assert r.usage.prompt_tokens == len(ids) and r.prompt_token_ids == ids
+    echoed = c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=2,
+                                       extra_body={"kv_transfer_params": {"prompt_token_ids": ids}, "echo": True})
+    assert echoed.usage.prompt_tokens != len(ids)  # echo renders the messages: the ids are ignored
+    for bad in ([], [1, -2], [10**9]):
+        with pytest.raises(openai.BadRequestError, match="prompt_token_ids"):
+            c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=2,
+                                      extra_body={"kv_transfer_params": {"prompt_token_ids": bad}})

@@ -42,6 +42,26 @@ from vllm_pyfrontend.serving.responder import new_choice, submit_choices
 from vllm_pyfrontend.chat.messages import normalize_messages
 
 
+def reused_prompt_ids(kv_transfer_params: Any, *, echo: bool, has_media: bool, vocab_size: int) -> list[int] | None:
+    """Disaggregated serving: the prefill stage forwards its prompt ids in
+    `kv_transfer_params["prompt_token_ids"]` so the decode stage skips the template and the
+    tokenizer (vLLM's behaviour). The key is always taken out (it never reaches the engine); the
+    ids are ignored with `echo` or media (both need the messages rendered)."""
+    if not isinstance(kv_transfer_params, dict):
+        return None
+    ids = kv_transfer_params.pop("prompt_token_ids", None)
+    if ids is None or echo or has_media:
+        return None
+    param = "kv_transfer_params.prompt_token_ids"
+    if not isinstance(ids, list) or not ids or any(type(x) is not int or x < 0 for x in ids):
+        raise APIError(400, "`kv_transfer_params['prompt_token_ids']` must be a non-empty list of non-negative "
+                       "integers.", param)
+    bad = [x for x in ids if x >= vocab_size]
+    if bad:
+        raise APIError(400, f"Token ids {bad[:5]} in {param} are out of vocabulary (size {vocab_size}).", param)
+    return ids
+
+
 class ChatRequest(msgspec.Struct):
     """One chat request in the terms every API style shares (OpenAI chat's names).
 
@@ -157,15 +177,21 @@ async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
     tools = req.tools
     if req.tool_choice == "none" and state.config.policy.exclude_tools_when_tool_choice_none:
         tools = None  # vLLM's --exclude-tools-when-tool-choice-none
-    prompt_ids = state.render_and_tokenize(
-        messages,
-        tools=tools,
-        documents=req.documents,
-        add_generation_prompt=req.add_generation_prompt,
-        continue_final_message=req.continue_final_message,
-        chat_template_kwargs=template_kwargs,
-        template_override=req.chat_template,
-    )
+    extra = req.options.extra_args
+    reused = reused_prompt_ids(extra.get("kv_transfer_params"), echo=req.echo, has_media=media is not None,
+                               vocab_size=state.limits.vocab_size) if extra else None
+    if reused is not None:
+        prompt_ids = reused  # the prefill stage's ids: no template, no tokenizer
+    else:
+        prompt_ids = state.render_and_tokenize(
+            messages,
+            tools=tools,
+            documents=req.documents,
+            add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message,
+            chat_template_kwargs=template_kwargs,
+            template_override=req.chat_template,
+        )
     prompt_ids = truncate_prompt(prompt_ids, req.truncate_prompt_tokens, state.max_model_len, req.truncation_side)
     mm = None
     if media is not None:
