@@ -158,7 +158,9 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     engine.drain_hooks = state.drain.hooks  # one write per stream per drain
     state.supported_tasks = await engine_tasks(engine)
     if any(t in POOLING_TASKS for t in state.supported_tasks):
-        state.pooling_model = PoolingModel.load(config.model, state.supported_tasks, config.pooler_config)
+        overrides = config.engine_flag("--hf-overrides")
+        state.pooling_model = PoolingModel.load(config.model, state.supported_tasks, config.pooler_config,
+                                                json.loads(overrides) if overrides else None)
         log.info("pooling model: tasks %s, pooling task %s", state.supported_tasks,
                  state.pooling_model.pooling_task)
     try:

@@ -36,7 +36,10 @@ class PoolingModel:
 
     @classmethod
     def load(cls, model_dir: str, supported_tasks: tuple[str, ...],
-             pooler_config: dict[str, Any] | None = None) -> "PoolingModel":
+             pooler_config: dict[str, Any] | None = None,
+             hf_overrides: dict[str, Any] | None = None) -> "PoolingModel":
+        """From the model's config.json (with the engine's `--hf-overrides` over it, as vLLM
+        reads the config) and tokenizer_config.json."""
         pooler_config = pooler_config or {}
         pooler_task = pooler_config.get("task")
         use_activation = pooler_config.get("use_activation")
@@ -47,17 +50,9 @@ class PoolingModel:
             config = {}
         if not isinstance(config, dict):
             config = {}
-        id2label: dict[int, str] = {}
-        raw = config.get("id2label")
-        if isinstance(raw, dict):
-            for k, v in raw.items():
-                try:
-                    id2label[int(k)] = str(v)
-                except ValueError:
-                    pass
-        num_labels = config.get("num_labels")
-        if not isinstance(num_labels, int):
-            num_labels = len(id2label)
+        if hf_overrides:
+            config = {**config, **hf_overrides}
+        num_labels, id2label = classifier_labels(config)
         mds = config.get("matryoshka_dimensions")
         size = config.get("embedding_size") or config.get("hidden_size")
         use_sep = config.get("use_pad_token")
@@ -97,6 +92,32 @@ class PoolingModel:
         if task == "classify" and self.num_labels != 1:
             return None
         return SCORE_TYPES.get(task or "")
+
+
+def classifier_labels(config: dict[str, Any]) -> tuple[int, dict[int, str]]:
+    """(num_labels, id2label) as vLLM's model config has them: Hugging Face's rules (the labels
+    of `id2label`, else `num_labels` labels, else two; unnamed labels are `LABEL_<i>`), and
+    vLLM's LLM-as-classifier conversion (`method` + `classifier_from_token`: one label for
+    `from_2_way_softmax`, else one per token)."""
+    id2label: dict[int, str] = {}
+    raw = config.get("id2label")
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            try:
+                id2label[int(k)] = str(v)
+            except ValueError:
+                pass
+    num_labels = config.get("num_labels")
+    if id2label:
+        num_labels = len(id2label)
+    elif not isinstance(num_labels, int) or num_labels < 0:
+        num_labels = 2  # transformers' PretrainedConfig default
+    tokens = config.get("classifier_from_token")
+    if config.get("method") is not None and isinstance(tokens, list):
+        num_labels = 1 if config.get("method") == "from_2_way_softmax" else len(tokens)
+    if len(id2label) != num_labels:  # transformers regenerates the names for a new count
+        id2label = {i: f"LABEL_{i}" for i in range(num_labels)}
+    return num_labels, id2label
 
 
 def pooling_task_of(supported: tuple[str, ...], architectures: list[str], pooler_task: str | None) -> str | None:
