@@ -268,6 +268,8 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="with tool_choice \"none\", do not give the tools to the chat template")
     p.add_argument("--root-path", default="",
                    help="a path prefix a proxy adds: every route answers both with and without it")
+    p.add_argument("--trust-request-mm-kwargs", action=bool_flag, default=False,
+                   help="take a request's own mm_processor_kwargs and media_io_kwargs (refused otherwise)")
     add_media_arguments(p)
 
 

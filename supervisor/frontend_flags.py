@@ -103,8 +103,8 @@ FRONTEND_FLAGS: dict[str, str] = {
                                             "reasoning effort \"none\" (frontend/api/anthropic)",
     # -- responses -------------------------------------------------------------------------------
     "--lora-modules": "implemented by frontend/serving/lora.py (adapters shared by every worker)",
-    "--trust-request-mm-kwargs": "refused: not implemented: per-request mm_processor_kwargs and "
-                                 "media_io_kwargs are always taken (vLLM refuses them without it)",
+    "--trust-request-mm-kwargs": "implemented by frontend/api/openai/lowering.py (a request's own "
+                                 "mm_processor_kwargs and media_io_kwargs are refused without it)",
     "--return-tokens-as-token-ids": "implemented by frontend/serving/formatters.py",
     "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",
     "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",

@@ -172,14 +172,16 @@ def _missing_placeholders_first(placeholders: list[str], texts: list[str]) -> st
     return "\n".join(missing + [text]) if text else "\n".join(missing)
 
 
-def parse_messages(model: Any, loader: Any, messages: list[dict[str, Any]]) -> MediaPrompt:
+def parse_messages(model: Any, loader: Any, messages: list[dict[str, Any]],
+                   io_kwargs: dict[str, Any] | None = None) -> MediaPrompt:
     """Step 1 and 2 (no I/O yet: `load` starts the loads)."""
     out = MediaPrompt(messages=[])
-    _parse_into(out, model, loader, messages)
+    _parse_into(out, model, loader, messages, io_kwargs)
     return out
 
 
-def _parse_into(out: MediaPrompt, model: Any, loader: Any, messages: list[dict[str, Any]]) -> None:
+def _parse_into(out: MediaPrompt, model: Any, loader: Any, messages: list[dict[str, Any]],
+                io_kwargs: dict[str, Any] | None = None) -> None:
     openai = model.content_format == "openai"
     counts: Counter[str] = Counter()
     mm_config = model.model_config.get_multimodal_config()
@@ -217,7 +219,7 @@ def _parse_into(out: MediaPrompt, model: Any, loader: Any, messages: list[dict[s
             except ValueError as e:
                 raise APIError(400, str(e), "messages") from None
             out.modalities.append(modality)
-            out.loads.append(_load(loader, kind, part, mm_config, i))
+            out.loads.append(_load(loader, kind, part, mm_config, i, io_kwargs))
             uuid = part.get("uuid")
             out.uuids.append(None if uuid is None else str(uuid))
             if openai:
@@ -231,8 +233,9 @@ def _parse_into(out: MediaPrompt, model: Any, loader: Any, messages: list[dict[s
         out.messages.append(m)
 
 
-def _load(loader: Any, kind: str, part: dict[str, Any], mm_config: Any, i: int):
-    """The coroutine function that loads one part's item (vLLM's MM_PARSER_MAP and parse_* calls)."""
+def _load(loader: Any, kind: str, part: dict[str, Any], mm_config: Any, i: int, io_kwargs: dict[str, Any] | None = None):
+    """The coroutine function that loads one part's item (vLLM's MM_PARSER_MAP and parse_* calls);
+    `io_kwargs`: a request's own media_io_kwargs (with --trust-request-mm-kwargs)."""
     where = f"messages[{i}].content"
     if kind in ("image_url", "audio_url", "video_url"):
         value = part.get(kind)
@@ -240,20 +243,20 @@ def _load(loader: Any, kind: str, part: dict[str, Any], mm_config: Any, i: int):
         if not isinstance(url, str):
             raise APIError(400, f"{where}: `{kind}.url` must be a string.", "messages")
         if kind == "image_url":
-            return partial(loader.fetch_image, url)
+            return partial(loader.fetch_image, url, io_kwargs)
         if kind == "audio_url":
-            return partial(loader.load_audio, url)
-        return partial(loader.load_video, url)
+            return partial(loader.load_audio, url, io_kwargs)
+        return partial(loader.load_video, url, io_kwargs)
     if kind == "input_image":
         url = part.get("image_url")
         if not isinstance(url, str):
             raise APIError(400, f"{where}: `image_url` of an input_image part must be a string.", "messages")
-        return partial(loader.fetch_image, url)
+        return partial(loader.fetch_image, url, io_kwargs)
     if kind == "input_audio":
         value = part.get("input_audio")
         if not isinstance(value, dict) or not isinstance(value.get("data"), str):
             raise APIError(400, f"{where}: `input_audio` must be an object with base64 `data`.", "messages")
-        return partial(loader.load_input_audio, value["data"], str(value.get("format") or ""))
+        return partial(loader.load_input_audio, value["data"], str(value.get("format") or ""), io_kwargs)
     # image_embeds
     if not mm_config.enable_mm_embeds:
         raise APIError(400, "You must set `--enable-mm-embeds` to input `image_embeds`.", "messages")
@@ -288,7 +291,8 @@ async def load(prompt: MediaPrompt) -> tuple[dict[str, list[Any]], dict[str, lis
     return data, (uuids if any(u is not None for u in prompt.uuids) else None)
 
 
-async def prepare_chat(state: Any, messages: list[dict[str, Any]]) -> tuple[Any, MediaPrompt]:
+async def prepare_chat(state: Any, messages: list[dict[str, Any]],
+                       io_kwargs: dict[str, Any] | None = None) -> tuple[Any, MediaPrompt]:
     """Parse a media request's messages (step 1-2). Returns the runtime's model and the parsed
     prompt; a text-only model answers 400 as before."""
     rt = getattr(state, "multimodal", None)
@@ -301,7 +305,7 @@ async def prepare_chat(state: Any, messages: list[dict[str, Any]]) -> tuple[Any,
         raise APIError(500, f"The multimodal processor could not be loaded: {e}") from None
     if not model.supported:
         raise APIError(400, "Content parts with media are not supported by this text-only model.", "messages")
-    return model, parse_messages(model, rt.loader, messages)
+    return model, parse_messages(model, rt.loader, messages, io_kwargs)
 
 
 async def process(state: Any, model: Any, prompt: MediaPrompt, prompt_ids: list[int],

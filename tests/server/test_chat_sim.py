@@ -112,7 +112,7 @@ def test_models_health_version(stack):
         (json.dumps({"model": "dsv4"}).encode(), 400, "messages"),
         (json.dumps({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}).encode(), 404, "model"),
         (json.dumps({"model": "dsv4", "max_tokens": -1, "messages": [{"role": "user", "content": "hi"}]}).encode(), 400, "max_tokens"),
-        (json.dumps({"model": "dsv4", "max_tokens": "5", "messages": [{"role": "user", "content": "hi"}]}).encode(), 400, "max_tokens"),
+        (json.dumps({"model": "dsv4", "max_tokens": "five", "messages": [{"role": "user", "content": "hi"}]}).encode(), 400, "max_tokens"),
         (json.dumps({"model": "dsv4", "temperature": 9, "messages": [{"role": "user", "content": "hi"}]}).encode(), 400, "temperature"),
         (json.dumps({"model": "dsv4", "messages": [{"role": "wizard", "content": "hi"}]}).encode(), 400, "messages"),
         (json.dumps({"model": "dsv4", "messages": [{"role": "user", "content": "word " * 5000}]}).encode(), 400, None),

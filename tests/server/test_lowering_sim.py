@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from tests.reliability.test_fault_injection import MODEL, Worker
+from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
 from vllm_pyfrontend.api.openai.lowering import chat_request_from_openai
 from vllm_pyfrontend.serving.lowering.chat import lower_chat, lower_chat_prompt
 from vllm_pyfrontend.api.openai.lowering import completion_request_from_openai
@@ -106,6 +107,8 @@ def test_openai_conversions_put_each_field_in_its_place():
     class State:
         trust_request_chat_template = True
         max_model_len = 4096
+        config = WorkerConfig(0, 1, "h", 0, "m", ["m"], "", "",
+                              policy=WorkerPolicy(trust_request_mm_kwargs=True))
 
     body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": TOOLS, "tool_choice": "auto",
             "parallel_tool_calls": False, "response_format": {"type": "json_object"},
@@ -131,6 +134,15 @@ def test_openai_conversions_put_each_field_in_its_place():
     assert got.options.logit_bias is None and got.options.max_tokens is None
     rendered = chat_request_from_openai(State, req, render=True)
     assert (rendered.allow_media, rendered.use_beam_search) == (False, False)
+    later = {"return_tokens_as_token_ids": True, "logprob_token_ids": [1, 2], "truncation_side": "right",
+             "media_io_kwargs": {"video": {"num_frames": 2}}}
+    for cls, base, build in ((ChatCompletionRequest, {"messages": [{"role": "user", "content": "x"}], "logprobs": True},
+                              chat_request_from_openai),
+                             (CompletionRequest, {"prompt": "p", "logprobs": 1}, completion_request_from_openai)):
+        fields = {k: v for k, v in later.items() if k != "media_io_kwargs" or cls is ChatCompletionRequest}
+        got = build(State, msgspec.json.decode(msgspec.json.encode({**base, **fields}), type=cls))
+        for name, value in fields.items():
+            assert getattr(got, name) == value, name
 
     body = {"model": MODEL, "prompt": "p", "logit_bias": {"3": 1.0}, "add_special_tokens": False, "n": 3,
             "logprobs": 4, "prompt_logprobs": 5, "echo": True, "truncate_prompt_tokens": 6, "bad_words": ["b"],

@@ -230,3 +230,11 @@ def test_kv_transfer_prompt_token_ids_skip_the_template(plain):
         with pytest.raises(openai.BadRequestError, match="prompt_token_ids"):
             c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=2,
                                       extra_body={"kv_transfer_params": {"prompt_token_ids": bad}})
+
+
+def test_request_mm_kwargs_need_the_trust_flag(plain):
+    c = _client(plain)
+    for field in ("mm_processor_kwargs", "media_io_kwargs"):
+        value = {"num_crops": 4} if field == "mm_processor_kwargs" else {"video": {"num_frames": 4}}
+        with pytest.raises(openai.BadRequestError, match="--trust-request-mm-kwargs"):
+            c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=2, extra_body={field: value})

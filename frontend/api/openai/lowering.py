@@ -39,6 +39,7 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
             "Refused request with untrusted chat template.",
             "chat_template",
         )
+    check_request_mm_kwargs(req.mm_processor_kwargs, req.media_io_kwargs, state.config.policy.trust_request_mm_kwargs)
     completion_tokens = req.max_completion_tokens is not None
     check_openai_request(req, state.max_model_len,
                          max_tokens_param="max_completion_tokens" if completion_tokens else "max_tokens")
@@ -82,7 +83,23 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
         bool(req.return_tokens_as_token_ids),
         req.logprob_token_ids,
         req.truncation_side,
+        req.media_io_kwargs,
     )
+
+
+def check_request_mm_kwargs(mm_processor_kwargs: dict | None, media_io_kwargs: dict | None, trusted: bool) -> None:
+    """vLLM refuses a request's own multimodal kwargs unless the server trusts its clients
+    (`--trust-request-mm-kwargs`): they change preprocessing and loading costs."""
+    if trusted:
+        return
+    if mm_processor_kwargs:
+        raise APIError(400, "Per-request mm_processor_kwargs are disabled by default because they can change "
+                       "multimodal preprocessing resource usage. Start the server with --trust-request-mm-kwargs "
+                       "only when clients are trusted.", "mm_processor_kwargs")
+    if media_io_kwargs:
+        raise APIError(400, "Per-request media_io_kwargs are disabled by default because they can change "
+                       "multimodal media loading resource usage. Start the server with --trust-request-mm-kwargs "
+                       "only when clients are trusted.", "media_io_kwargs")
 
 
 def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any] | None = None, *,

@@ -63,6 +63,7 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None  # frontend/multimodal (vLLM's field)
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None  # with --trust-request-mm-kwargs
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "max"] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None

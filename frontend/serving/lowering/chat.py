@@ -110,6 +110,7 @@ class ChatRequest(msgspec.Struct):
     return_tokens_as_token_ids: bool = False  # tokens written "token_id:N"
     logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position (not a top-k)
     truncation_side: str | None = None  # "right": truncation keeps the first tokens
+    media_io_kwargs: dict[str, Any] | None = None  # per modality, over the server's (trusted requests)
 
 
 class ChatPrompt(msgspec.Struct):
@@ -160,7 +161,7 @@ async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
             raise APIError(400, "Beam search is not supported with media inputs here.", "use_beam_search")
         if not req.messages_normalized:
             normalize_messages(strip_media(req.messages))  # role and shape checks
-        mm_model, media = await prepare_chat(state, req.messages)
+        mm_model, media = await prepare_chat(state, req.messages, req.media_io_kwargs)
         messages = media.messages
     elif req.messages_normalized:
         messages = req.messages
