@@ -66,6 +66,9 @@ class WorkerPolicy:
     exclude_tools_when_tool_choice_none: bool = False  # tool_choice "none": no tools in the template
     root_path: str = ""  # a path prefix (a proxy's): routes answer with and without it
     trust_request_mm_kwargs: bool = False  # a request's own mm_processor_kwargs / media_io_kwargs
+    fingerprint_mode: str = "full"  # system_fingerprint: full | hash | custom | none
+    fingerprint_value: str | None = None  # the fingerprint with fingerprint_mode "custom"
+    chat_template_content_format: str = "auto"  # message content as a string, or OpenAI's parts list
     # /start_profile and /stop_profile exist when the engines have a profiler configured.
     profiler_enabled: bool = False
     # Stored Responses (frontend/store): None = SQLite in the runtime directory, shared by the

@@ -270,6 +270,13 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="a path prefix a proxy adds: every route answers both with and without it")
     p.add_argument("--trust-request-mm-kwargs", action=bool_flag, default=False,
                    help="take a request's own mm_processor_kwargs and media_io_kwargs (refused otherwise)")
+    p.add_argument("--fingerprint-mode", choices=("full", "hash", "custom", "none"), default="full",
+                   help="system_fingerprint: full (version, parallelism, hash), hash, custom "
+                   "(--fingerprint-value) or none (null)")
+    p.add_argument("--fingerprint-value", default=None, help="the fingerprint with --fingerprint-mode custom")
+    p.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"), default="auto",
+                   help="message content handed to the chat template: a string (auto, string) or OpenAI's "
+                   "list of parts (openai)")
     add_media_arguments(p)
 
 

@@ -83,8 +83,7 @@ FRONTEND_FLAGS: dict[str, str] = {
     # -- chat templates, tools, reasoning -------------------------------------------------------
     "--chat-template": f"implemented by {_CLI} (frontend/chat/template.py)",
     "--trust-request-chat-template": "implemented by frontend/serving/state.py",
-    "--chat-template-content-format": "refused: content is rendered as the template expects "
-                                      "(auto detection only)",
+    "--chat-template-content-format": "implemented by frontend/serving/lowering/chat.py",
     "--default-chat-template-kwargs": "implemented by frontend/serving/lowering/chat.py (under a "
                                       "request's own chat_template_kwargs)",
     "--response-role": "implemented by frontend/api/openai/chat_routes.py",
@@ -114,9 +113,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--enable-tokenizer-info-endpoint": "implemented by frontend/api/admin/routes.py (/tokenizer_info)",
     "--tokens-only": "refused: not implemented: the token-in/token-out routes are served beside the "
                      "text routes with --enable-scale-out, and outputs are always detokenized",
-    "--fingerprint-mode": "refused: system_fingerprint is always the full form "
-                          "(vllm-<version>-<hash>)",
-    "--fingerprint-value": "refused: system_fingerprint is always computed",
+    "--fingerprint-mode": "implemented by frontend/serving/state.py",
+    "--fingerprint-value": "implemented by frontend/serving/state.py",
     "--enable-flash-late-interaction": "refused: late-interaction scoring is served through the "
                                        "pooled token embeddings; vLLM's fused (flash) scoring path "
                                        "is not implemented",

@@ -24,6 +24,28 @@ from vllm_pyfrontend.serving.sse import StreamDrain
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
+
+def system_fingerprint(config: WorkerConfig, vllm_version: str, max_model_len: int) -> str | None:
+    """vLLM's `--fingerprint-mode`: "full" `vllm-<version>[-tpN][-ppN][-dpN]-<hash8>`, "hash"
+    without the parallelism, "custom" `--fingerprint-value`, "none" null. The hash covers the
+    served model and its length (vLLM's covers its whole config, which a frontend cannot see)."""
+    policy = config.policy
+    mode = policy.fingerprint_mode
+    if mode == "none":
+        return None
+    if mode == "custom":
+        return policy.fingerprint_value
+    digest = hashlib.sha256(f"{config.model}|{max_model_len}".encode()).hexdigest()[:8]
+    parts = [f"vllm-{vllm_version}"]
+    if mode == "full":
+        for flag, tag in (("--tensor-parallel-size", "tp"), ("--pipeline-parallel-size", "pp")):
+            size = config.engine_flag(flag)
+            if size and size.isdigit() and int(size) > 1:
+                parts.append(f"{tag}{size}")
+        if len(config.engine_indices) > 1:
+            parts.append(f"dp{len(config.engine_indices)}")
+    return "-".join([*parts, digest])
+
 class ServerState:
     def __init__(
         self,
@@ -43,9 +65,7 @@ class ServerState:
         self.model_names = list(config.served_model_names) or [config.model]
         engine_len = engine.max_model_len
         self.max_model_len = min(engine_len, config.max_model_len) if config.max_model_len else engine_len
-        # vLLM's form: "vllm-<version>-<hash>"; ours hashes the served model and its length.
-        digest = hashlib.sha256(f"{config.model}|{self.max_model_len}".encode()).hexdigest()[:8]
-        self.system_fingerprint: str | None = f"vllm-{engine.vllm_version}-{digest}"
+        self.system_fingerprint = system_fingerprint(config, engine.vllm_version, self.max_model_len)
         self.limits = ModelLimits(self.max_model_len, tokenizer.eos_token_id, generation_defaults,
                                   vocab_size=model_config.vocab_size or tokenizer.vocab_size)
         self.template_vars = tokenizer.template_vars()

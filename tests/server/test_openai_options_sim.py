@@ -156,6 +156,8 @@ def test_lax_types_and_pydantic_range_errors(plain):
 
 
 def test_models_root_and_version(plain):
+    r = _client(plain).chat.completions.create(model="dsv4", messages=HELLO, max_tokens=1)
+    assert r.system_fingerprint.startswith("vllm-0.32.0-")  # --fingerprint-mode full (one engine)
     models = httpx.get(plain.base_url + "/v1/models", timeout=10).json()["data"]
     assert models[0]["id"] == "dsv4" and models[0]["root"] == MODEL
     version = httpx.get(plain.base_url + "/version", timeout=10).json()
@@ -238,3 +240,22 @@ def test_request_mm_kwargs_need_the_trust_flag(plain):
         value = {"num_crops": 4} if field == "mm_processor_kwargs" else {"video": {"num_frames": 4}}
         with pytest.raises(openai.BadRequestError, match="--trust-request-mm-kwargs"):
             c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=2, extra_body={field: value})
+
+
+def test_fingerprint_mode_and_content_format():
+    """--fingerprint-mode custom/none; --chat-template-content-format openai hands the template
+    OpenAI's list of parts (a template that reads `content[0].text` sees the text)."""
+    template = "{% for m in messages %}{{ m.role }}: {{ m.content[0].text }}\n{% endfor %}assistant:"
+    s = Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--served-model-name", "dsv4",
+               "--fingerprint-mode", "custom", "--fingerprint-value", "fp-test",
+               "--chat-template-content-format", "openai", "--trust-request-chat-template", MODEL], ready_timeout=120)
+    try:
+        c = _client(s)
+        r = c.chat.completions.create(model="dsv4", messages=[{"role": "user", "content": "a b c d e f g"}],
+                                      max_tokens=2, extra_body={"chat_template": template})
+        short = c.chat.completions.create(model="dsv4", messages=[{"role": "user", "content": "a"}], max_tokens=2,
+                                          extra_body={"chat_template": template})
+        assert r.system_fingerprint == "fp-test"
+        assert r.usage.prompt_tokens > short.usage.prompt_tokens  # the text reached the template
+    finally:
+        assert s.terminate() == 0, s.logs()

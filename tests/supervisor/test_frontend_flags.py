@@ -105,10 +105,10 @@ def test_refused_flags_stop_the_start_with_the_reason(argv, reason, capsys):
 
 def test_refused_flags_in_a_config_file_too(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("fingerprint-mode: stable\n")
+    cfg.write_text("cohere-format: cmd3\n")
     with pytest.raises(SystemExit):
         parse_args(["--config", str(cfg), "--engine", "sim", MODEL])
-    assert "--fingerprint-mode is not supported" in capsys.readouterr().err
+    assert "--cohere-format is not supported" in capsys.readouterr().err
 
 
 def test_tls_and_unix_socket_flags_are_the_supervisors_not_the_engines():
@@ -130,7 +130,7 @@ def test_switches_that_write_the_default_are_accepted_and_stay_here():
 
 
 def test_refused_flags_written_with_vllms_default_are_accepted():
-    opts = parse_args(["--engine", "sim", "--uvicorn-log-level", "info", "--fingerprint-mode=full",
+    opts = parse_args(["--engine", "sim", "--uvicorn-log-level", "info", "--cohere-format=cmd4",
                        "--no-enable-ssl-refresh", "--ssl-cert-reqs", "0", "--dtype", "half", MODEL])
     assert opts.engine_args == ["--dtype", "half"]
     with pytest.raises(SystemExit):
@@ -138,12 +138,12 @@ def test_refused_flags_written_with_vllms_default_are_accepted():
 
 
 def test_dropin_reports_only_refused_args_away_from_the_default():
-    args = {"fingerprint_mode": "full", "uvicorn_log_level": "info", "enable_log_deltas": True,
+    args = {"cohere_format": "cmd4", "uvicorn_log_level": "info", "enable_log_deltas": True,
             "ssl_keyfile": None, "lora_modules": None, "middleware": [], "api_key": ["k"]}
     assert refused_serve_args(args) == []
-    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False, lora_modules=["a=/x"], fingerprint_mode="stable")
+    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False, lora_modules=["a=/x"], cohere_format="cmd3")
     reasons = refused_serve_args(args)  # (TLS and LoRA modules are served here: not among them)
-    assert len(reasons) == 2 and any(r.startswith("--fingerprint-mode is not supported") for r in reasons)
+    assert len(reasons) == 2 and any(r.startswith("--cohere-format is not supported") for r in reasons)
 
 
 def test_frontend_flags_never_reach_the_engine():

@@ -42,6 +42,16 @@ from vllm_pyfrontend.serving.responder import new_choice, submit_choices
 from vllm_pyfrontend.chat.messages import normalize_messages
 
 
+def as_content_parts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`--chat-template-content-format openai`: text content handed to the template as OpenAI's
+    list of parts (`[{"type": "text", "text": ...}]`), for templates that iterate over it."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        out.append({**m, "content": [{"type": "text", "text": content}]} if isinstance(content, str) else m)
+    return out
+
+
 def reused_prompt_ids(kv_transfer_params: Any, *, echo: bool, has_media: bool, vocab_size: int) -> list[int] | None:
     """Disaggregated serving: the prefill stage forwards its prompt ids in
     `kv_transfer_params["prompt_token_ids"]` so the decode stage skips the template and the
@@ -167,6 +177,8 @@ async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
         messages = req.messages
     else:
         messages = normalize_messages(req.messages)
+        if state.config.policy.chat_template_content_format == "openai":
+            messages = as_content_parts(messages)
     defaults = state.config.policy.default_chat_template_kwargs  # --default-chat-template-kwargs
     template_kwargs = {**defaults, **req.chat_template_kwargs} if defaults and req.chat_template_kwargs else dict(
         req.chat_template_kwargs or defaults or {})
