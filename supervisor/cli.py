@@ -274,6 +274,8 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="system_fingerprint: full (version, parallelism, hash), hash, custom "
                    "(--fingerprint-value) or none (null)")
     p.add_argument("--fingerprint-value", default=None, help="the fingerprint with --fingerprint-mode custom")
+    p.add_argument("--log-error-stack", action=bool_flag, default=False,
+                   help="log the stack trace of every error response (the response never carries it)")
     p.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"), default="auto",
                    help="message content handed to the chat template: a string (auto, string) or OpenAI's "
                    "list of parts (openai)")

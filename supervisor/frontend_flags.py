@@ -77,7 +77,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--max-log-len": f"implemented by {_MW} (request logs)",
     "--enable-log-outputs": "refused: request logs carry no outputs here",
     "--enable-log-deltas": "refused: request logs carry no outputs here",
-    "--log-error-stack": "refused: error responses never carry stack traces here",
+    "--log-error-stack": "implemented by frontend/server/app.py (stack traces of error responses in the "
+                         "worker's log)",
     "--enable-server-load-tracking": "implemented by frontend/server/app.py (/load always reports "
                                      "the deployment's in-flight requests, summed over the workers)",
     # -- chat templates, tools, reasoning -------------------------------------------------------

@@ -41,8 +41,10 @@ async def error_middleware(request: web.Request, handler):
     try:
         return await handler(request)
     except APIError as e:
+        _log_stack(request, e.status)
         return e.to_response()
     except InvalidRequestError as e:  # raised by frontend/llm's lowering: the client's doing
+        _log_stack(request, 400)
         return APIError(400, e.message, e.param).to_response()
     except web.HTTPException as e:
         if e.status < 400:
@@ -67,6 +69,13 @@ async def error_middleware(request: web.Request, handler):
     except Exception:  # noqa: BLE001 - every failure is an answer, never a dropped request
         log.exception("unhandled error on %s %s", request.method, request.path)
         return APIError(500, "Internal server error.").to_response()
+
+
+def _log_stack(request: web.Request, status: int) -> None:
+    """vLLM's --log-error-stack: the stack trace of an error response, in the worker's log."""
+    state = request.app.get(STATE)
+    if state is not None and state.config.policy.log_error_stack:
+        log.error("error response %d on %s %s", status, request.method, request.path, exc_info=True)
 
 
 async def handle_models(request: web.Request) -> web.Response:

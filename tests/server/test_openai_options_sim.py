@@ -8,6 +8,7 @@ flags `--root-path`, `--response-role`, `--enable-force-include-usage`,
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import openai
@@ -242,13 +243,15 @@ def test_request_mm_kwargs_need_the_trust_flag(plain):
             c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=2, extra_body={field: value})
 
 
-def test_fingerprint_mode_and_content_format():
-    """--fingerprint-mode custom/none; --chat-template-content-format openai hands the template
-    OpenAI's list of parts (a template that reads `content[0].text` sees the text)."""
+def test_fingerprint_mode_content_format_and_error_stacks():
+    """--fingerprint-mode custom; --chat-template-content-format openai hands the template
+    OpenAI's list of parts (a template that reads `content[0].text` sees the text);
+    --log-error-stack puts an error response's stack trace in the log."""
     template = "{% for m in messages %}{{ m.role }}: {{ m.content[0].text }}\n{% endfor %}assistant:"
     s = Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--served-model-name", "dsv4",
                "--fingerprint-mode", "custom", "--fingerprint-value", "fp-test",
-               "--chat-template-content-format", "openai", "--trust-request-chat-template", MODEL], ready_timeout=120)
+               "--chat-template-content-format", "openai", "--trust-request-chat-template", "--log-error-stack",
+               MODEL], ready_timeout=120)
     try:
         c = _client(s)
         r = c.chat.completions.create(model="dsv4", messages=[{"role": "user", "content": "a b c d e f g"}],
@@ -257,5 +260,11 @@ def test_fingerprint_mode_and_content_format():
                                           extra_body={"chat_template": template})
         assert r.system_fingerprint == "fp-test"
         assert r.usage.prompt_tokens > short.usage.prompt_tokens  # the text reached the template
+        with pytest.raises(openai.BadRequestError):
+            c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=-3)
+        deadline = time.monotonic() + 10
+        while "error response 400 on POST /v1/chat/completions" not in s.logs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "Traceback" in s.logs().split("error response 400 on POST /v1/chat/completions", 1)[1]
     finally:
         assert s.terminate() == 0, s.logs()
