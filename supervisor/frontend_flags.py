@@ -204,3 +204,26 @@ def refused_serve_args(args: dict[str, Any]) -> list[str]:
             if why is not None:
                 reasons.append(why)
     return reasons
+
+
+def markdown() -> str:
+    """The flag table for docs/COMPATIBILITY.md (`python -m vllm_pyfrontend.supervisor.frontend_flags
+    --markdown`): every frontend flag, implemented (where) or refused (why)."""
+    rows = ["| flag | here | where / why |", "|---|---|---|"]
+    for flag, entry in FRONTEND_FLAGS.items():
+        kind, _, detail = entry.partition(" by ") if entry.startswith("implemented") else entry.partition(": ")
+        status = "implemented" if entry.startswith("implemented") else kind.rstrip(":")
+        rows.append(f"| `{flag}` | {status} | {detail.replace('|', '/')} |")
+    implemented = sum(e.startswith("implemented") for e in FRONTEND_FLAGS.values())
+    rows.append("")
+    rows.append(f"{implemented} of {len(FRONTEND_FLAGS)} implemented, "
+                f"{sum(e.startswith('refused') for e in FRONTEND_FLAGS.values())} refused.")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--markdown"]:
+        sys.exit("usage: python -m vllm_pyfrontend.supervisor.frontend_flags --markdown")
+    sys.stdout.write(markdown())

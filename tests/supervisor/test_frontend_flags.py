@@ -157,3 +157,14 @@ def test_frontend_flags_never_reach_the_engine():
 def test_cors_lists_take_vllms_json_form():
     opts = parse_args(["--engine", "sim", "--allowed-origins", '["http://a", "http://b"]', MODEL])
     assert opts.policy.allowed_origins == ["http://a", "http://b"]
+
+
+def test_the_compatibility_page_shows_the_flag_table():
+    from pathlib import Path
+
+    from vllm_pyfrontend.supervisor.frontend_flags import markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "COMPATIBILITY.md").read_text()
+    start, end = "<!-- flags:start -->\n", "<!-- flags:end -->"
+    shown = page[page.index(start) + len(start):page.index(end)]
+    assert shown == markdown(), "run: python -m vllm_pyfrontend.supervisor.frontend_flags --markdown"
