@@ -70,6 +70,7 @@ class WorkerPolicy:
     fingerprint_value: str | None = None  # the fingerprint with fingerprint_mode "custom"
     chat_template_content_format: str = "auto"  # message content as a string, or OpenAI's parts list
     log_error_stack: bool = False  # the stack trace of every error response in the worker's log
+    uvicorn_log_level: str = "info"  # the HTTP server's own log level (aiohttp's loggers here)
     # /start_profile and /stop_profile exist when the engines have a profiler configured.
     profiler_enabled: bool = False
     # Stored Responses (frontend/store): None = SQLite in the runtime directory, shared by the

@@ -274,6 +274,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="system_fingerprint: full (version, parallelism, hash), hash, custom "
                    "(--fingerprint-value) or none (null)")
     p.add_argument("--fingerprint-value", default=None, help="the fingerprint with --fingerprint-mode custom")
+    p.add_argument("--uvicorn-log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug", "trace"),
+                   help="the HTTP server's own log level (vLLM's flag; aiohttp's loggers here)")
     p.add_argument("--log-error-stack", action=bool_flag, default=False,
                    help="log the stack trace of every error response (the response never carries it)")
     p.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"), default="auto",

@@ -51,7 +51,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--h11-max-incomplete-event-size": "refused: aiohttp's parser has its own fixed header limits "
                                        "(8190 bytes per line); the body limit is 32 MiB",
     "--h11-max-header-count": "refused: aiohttp's parser has its own fixed header limits",
-    "--uvicorn-log-level": "refused: there is no uvicorn here; use --log-level",
+    "--uvicorn-log-level": "implemented by frontend/server/worker.py (the level of the HTTP server's "
+                           "own loggers, aiohttp's here)",
     "--disable-uvicorn-access-log": "implemented by frontend/server/worker.py (no access log is "
                                     "written; --enable-log-requests logs one line per request)",
     "--disable-access-log-for-endpoints": "refused: there is no access log to filter (see "

@@ -266,6 +266,9 @@ def _setup_logging(config: WorkerConfig) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",  # the supervisor prefixes [worker i]
         stream=sys.stderr,
     )
+    # vLLM's --uvicorn-log-level: the HTTP server's own logs (aiohttp's here)
+    level = config.policy.uvicorn_log_level.upper()
+    logging.getLogger("aiohttp").setLevel("DEBUG" if level == "TRACE" else level)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -130,11 +130,11 @@ def test_switches_that_write_the_default_are_accepted_and_stay_here():
 
 
 def test_refused_flags_written_with_vllms_default_are_accepted():
-    opts = parse_args(["--engine", "sim", "--uvicorn-log-level", "info", "--cohere-format=cmd4",
+    opts = parse_args(["--engine", "sim", "--no-enable-offline-docs", "--cohere-format=cmd4",
                        "--no-enable-ssl-refresh", "--ssl-cert-reqs", "0", "--dtype", "half", MODEL])
     assert opts.engine_args == ["--dtype", "half"]
     with pytest.raises(SystemExit):
-        parse_args(["--engine", "sim", "--uvicorn-log-level", "debug", MODEL])
+        parse_args(["--engine", "sim", "--cohere-format", "cmd3", MODEL])
 
 
 def test_dropin_reports_only_refused_args_away_from_the_default():
