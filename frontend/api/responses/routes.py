@@ -319,6 +319,7 @@ class _Turn:
         self.responses: Responses = request.app[RESPONSES]
         self.owner = owner  # None: not stored
         self.store_failure: StoreUnavailable | None = None
+        self.finalized = False
 
     def snapshot(self, status: str, output=None, usage=None, error=None) -> dict[str, Any]:
         return response_object(self.req, response_id=self.response_id, created_at=self.run.created,
@@ -327,6 +328,7 @@ class _Turn:
 
     def final(self, cancelled: bool) -> dict[str, Any]:
         run = self.run
+        self.finalized = True
         self.formatter.close()
         error = None
         gen = run.choices[0].gen
@@ -378,6 +380,15 @@ class _Turn:
             return {**response, "status": "failed",
                     "error": {"code": "server_error", "message": f"The response could not be stored: {e}"}}
         return response
+
+    def store_cancelled(self) -> None:
+        """The client left and its handler is cancelled: the record becomes `cancelled` (in a
+        task of its own: this one awaits nothing more), never left in progress."""
+        if self.owner is None or self.finalized:
+            return
+        task = asyncio.get_running_loop().create_task(self.store(self.final(True)))
+        self.responses.tasks.add(task)
+        task.add_done_callback(self.responses.tasks.discard)
 
     def terminal_event(self, response: dict[str, Any]) -> None:
         kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(
@@ -529,6 +540,7 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         response = await turn.finish()
     except asyncio.CancelledError:
         run.cancel()  # the client left: abort in the engine
+        turn.store_cancelled()
         raise
     finally:
         turn.ended()
@@ -648,6 +660,7 @@ async def _stream_foreground(turn: _Turn) -> web.StreamResponse:
         return resp
     except asyncio.CancelledError:
         run.cancel()
+        turn.store_cancelled()
         raise
     finally:
         turn.ended()
