@@ -6,7 +6,6 @@ retrieved, chained and cancelled through the other."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import httpx

@@ -17,7 +17,6 @@ import sqlite3
 import time
 
 import httpx
-import openai
 import pytest
 import redis
 
@@ -70,7 +69,7 @@ def test_locked_store_fails_fast(sqlite_stack):
     assert c.responses.retrieve(after.id).status == after.status == "incomplete"  # (max_output_tokens)
 
 
-def _background_on_killed_worker(stack: Stack, key: str = "none") -> None:
+def _background_on_killed_worker(stack: Stack) -> None:
     bg, worker = create_on(stack.base_url, 0, model="dsv4", input="long", background=True, max_output_tokens=8000,
                            extra_body={"ignore_eos": True})
     c = client(stack.base_url)
@@ -86,6 +85,20 @@ def _background_on_killed_worker(stack: Stack, key: str = "none") -> None:
 
 def test_background_response_of_a_killed_worker_fails_within_seconds(sqlite_stack):
     _background_on_killed_worker(sqlite_stack)
+
+
+def test_a_client_that_leaves_leaves_a_cancelled_record(sqlite_stack):
+    """A stored synchronous request whose client goes away: its record (created before it ran)
+    ends cancelled, never left in progress."""
+    s = sqlite_stack
+    rid = "resp_left_" + os.urandom(8).hex()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{s.base_url}/v1/responses", timeout=httpx.Timeout(30, read=1.0),
+                   json={"model": "dsv4", "input": "long", "max_output_tokens": 8000, "ignore_eos": True,
+                         "request_id": rid})
+    got = s.wait_for(lambda: (r := client(s.base_url).responses.retrieve(rid)).status != "in_progress" and r, 20,
+                     "the record of the request left")
+    assert got.status == "cancelled", got
 
 
 def test_corrupt_store_degrades_and_a_restarted_worker_serves(sqlite_stack):

@@ -20,7 +20,7 @@ SIM = ["--engine", "sim", "--sim-step-time", "0.002", "--max-model-len", "8192",
        "--shutdown-timeout", "5", "--api-key", KEY_A, KEY_B]
 
 
-def _not_found_body(base_url: str, key: str, path: str, response_id: str, method: str = "GET") -> dict:
+def _not_found_body(base_url: str, key: str, path: str, method: str) -> dict:
     r = httpx.request(method, f"{base_url}{path}", headers={"Authorization": f"Bearer {key}"}, timeout=30)
     assert r.status_code == 404, r.text
     return r.json()
@@ -29,8 +29,8 @@ def _not_found_body(base_url: str, key: str, path: str, response_id: str, method
 def _same_as_unknown(base_url: str, key: str, path: str, response_id: str, method: str = "GET") -> None:
     """The 404 for another key's id is byte for byte the 404 for an id that does not exist."""
     unknown = "resp_" + "0" * 32
-    theirs = _not_found_body(base_url, key, path.format(response_id), response_id, method)
-    never = _not_found_body(base_url, key, path.format(unknown), unknown, method)
+    theirs = _not_found_body(base_url, key, path.format(response_id), method)
+    never = _not_found_body(base_url, key, path.format(unknown), method)
     assert theirs == {**never, "error": {**never["error"],
                                          "message": never["error"]["message"].replace(unknown, response_id)}}
 
