@@ -74,10 +74,13 @@ class WorkerPolicy:
     # /start_profile and /stop_profile exist when the engines have a profiler configured.
     profiler_enabled: bool = False
     # Stored Responses (frontend/store): None = SQLite in the runtime directory, shared by the
-    # workers of one supervisor; "redis://HOST:PORT/DB" = shared by several replicas.
+    # workers of one supervisor (or off with VLLM_ENABLE_RESPONSES_API_STORE=0);
+    # "redis://HOST:PORT/DB" = shared by several replicas; "none" = nothing stored (vLLM's default).
     response_store: str | None = None
     response_store_ttl: float = 24 * 3600.0  # seconds a stored response is kept
     response_store_max_entries: int = 10000  # past it the oldest stored responses go
+    response_store_max_bytes: int = 512 * 1024 * 1024  # past it (in all) the oldest go
+    response_store_max_record_bytes: int = 4 * 1024 * 1024  # one stored response at most
     # Media inputs (frontend/media; vLLM's names): where media may come from, decoder settings,
     # items per prompt, and the threads that fetch and decode them in each worker.
     allowed_local_media_path: str | None = None  # file:// URLs only under this directory

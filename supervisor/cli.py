@@ -235,12 +235,19 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help='write a ": keep-alive" SSE comment on a stream silent this long (default 0: never)')
     # Stored Responses (/v1/responses with store, previous_response_id, background).
     p.add_argument("--response-store", default=None, metavar="URL",
-                   help="where stored responses live: redis://HOST:PORT/DB (shared by replicas) or "
-                        "sqlite:///PATH (default: SQLite in the runtime directory, shared by the workers)")
+                   help="where stored responses live: redis://HOST:PORT/DB (shared by replicas), "
+                        "sqlite:///PATH, or none (nothing stored, as vLLM without "
+                        "VLLM_ENABLE_RESPONSES_API_STORE=1). Default: SQLite in the runtime directory, "
+                        "shared by the workers; off when VLLM_ENABLE_RESPONSES_API_STORE=0 (this flag wins)")
     p.add_argument("--response-store-ttl", type=float, default=24 * 3600.0,
                    help="seconds a stored response is kept (default 86400)")
     p.add_argument("--response-store-max-entries", type=_non_negative_int, default=10000,
                    help="stored responses kept at most; the oldest go first (default 10000)")
+    p.add_argument("--response-store-max-bytes", type=_non_negative_int, default=512 * 1024 * 1024,
+                   help="bytes of stored responses kept in all; the oldest go first (default 512 MiB)")
+    p.add_argument("--response-store-max-record-bytes", type=_non_negative_int, default=4 * 1024 * 1024,
+                   help="bytes one stored response may take (default 4 MiB): a request whose input "
+                        "and metadata alone are over it is refused (400)")
     p.add_argument("--ssl-keyfile", default=None, help="TLS private key file (with --ssl-certfile)")
     p.add_argument("--ssl-certfile", default=None, help="TLS certificate chain file: serve https")
     p.add_argument("--ssl-ca-certs", default=None, help="CA certificates that sign client certificates")

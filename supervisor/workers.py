@@ -3,7 +3,8 @@
 
     spawn(slot) ──► worker (status pipe) ── b"ready\\n" ──► event worker_ready
                           └── exits ──► event worker_exit ──► forget its metrics, restart in
-                                        backoff (give up after repeated fast crashes: Fatal)
+                                        backoff (a slot that keeps crashing is retried slowly
+                                        while another worker serves; Fatal when none does)
     stop(drain, grace) ──► [SIGUSR1 if the engine is dead] SIGTERM, wait, SIGKILL stragglers
 
 A slot is worker i's place: its engine client addresses survive its restarts. The pool posts
@@ -34,11 +35,15 @@ from vllm_pyfrontend.supervisor.runtime import ClientAddresses
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # Restart policy: a worker that dies within FAST_CRASH_S of its start is a "fast crash"; after
-# MAX_FAST_CRASHES in a row the slot is hopeless (a bug, not bad luck) and the supervisor stops.
+# MAX_FAST_CRASHES in a row the slot is crash-looping (a bug or a broken dependency, not bad
+# luck). The supervisor stops only when no worker serves: while another worker is ready, the
+# slot is retried every QUARANTINE_S (logged as an error each time), so one worker's broken
+# optional dependency never takes the healthy workers and the engine down with it.
 FAST_CRASH_S = 10.0
 MAX_FAST_CRASHES = 5
 BACKOFF_BASE_S = 0.5
 BACKOFF_MAX_S = 10.0
+QUARANTINE_S = 60.0
 
 # The event kinds the pool posts about its workers (see WorkerPool.handle).
 WORKER_EVENTS = frozenset({"worker_exit", "worker_ready", "restart"})
@@ -256,9 +261,18 @@ class WorkerPool:
             slot.index, child.pid, describe_exit(child.returncode), lived,
         )
         if slot.fast_crashes > MAX_FAST_CRASHES:
-            raise Fatal(f"worker {slot.index} crashed {slot.fast_crashes} times in a row; giving up")
-        delay = min(BACKOFF_BASE_S * 2 ** (slot.fast_crashes - 1), BACKOFF_MAX_S)
-        self._log.info("restarting worker %d in %.1fs", slot.index, delay)
+            serving = [s.index for s in self.slots if s.ready]
+            if not serving:
+                raise Fatal(f"worker {slot.index} crashed {slot.fast_crashes} times in a row; giving up "
+                            "(no worker serves)")
+            delay = QUARANTINE_S
+            self._log.error(
+                "worker %d crashed %d times in a row right after its start: it is retried every %.0fs "
+                "while worker(s) %s serve; see its output above for the cause",
+                slot.index, slot.fast_crashes, delay, ", ".join(map(str, serving)))
+        else:
+            delay = min(BACKOFF_BASE_S * 2 ** (slot.fast_crashes - 1), BACKOFF_MAX_S)
+            self._log.info("restarting worker %d in %.1fs", slot.index, delay)
         slot.restart_timer = asyncio.get_running_loop().call_later(
             delay, self._events.put_nowait, self._make_event("restart", slot, None)
         )

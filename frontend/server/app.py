@@ -98,18 +98,6 @@ async def handle_models(request: web.Request) -> web.Response:
     return web.Response(body=_json({"object": "list", "data": data}), content_type="application/json")
 
 
-async def handle_health(request: web.Request) -> web.Response:
-    state: ServerState = request.app[STATE]
-    # Liveness: the process answers and its engine is connected. Draining is /ready's business.
-    if state.engine.healthy:
-        down = state.engine.engines_down
-        if down:  # degraded (data parallel): still serving on the other engines
-            return web.Response(body=_json({"status": "degraded", "engines_down": down}),
-                                content_type="application/json")
-        return web.Response(status=200)
-    return web.Response(status=503)
-
-
 async def handle_version(request: web.Request) -> web.Response:
     state: ServerState = request.app[STATE]
     body = {"version": state.engine.vllm_version, "frontend_version": __version__}
@@ -174,7 +162,6 @@ def build_app(state: ServerState) -> web.Application:
     app.router.add_post("/tokenize", handle_tokenize)
     app.router.add_post("/detokenize", handle_detokenize)
     app.router.add_get("/v1/models", handle_models)
-    app.router.add_get("/health", handle_health)
     app.router.add_get("/version", handle_version)
     app.router.add_get("/load", handle_load)
     app.router.add_get("/openapi.json", handle_openapi)

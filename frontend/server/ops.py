@@ -1,6 +1,11 @@
-"""Operational endpoints: `/metrics` (Prometheus, all workers merged) and `/ready`.
+"""Operational endpoints: `/metrics` (Prometheus, all workers merged), `/health` and `/ready`.
 
-`/health` (app.py) answers "is this process alive and its engine connected": a liveness probe.
+`/health` answers "is this process alive and its engine connected": a liveness probe, with
+vLLM's status codes (200, or 503 with the engine gone) and vLLM's empty body while all is well.
+Degraded but serving, it stays 200 and its JSON body says what is wrong:
+`{"status": "degraded", "engines_down": [...], "response_store": "<reason>"}` (each key only
+when it applies): an engine down while another serves, or a response store that fails (only
+stored responses answer 503 then; every other route serves), so a load balancer keeps the worker.
 `/ready` adds "and accepting new work": 503 while the worker drains for shutdown, so a load
 balancer or Kubernetes readiness probe takes the pod out of rotation while in-flight requests
 finish, and while a queue bound (`--max-num-queued-reqs` / `-tokens`) is reached
@@ -16,6 +21,7 @@ import asyncio
 import msgspec
 from aiohttp import web
 
+from vllm_pyfrontend.api.responses.routes import store_degraded
 from vllm_pyfrontend.metrics import CONTENT_TYPE_LATEST
 from vllm_pyfrontend.serving.state import STATE
 
@@ -28,6 +34,23 @@ async def handle_metrics(request: web.Request) -> web.Response:
     # Merging reads every worker's mmap files: off the event loop, it never delays outputs.
     body = await asyncio.get_running_loop().run_in_executor(None, state.metrics.render)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    # Liveness: the process answers and its engine is connected. Draining is /ready's business.
+    if not state.engine.healthy:
+        return web.Response(status=503)
+    body: dict = {}
+    down = state.engine.engines_down
+    if down:  # data parallel: still serving on the other engines
+        body["engines_down"] = down
+    store = store_degraded(request.app)
+    if store is not None:
+        body["response_store"] = store
+    if not body:
+        return web.Response(status=200)
+    return web.Response(body=_json({"status": "degraded", **body}), content_type="application/json")
 
 
 async def handle_ready(request: web.Request) -> web.Response:
@@ -50,3 +73,4 @@ async def handle_ready(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/ready", handle_ready)
+    app.router.add_get("/health", handle_health)

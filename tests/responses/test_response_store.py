@@ -6,40 +6,15 @@ retrieved, chained and cancelled through the other."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
 import time
 
 import httpx
 import pytest
 import redis
 
-from vllm_pyfrontend.store import open_store
+from vllm_pyfrontend.store import RecordTooLarge, open_store
 from tests.responses.helpers import client
-from tests.stack import Stack, free_port, stop_process_group
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    exe = shutil.which("redis-server")
-    assert exe, "redis-server is not installed (.ci/install installs the Debian package)"
-    port = free_port()
-    work = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(work)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    r = redis.Redis(port=port)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            r.ping()
-            break
-        except redis.ConnectionError:
-            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    stop_process_group(proc, 10)
+from tests.stack import Stack
 
 
 def _backends(tmp_path, redis_url):
@@ -49,8 +24,9 @@ def _backends(tmp_path, redis_url):
 
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
 def test_store_contract(tmp_path, redis_url, kind):
-    """Two openers (two workers) see each other's records and cancel flags; records expire after
-    the TTL; past max_entries the oldest go."""
+    """Two openers (two workers) see each other's records and cancel flags; an id is created
+    once and updated only by its owner; records expire after the TTL; past max_entries the
+    oldest go."""
     if kind == "redis":
         redis.Redis.from_url(redis_url).flushdb()
     make = _backends(tmp_path, redis_url)[kind]
@@ -58,29 +34,105 @@ def test_store_contract(tmp_path, redis_url, kind):
     async def run():
         a, b = make(ttl=60, max_entries=3), make(ttl=60, max_entries=3)
         try:
-            await a.put("r1", {"response": {"id": "r1", "status": "in_progress"}, "messages": []})
-            assert (await b.get("r1"))["response"]["status"] == "in_progress"
-            await b.put("r1", {"response": {"id": "r1", "status": "completed"}, "messages": [{"role": "user"}]})
-            assert (await a.get("r1"))["response"]["status"] == "completed"
+            assert await a.create("r1", "A", {"response": {"id": "r1", "status": "in_progress"}, "messages": []})
+            got = await b.get("r1")
+            assert got["response"]["status"] == "in_progress" and got["owner"] == "A" and got["worker"] is None
+            # create-only: the same id again (another owner or the same) changes nothing
+            assert not await b.create("r1", "B", {"response": {"id": "r1", "status": "forged"}})
+            assert not await b.create("r1", "A", {"response": {"id": "r1", "status": "forged"}})
+            # updates: the owner only
+            assert not await b.update("r1", "B", {"response": {"id": "r1", "status": "forged"}})
+            assert await b.update("r1", "A", {"response": {"id": "r1", "status": "completed"},
+                                              "messages": [{"role": "user"}]})
+            got = await a.get("r1")
+            assert got["response"]["status"] == "completed" and got["owner"] == "A"
+            assert not await a.update("nope", "A", {"response": {}})
             assert await a.get("nope") is None
             assert await a.cancel_requested(["r1", "r2"]) == set()
             await b.request_cancel("r1")
             assert await a.cancel_requested(["r1", "r2"]) == {"r1"}
             for i in range(2, 6):  # r1 (oldest) and r2 go: 3 kept
-                await a.put(f"r{i}", {"response": {"id": f"r{i}"}})
+                assert await a.create(f"r{i}", "A", {"response": {"id": f"r{i}"}})
                 await asyncio.sleep(0.01)
             assert [await b.get(f"r{i}") is not None for i in range(1, 6)] == [False, False, True, True, True]
+            assert a.degraded is None and b.degraded is None
         finally:
             await a.close()
             await b.close()
         short = make(ttl=0.3, max_entries=100)
         try:
-            await short.put("t", {"response": {}})
+            await short.create("t", "", {"response": {}})
             assert await short.get("t") is not None
             await asyncio.sleep(0.5)
             assert await short.get("t") is None
+            assert await short.create("t", "other", {"response": {}})  # an expired id is free again
         finally:
             await short.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_store_byte_bounds(tmp_path, redis_url, kind):
+    """One record over max_record_bytes is refused; past max_bytes in all the oldest go, so the
+    total stays bounded however many large records come."""
+    if kind == "redis":
+        redis.Redis.from_url(redis_url).flushdb()
+    make = _backends(tmp_path, redis_url)[kind]
+
+    async def run():
+        s = make(ttl=60, max_entries=1000, max_bytes=250_000, max_record_bytes=100_000)
+        try:
+            with pytest.raises(RecordTooLarge):
+                await s.create("big", "A", {"response": {"metadata": {"k": "x" * 100_001}}})
+            assert await s.get("big") is None
+            for i in range(10):  # ~60 kB each: at most 4 fit in 250 kB
+                assert await s.create(f"m{i}", "A", {"response": {"metadata": {"k": "x" * 60_000}}})
+                await asyncio.sleep(0.005)
+            kept = [i for i in range(10) if await s.get(f"m{i}") is not None]
+            assert kept == [6, 7, 8, 9]
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_store_orphans(tmp_path, redis_url, kind, monkeypatch):
+    """An in-progress record whose worker stops beating is failed by any opener's sweep; a
+    worker that beats keeps its records."""
+    import vllm_pyfrontend.store.redis as redis_store
+    import vllm_pyfrontend.store.sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "STALE_S", 0.5)
+    monkeypatch.setattr(redis_store, "STALE_S", 0.5)
+    if kind == "redis":
+        redis.Redis.from_url(redis_url).flushdb()
+    make = _backends(tmp_path, redis_url)[kind]
+
+    def mark(record):
+        return {**record, "response": {**record["response"], "status": "failed"}}
+
+    async def run():
+        a, b = make(ttl=60, max_entries=100), make(ttl=60, max_entries=100)
+        try:
+            assert await a.create("gone", "A", {"response": {"status": "in_progress"}}, worker="w-gone")
+            assert await a.create("live", "A", {"response": {"status": "in_progress"}}, worker="w-live")
+            assert await b.fail_orphans(mark) == []
+            assert await b.worker_alive("w-gone")
+            t = time.monotonic()
+            while time.monotonic() - t < 0.8:
+                await a.heartbeat("w-live")
+                await asyncio.sleep(0.1)
+            assert not await b.worker_alive("w-gone") and await b.worker_alive("w-live")
+            assert await b.fail_orphans(mark) == ["gone"]
+            gone, live = await a.get("gone"), await a.get("live")
+            assert gone["response"]["status"] == "failed" and gone["worker"] is None
+            assert live["response"]["status"] == "in_progress" and live["worker"] == "w-live"
+            assert await b.fail_orphans(mark) == []
+        finally:
+            await a.close()
+            await b.close()
 
     asyncio.run(run())
 

@@ -75,6 +75,11 @@ FAKE_WORKER = textwrap.dedent(
     note(f"start {i} {os.getpid()} {config.runtime_dir} {json.dumps(config.engine_infos)}")
     if mode == "crash":
         sys.exit(3)
+    if os.environ.get("FAKE_CRASH_SLOT") == str(i):  # serves once, then crashes at every start
+        marker = events + f".slot-{i}-started"
+        if os.path.exists(marker):
+            sys.exit(3)
+        open(marker, "a").close()
     with open(os.path.join(config.runtime_dir, "engine-info.json"), "w") as f:
         json.dump([{"engine_index": 0, "max_model_len": 1234, "vllm_version": "fake"}], f)
 
@@ -117,6 +122,7 @@ DRIVER = textwrap.dedent(
 
     engine, worker, workers = sys.argv[2], sys.argv[3], int(sys.argv[4])
     wk.BACKOFF_BASE_S = 0.05          # keep restarts and give-ups fast
+    wk.QUARANTINE_S = 0.3
     sm.WORKER_KILL_GRACE_S = 0.5
     sm.configure_logging("info")
     options = SupervisorOptions(model="/nonexistent-model", workers=workers, host="127.0.0.1",
@@ -308,6 +314,33 @@ def test_worker_crash_loop_gives_up(run):
     assert r.wait_exit() == 1, r.log()
     assert "crashed 6 times in a row; giving up" in r.log()
     assert len(r.starts(0)) == 6
+    assert "engine-stopped" in r.events()
+
+
+def test_one_crash_looping_worker_never_stops_the_deployment(run):
+    """Worker 1 serves, is killed, and then crashes at every start: past the fast-crash limit
+    it is retried slowly and logged as an error, while worker 0 and the engine keep running.
+    Only when no worker serves (worker 0 crashing too) does the supervisor give up."""
+    r = run(workers=2, FAKE_CRASH_SLOT="1")
+    r.wait_log("serving on")
+    pid0 = int(r.starts(0)[0][2])
+    os.kill(int(r.starts(1)[0][2]), signal.SIGKILL)
+    r.wait_log("worker 1 crashed 6 times in a row right after its start")
+    r.wait_for(lambda: len(r.starts(1)) >= 9, what="worker 1 retried after the limit")
+    assert r.proc.poll() is None and _alive(pid0), r.log()
+    assert "engine-stopped" not in r.events() and "giving up" not in r.log()
+    assert len(r.starts(0)) == 1
+    r.proc.send_signal(signal.SIGTERM)
+    assert r.wait_exit() == 0, r.log()
+
+
+def test_crash_loops_give_up_when_no_worker_serves(run):
+    """The only worker serves once, then crashes at every start: with no worker serving, Fatal."""
+    r = run(workers=1, FAKE_CRASH_SLOT="0")
+    r.wait_log("serving on")
+    os.kill(int(r.starts(0)[0][2]), signal.SIGKILL)
+    assert r.wait_exit() == 1, r.log()
+    assert "crashed 6 times in a row; giving up (no worker serves)" in r.log()
     assert "engine-stopped" in r.events()
 
 

@@ -7,12 +7,29 @@ and run through the same `RequestRun` pipeline (detokenizer, stop strings, reaso
 follow-up or a GET served by any worker (or replica, with Redis) finds them. Background
 responses keep running when their client leaves; a cancel on any worker sets the store's
 cancel flag, which the owning worker watches.
+
+Tenancy: every record names its owner (`tenant_of(request).owner`). Another owner's id is
+answered exactly as an id that does not exist (404, the same body) by GET, cancel and
+`previous_response_id`. A client-supplied `request_id` becomes the response's id (as vLLM) only
+when it is free: the record is created before the request runs, and a taken id is refused with
+409 (not silently replaced by a fresh id: vLLM's contract is that the id sent is the id the
+response has, and a client that retrieves it by that id must not read another conversation).
+
+Faults: a `store: true` request writes its record before it runs; a store that cannot take it
+answers 503 and nothing runs. A store that breaks while the response runs: the synchronous
+answer is a 503 (the response was not stored), a stream ends with `response.failed`. With
+storing off (`--response-store none`, or `VLLM_ENABLE_RESPONSES_API_STORE=0` without the flag)
+the routes behave as vLLM's without its store: `store: true` is ignored, `background` is a
+400, GET, cancel and `previous_response_id` are 404.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
+import socket
 import time
 from typing import Any
 
@@ -34,24 +51,57 @@ from vllm_pyfrontend.api.responses.lowering import (
 from vllm_pyfrontend.api.responses.schemas import ResponsesRequest
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.sse import SSEWriter
-from vllm_pyfrontend.store import ResponseStore, open_store
+from vllm_pyfrontend.store import (
+    HEARTBEAT_S,
+    RecordTooLarge,
+    ResponseStore,
+    StoreUnavailable,
+    open_store,
+    store_disabled,
+)
 from vllm_pyfrontend.serving.state import STATE
+from vllm_pyfrontend.tenants import tenant_of
 
 log = logging.getLogger(__name__)
 WORKER_HEADER = "X-Vllm-Pyfrontend-Worker"  # which worker served the request
 CANCEL_POLL_S = 0.2
+ORPHAN_SWEEP_EVERY = 2  # heartbeat periods between two sweeps for records of workers gone
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ORPHAN_MESSAGE = ("The worker running this response is gone (it exited or stopped answering); "
+                  "the response did not finish.")
+STORE_OFF_BACKGROUND = ("This vLLM engine does not support `store=True` and therefore does not support the "
+                        "background mode. To enable these features, set the environment variable "
+                        "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.")
+
+
+def mark_orphan(record: dict[str, Any]) -> dict[str, Any]:
+    """An in-progress record whose worker is gone, as it is stored from then on."""
+    response = record.get("response") or {}
+    return {**record, "response": {**response, "status": "failed",
+                                   "error": {"code": "server_error", "message": ORPHAN_MESSAGE}}}
+
+
+def store_error(e: StoreUnavailable) -> APIError:
+    return APIError(503, f"The response store is unavailable: {e}", None, "ServiceUnavailableError")
 
 
 class Responses:
-    """Per worker: the store, and the background runs this worker owns (for cancels)."""
+    """Per worker: the store (None: storing is off), the background runs this worker owns (for
+    cancels), and the ids it holds in progress in the store (for its heartbeat)."""
 
-    def __init__(self, store: ResponseStore):
+    def __init__(self, store: ResponseStore | None):
         self.store = store
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self.background: dict[str, RequestRun] = {}
         self.cancelled: set[str] = set()
+        self.running: set[str] = set()  # ids stored in progress by this worker
         self.tasks: set[asyncio.Task] = set()
         self._watcher: asyncio.Task | None = None
+        self._keeper: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self.store is not None:
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
 
     def own(self, response_id: str, run: RequestRun) -> None:
         self.background[response_id] = run
@@ -68,22 +118,58 @@ class Responses:
 
     async def _watch(self) -> None:
         """Poll the store's cancel flags of the background runs this worker owns."""
+        assert self.store is not None
         while self.background:
             await asyncio.sleep(CANCEL_POLL_S)
             try:
                 flagged = await self.store.cancel_requested(list(self.background))
             except Exception:  # noqa: BLE001 - a store hiccup delays a cancel, never fails a run
-                log.exception("could not read cancel flags")
+                log.warning("could not read cancel flags: %s", self.store.degraded)
                 continue
             for rid in flagged:
                 self.cancel_local(rid)
 
+    async def _keep(self) -> None:
+        """The store's upkeep in this worker: at once a probe (so /health tells a broken store
+        right after a start), then every HEARTBEAT_S this worker's heartbeat while it holds
+        records in progress (a probe while the store is degraded), and now and then a sweep
+        that fails the in-progress records of workers gone."""
+        store = self.store
+        assert store is not None
+        beats = 0
+        try:
+            await store.probe()
+        except StoreUnavailable as e:
+            log.error("the response store is unavailable: %s (stored responses answer 503; "
+                      "everything else serves)", e)
+        except Exception:  # noqa: BLE001 - upkeep never ends the worker
+            log.exception("response store probe failed")
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            beats += 1
+            try:
+                if self.running:
+                    await store.heartbeat(self.worker_id)
+                elif store.degraded is not None:
+                    await store.probe()
+                if beats % ORPHAN_SWEEP_EVERY == 0:
+                    failed = await store.fail_orphans(mark_orphan)
+                    if failed:
+                        log.warning("marked %d response(s) of workers gone as failed: %s", len(failed),
+                                    ", ".join(failed))
+            except StoreUnavailable:
+                pass  # (store.degraded says why; /health shows it)
+            except Exception:  # noqa: BLE001
+                log.exception("response store upkeep failed")
+
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
+        for task in (self._watcher, self._keeper):
+            if task is not None:
+                task.cancel()
         for task in list(self.tasks):
             task.cancel()
-        await self.store.close()
+        if self.store is not None:
+            await self.store.close()
 
 
 RESPONSES = web.AppKey("responses", Responses)
@@ -98,9 +184,14 @@ def add_responses_routes(app: web.Application) -> None:
     async def start(app: web.Application) -> None:
         cfg = app[STATE].config
         policy = cfg.policy
-        app[RESPONSES] = Responses(open_store(policy.response_store, cfg.runtime_dir,
-                                                ttl=policy.response_store_ttl,
-                                                max_entries=policy.response_store_max_entries))
+        store = None
+        if not store_disabled(policy.response_store):
+            store = open_store(policy.response_store, cfg.runtime_dir, ttl=policy.response_store_ttl,
+                               max_entries=policy.response_store_max_entries,
+                               max_bytes=policy.response_store_max_bytes,
+                               max_record_bytes=policy.response_store_max_record_bytes)
+        responses = app[RESPONSES] = Responses(store)
+        responses.start()
 
     async def stop(app: web.Application) -> None:
         responses = app.get(RESPONSES)
@@ -111,6 +202,13 @@ def add_responses_routes(app: web.Application) -> None:
     app.on_cleanup.append(stop)
 
 
+def store_degraded(app: web.Application) -> str | None:
+    """Why the response store's last operation failed (None: fine, or storing is off)."""
+    responses = app.get(RESPONSES)
+    store = responses.store if responses is not None else None
+    return store.degraded if store is not None else None
+
+
 def _json(state, body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json",
                         headers={WORKER_HEADER: str(state.worker_index)})
@@ -118,6 +216,27 @@ def _json(state, body: dict[str, Any], status: int = 200) -> web.Response:
 
 def _not_found(response_id: str) -> APIError:
     return APIError(404, f"Response with id '{response_id}' not found.", "response_id")
+
+
+async def owned_record(request: web.Request, response_id: str) -> dict[str, Any]:
+    """The stored record `response_id` of the request's owner; another owner's record, an id
+    that does not exist and storing off are the same 404. A record left in progress by a
+    worker that is gone is failed first."""
+    responses: Responses = request.app[RESPONSES]
+    store = responses.store
+    if store is None:
+        raise _not_found(response_id)
+    try:
+        record = await store.get(response_id)
+        if record is None or record.get("owner", "") != tenant_of(request).owner:
+            raise _not_found(response_id)
+        worker = record.get("worker")
+        if worker is not None and worker != responses.worker_id and not await store.worker_alive(worker):
+            await store.fail_orphans(mark_orphan)
+            record = await store.get(response_id) or record
+    except StoreUnavailable as e:
+        raise store_error(e) from None
+    return record
 
 
 # -- the response object ------------------------------------------------------------------------
@@ -192,12 +311,15 @@ class _Turn:
 
     def __init__(self, state, request: web.Request, req: ResponsesRequest, model: str,
                  messages: list[dict[str, Any]], sampling: dict[str, Any], run: RequestRun,
-                 formatter: ResponsesFormatter, sink: _Sink, sub):
+                 formatter: ResponsesFormatter, sink: _Sink, sub, owner: str | None):
         self.state, self.request, self.req, self.model = state, request, req, model
         self.messages, self.sampling, self.run, self.formatter, self.sink, self.sub = (
             messages, sampling, run, formatter, sink, sub)
         self.response_id = run.response_id
         self.responses: Responses = request.app[RESPONSES]
+        self.owner = owner  # None: not stored
+        self.store_failure: StoreUnavailable | None = None
+        self.finalized = False
 
     def snapshot(self, status: str, output=None, usage=None, error=None) -> dict[str, Any]:
         return response_object(self.req, response_id=self.response_id, created_at=self.run.created,
@@ -206,6 +328,7 @@ class _Turn:
 
     def final(self, cancelled: bool) -> dict[str, Any]:
         run = self.run
+        self.finalized = True
         self.formatter.close()
         error = None
         gen = run.choices[0].gen
@@ -226,9 +349,46 @@ class _Turn:
                       "content": []}]
         return self.snapshot(status, items, usage_of(run), error)
 
-    async def store(self, response: dict[str, Any]) -> None:
-        if self.req.store:
-            await self.responses.store.put(self.response_id, {"response": response, "messages": self.messages})
+    async def store(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The final record (this worker no longer runs it); returns the response as the client
+        gets it. Over the per-record bound, the record keeps the response without its output,
+        failed (`response_too_large`): a GET or a follow-up never sees a conversation that was
+        not stored whole; the client's own answer is the generated response. A store that fails
+        now: the response as failed (the caller answers 503 or `response.failed`)."""
+        if self.owner is None:
+            return response
+        store = self.responses.store
+        assert store is not None
+        record = {"response": response, "messages": self.messages}
+        try:
+            try:
+                done = await store.update(self.response_id, self.owner, record)
+            except RecordTooLarge as e:
+                log.warning("response %s not stored whole: %s", self.response_id, e)
+                record = {"messages": [], "response": {
+                    **response, "output": [], "status": "failed",
+                    "error": {"code": "response_too_large",
+                              "message": f"The response was generated but is too large to store ({e})."}}}
+                done = await store.update(self.response_id, self.owner, record)
+            if not done:  # evicted (the store's bounds) or expired while it ran: stored anew
+                done = await store.create(self.response_id, self.owner, record)
+            if not done:
+                log.warning("response %s could not be stored: its id was taken meanwhile", self.response_id)
+        except StoreUnavailable as e:
+            log.error("response %s could not be stored: %s", self.response_id, e)
+            self.store_failure = e
+            return {**response, "status": "failed",
+                    "error": {"code": "server_error", "message": f"The response could not be stored: {e}"}}
+        return response
+
+    def store_cancelled(self) -> None:
+        """The client left and its handler is cancelled: the record becomes `cancelled` (in a
+        task of its own: this one awaits nothing more), never left in progress."""
+        if self.owner is None or self.finalized:
+            return
+        task = asyncio.get_running_loop().create_task(self.store(self.final(True)))
+        self.responses.tasks.add(task)
+        task.add_done_callback(self.responses.tasks.discard)
 
     def terminal_event(self, response: dict[str, Any]) -> None:
         kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(
@@ -238,17 +398,13 @@ class _Turn:
     async def finish(self) -> dict[str, Any]:
         """After the run's end: the final object, stored (a cancel seen in the store wins)."""
         cancelled = self.response_id in self.responses.cancelled
-        if not cancelled and self.req.background and self.req.store:
+        if not cancelled and self.req.background and self.owner is not None:
             try:
                 cancelled = bool(await self.responses.store.cancel_requested([self.response_id]))
-            except Exception:  # noqa: BLE001
-                log.exception("could not read the cancel flag of %s", self.response_id)
-        response = self.final(cancelled)
+            except StoreUnavailable as e:
+                log.warning("could not read the cancel flag of %s: %s", self.response_id, e)
+        response = await self.store(self.final(cancelled))
         self.terminal_event(response)
-        try:
-            await self.store(response)
-        except Exception:  # noqa: BLE001 - the client still gets its answer
-            log.exception("could not store response %s", self.response_id)
         return response
 
     def ended(self) -> None:
@@ -257,6 +413,7 @@ class _Turn:
         if not run.done.done():
             run.cancel()
         state.request_finished()
+        self.responses.running.discard(self.response_id)
         self.responses.background.pop(self.response_id, None)
         self.responses.cancelled.discard(self.response_id)
         for _, gen in sub.requests:
@@ -313,6 +470,8 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
 
     if req.prompt is not None:
         raise APIError(400, "prompt template is not supported", "prompt")
+    if responses.store is None and req.store and req.background:
+        raise APIError(400, STORE_OFF_BACKGROUND, "background")  # (vLLM's answer without its store)
     if req.background and not req.store:
         raise APIError(400, "background can only be used when `store` is true", "background")
     if req.max_output_tokens is not None and req.max_output_tokens < 1:
@@ -322,9 +481,7 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         raise APIError(400, "Cannot specify both structured_outputs and text.format", "structured_outputs")
     previous = None
     if req.previous_response_id is not None:
-        previous = await responses.store.get(req.previous_response_id)
-        if previous is None:
-            raise _not_found(req.previous_response_id)
+        previous = await owned_record(request, req.previous_response_id)
 
     lowered = build_messages(req.instructions, req.input, previous,
                              allow_media=getattr(state, "multimodal", None) is not None)
@@ -334,24 +491,34 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
 
     response_id = req.request_id or new_id("resp")
     stream, background = bool(req.stream), bool(req.background)
-    writer = SSEWriter(response_id, model, 0) if stream else None
-    sink = _Sink(writer, background)
-    formatter = ResponsesFormatter(state.token_text, req.top_logprobs or 0, sink.write if stream else None)
-    # the run writes its events through the sink, streamed or not (the sink keeps them or drops them)
-    run = chat_run(state, chat, low, response_id=response_id, model=model, created=int(time.time()),
-                   formatter=formatter, sse=sink)
-    sub = submit_chat(state, request, chat, low, run)
     sampling = low.samplings[0]
-    state.request_started()
+    created = int(time.time())
     # Stored for previous_response_id: with media, the chat messages with their image parts
     # (a follow-up renders and processes them again), not the rendered template messages.
-    turn = _Turn(state, request, req, model, lowered if prompt.has_media else prompt.messages, sampling, run,
-                 formatter, sink, sub)
+    messages = lowered if prompt.has_media else prompt.messages
+    # Storing off (vLLM without its store): `store: true` is ignored.
+    owner = tenant_of(request).owner if req.store and responses.store is not None else None
+    if owner is not None:  # the record first: a taken id, a record too large or a broken store stop here
+        await _create_record(responses, response_id, owner, {"response": response_object(
+            req, response_id=response_id, created_at=created, model=model, sampling=sampling,
+            status="in_progress", output=[], usage=None), "messages": messages})
+    try:
+        writer = SSEWriter(response_id, model, 0) if stream else None
+        sink = _Sink(writer, background)
+        formatter = ResponsesFormatter(state.token_text, req.top_logprobs or 0, sink.write if stream else None)
+        # the run writes its events through the sink, streamed or not (the sink keeps them or drops them)
+        run = chat_run(state, chat, low, response_id=response_id, model=model, created=created,
+                       formatter=formatter, sse=sink)
+        sub = submit_chat(state, request, chat, low, run)
+    except BaseException as e:
+        if owner is not None:
+            await _abandon(responses, response_id, owner, messages, e)
+        raise
+    state.request_started()
+    turn = _Turn(state, request, req, model, messages, sampling, run, formatter, sink, sub, owner)
     if background:
         responses.own(response_id, run)
     try:
-        if background:  # retrievable (and cancellable) from any worker at once
-            await turn.store(turn.snapshot("in_progress"))
         initial = turn.snapshot("queued" if background else "in_progress")
         formatter.event("response.created", response=initial)
         formatter.event("response.in_progress", response={**initial, "status": "in_progress"})
@@ -373,12 +540,52 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         response = await turn.finish()
     except asyncio.CancelledError:
         run.cancel()  # the client left: abort in the engine
+        turn.store_cancelled()
         raise
     finally:
         turn.ended()
     if run.error is not None:  # (stored as "failed"); a synchronous answer is the error itself
         raise run.error
+    if turn.store_failure is not None:  # never a 200 for a response the store did not take
+        raise APIError(503, f"The response was generated but could not be stored: {turn.store_failure}",
+                       None, "ServiceUnavailableError")
     return _json(state, response)
+
+
+async def _create_record(responses: Responses, response_id: str, owner: str, record: dict[str, Any]) -> None:
+    """The record of a request about to run, in progress on this worker: 409 for a taken id,
+    400 for a record over the per-record bound, 503 for a store that cannot take it."""
+    store = responses.store
+    assert store is not None
+    try:
+        created = await store.create(response_id, owner, record, worker=responses.worker_id)
+    except RecordTooLarge as e:
+        raise APIError(400, f"The response cannot be stored: its input, instructions and metadata take {e.size} "
+                            f"bytes, over the bound of {e.limit} per stored response. Send less, or store: false.",
+                       "input") from None
+    except StoreUnavailable as e:
+        raise store_error(e) from None
+    if not created:
+        raise APIError(409, f"A response with id '{response_id}' already exists; send another request_id "
+                            "(or none: one is generated).", "request_id", "ConflictError")
+    responses.running.add(response_id)
+
+
+async def _abandon(responses: Responses, response_id: str, owner: str, messages: list[dict[str, Any]],
+                   error: BaseException) -> None:
+    """A created record whose request did not start: stored as failed (best effort)."""
+    responses.running.discard(response_id)
+    store = responses.store
+    assert store is not None
+    message = error.message if isinstance(error, APIError) else "The request did not start."
+    try:
+        record = await store.get(response_id)
+        if record is not None:
+            response = {**record["response"], "status": "failed",
+                        "error": {"code": "server_error", "message": message}}
+            await store.update(response_id, owner, {"response": response, "messages": messages})
+    except StoreUnavailable as e:
+        log.warning("could not mark response %s failed: %s", response_id, e)
 
 
 async def _run_background(turn: _Turn) -> None:
@@ -445,7 +652,7 @@ async def _stream_foreground(turn: _Turn) -> web.StreamResponse:
         try:
             if turn.sink.alive:
                 await turn.finish()
-            elif turn.req.store:  # the client left: the run was cancelled
+            else:  # the client left: the run was cancelled
                 await turn.store(turn.final(True))
         except Exception:  # noqa: BLE001 - the headers are out: never a second response
             log.exception("stream %s could not finish", turn.response_id)
@@ -453,6 +660,7 @@ async def _stream_foreground(turn: _Turn) -> web.StreamResponse:
         return resp
     except asyncio.CancelledError:
         run.cancel()
+        turn.store_cancelled()
         raise
     finally:
         turn.ended()
@@ -483,9 +691,7 @@ async def handle_retrieve(request: web.Request) -> web.Response:
     response_id = request.match_info["response_id"]
     if request.query.get("stream", "false").lower() == "true":
         raise APIError(400, "Streaming a stored response again (stream=true) is not supported.", "stream")
-    record = await request.app[RESPONSES].store.get(response_id)
-    if record is None:
-        raise _not_found(response_id)
+    record = await owned_record(request, response_id)
     return _json(state, record["response"])
 
 
@@ -493,15 +699,18 @@ async def handle_cancel(request: web.Request) -> web.Response:
     state = request.app[STATE]
     responses: Responses = request.app[RESPONSES]
     response_id = request.match_info["response_id"]
-    record = await responses.store.get(response_id)
-    if record is None:
-        raise _not_found(response_id)
+    record = await owned_record(request, response_id)
     response = record["response"]
     if not response.get("background"):
         raise APIError(400, "Cannot cancel a synchronous response.", "response_id")
     if response.get("status") in ("queued", "in_progress"):
         response = {**response, "status": "cancelled"}
-        await responses.store.request_cancel(response_id)
-        await responses.store.put(response_id, {**record, "response": response})
+        store = responses.store
+        assert store is not None
+        try:
+            await store.request_cancel(response_id)
+            await store.update(response_id, record["owner"], {**record, "response": response})
+        except StoreUnavailable as e:
+            raise store_error(e) from None
         responses.cancel_local(response_id)
     return _json(state, response)
