@@ -116,8 +116,8 @@ class PeerAbort:
                 for req, gen in sub.requests:
                     if gen.finished:
                         continue
-                    self.engine.abort((req.request_id,))
-                    gen.on_output(EngineOutput(req.request_id, [], finish_reason=FINISH_ABORT))
+                    self.engine.abort((gen.request_id,))  # (a request moved to another engine: its new id)
+                    gen.on_output(EngineOutput(gen.request_id, [], finish_reason=FINISH_ABORT))
                     count += 1
         return count
 
