@@ -277,16 +277,18 @@ class EngineClient:
             # A duplicate in-flight id kills the engine.
             raise InvalidEngineRequest(f"request id {rid!r} is already in flight", "request_id")
         migrations = self._migrations
-        if migrations.enabled:
-            if rid in migrations.parked:
-                raise InvalidEngineRequest(f"request id {rid!r} is already in flight", "request_id")
-            if not self._health.live():  # a restart: the request waits for the engine
-                try:
-                    encode_add(req, self._connection.layout)
-                except (TypeError, ValueError, OverflowError) as e:
-                    raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
-                migrations.park_new(req, sink, self._health.unavailable().failure)
-                return
+        if migrations.parked and rid in migrations.parked:
+            raise InvalidEngineRequest(f"request id {rid!r} is already in flight", "request_id")
+        if self._health.engines_down and not self._health.live():
+            if not migrations.enabled:
+                raise self._unavailable()
+            # Every engine is down and requests wait for one (a restart): so does this one.
+            try:
+                encode_add(req, self._connection.layout)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
+            migrations.park_new(req, sink, self._health.unavailable().failure)
+            return
         engine = self._router.route(req)
         try:
             payload = encode_add(req, self._connection.layout)

@@ -108,6 +108,7 @@ class Health:
         self._probe_sent.pop(engine, None)
         if self.engines_down.pop(engine, None) is not None:
             log.warning("engine %d answers again: serving", engine)
+            self.migrations.waiting_until = 0.0  # (a restart is over: an engine is live)
             if self.migrations.parked:
                 self.migrations.resume()
 

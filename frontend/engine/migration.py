@@ -189,15 +189,19 @@ class Migrations:
                 continue
             moves = getattr(sink, "moves", None)
             n = 1 + (len(moves) if moves else 0)
-            cont = None if req is None or n > self.limit else continuation(req, sink, moved_id(rid, n))
+            try:
+                cont = None if req is None or n > self.limit else continuation(req, sink, moved_id(rid, n))
+                if cont is not None:
+                    # (from here on the sink's aborts name the new id: it must hear of it)
+                    sink.on_moved(cont.request_id, engine, reason)  # type: ignore[attr-defined]
+            except Exception as e:  # noqa: BLE001 - this one fails, the others still move
+                log.exception("request %s could not be moved", rid)
+                fail_sink(sink, Failure(FailureKind.INTERNAL, f"internal error: {e}"))
+                continue
             if cont is None:
                 failing.append(sink)
                 continue
             self.parked[cont.request_id] = Parked(cont, sink, failure, deadline, reason, engine)
-            try:
-                sink.on_moved(cont.request_id, engine, reason)  # type: ignore[attr-defined]
-            except Exception:  # noqa: BLE001 - a sink that cannot hear it still moves
-                log.exception("output sink of %s failed in on_moved", rid)
         if self.parked:
             self.resume()
         return failing
