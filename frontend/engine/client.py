@@ -253,10 +253,11 @@ class EngineClient:
 
     # ------------------------------------------------------------------ requests
 
-    def add_request(self, req: EngineRequest, sink: OutputSink) -> None:
+    def add_request(self, req: EngineRequest, sink: OutputSink) -> int | None:
         """Validate, route and queue for sending (with the other requests of this loop
         iteration, see `Outbox.flush`). Outputs then go to `sink` until it finishes.
 
+        Returns the engine it goes to (None: it waits for one, every engine being down).
         Raises InvalidEngineRequest (nothing sent) or EngineDeadError (no engine takes
         requests). An engine whose socket turns out to be gone when the request is sent is
         taken out of routing and the request goes to a live engine, or its sink fails.
@@ -288,7 +289,7 @@ class EngineClient:
             except (TypeError, ValueError, OverflowError) as e:
                 raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
             migrations.park_new(req, sink, self._health.unavailable().failure)
-            return
+            return None
         engine = self._router.route(req)
         try:
             payload = encode_add(req, self._connection.layout)
@@ -298,11 +299,12 @@ class EngineClient:
         if migrations.enabled:
             self._inflight.requests[rid] = req
         self._outbox.add(rid, payload, req)
+        return engine
 
     def _live(self) -> list[int]:
         return self._health.live()
 
-    def _resend(self, req: EngineRequest, sink: OutputSink, engine: int) -> None:
+    def _resend(self, req: EngineRequest, sink: OutputSink, engine: int) -> int:
         """Track and queue a request moved off an engine (or one that waited for an engine)
         on `engine` (-1: the router picks)."""
         if engine < 0:
@@ -312,6 +314,7 @@ class EngineClient:
         self._inflight.track(rid, sink, engine)
         self._inflight.requests[rid] = req
         self._outbox.add(rid, payload, req)
+        return engine
 
     def in_flight_sinks(self) -> list[tuple[str, OutputSink]]:
         """Every request in flight (request id, sink): for an operator's "abort everything"."""

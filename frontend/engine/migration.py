@@ -140,11 +140,12 @@ class Parked:
 
 class Migrations:
     """Moves the requests of an engine that went down (`move_off`) and holds those that wait
-    for a live engine (`parked`). `send(req, sink, engine)` tracks and queues a request;
+    for a live engine (`parked`). `send(req, sink, engine)` tracks and queues a request (on
+    the engine it returns; a sink with `on_sent(engine)` hears which);
     `live()` says which engines take requests now; `on_moved(reason)` counts a move."""
 
     def __init__(self, limit: int, timeout: float, inflight: InFlight, live: Callable[[], list[int]],
-                 send: Callable[[EngineRequest, OutputSink, int], None]):
+                 send: Callable[[EngineRequest, OutputSink, int], int]):
         self.limit = limit
         self.timeout = timeout
         self._inflight = inflight
@@ -230,7 +231,10 @@ class Migrations:
                 self.parked[rid] = p
                 continue
             try:
-                self._send(p.req, p.sink, -1 if rank is None else rank)
+                engine = self._send(p.req, p.sink, -1 if rank is None else rank)
+                on_sent = getattr(p.sink, "on_sent", None)
+                if on_sent is not None:
+                    on_sent(engine)
             except Exception as e:  # noqa: BLE001 - this one fails, the others still go
                 log.exception("could not resend request %s", rid)
                 fail_sink(p.sink, Failure(FailureKind.INTERNAL, f"The request could not be sent: {e}"))

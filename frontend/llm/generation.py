@@ -81,6 +81,7 @@ class Generation:
         "prompt_logprobs",
         "output_ids",
         "moves",
+        "engines",
     )
 
     def __init__(
@@ -111,6 +112,8 @@ class Generation:
         self.output_ids: list[int] | None = None
         # Each move to another engine: (engine left, reason, time.time()); None: never moved.
         self.moves: list[tuple[int | None, str, float]] | None = None
+        # The engines it was sent to, in order (None: not known, e.g. waiting for one).
+        self.engines: list[int] | None = None
 
     # -- OutputSink -------------------------------------------------------------------
     def on_output(self, output: EngineOutput) -> None:
@@ -169,6 +172,14 @@ class Generation:
         if moves is None:
             moves = self.moves = []
         moves.append((engine, reason, time.time()))
+
+    def on_sent(self, engine: int) -> None:
+        """The engine client sent it (again, after a move or a wait) to `engine`."""
+        engines = self.engines
+        if engines is None:
+            self.engines = [engine]
+        else:
+            engines.append(engine)
 
     def _add_prompt_logprobs(self, rows: Logprobs) -> None:
         """Chunked prefill sends the prompt's rows in pieces, in order."""

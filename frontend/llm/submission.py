@@ -82,7 +82,9 @@ def send_all(engine, requests) -> None:
     sent: list[str] = []
     try:
         for req, sink in requests:
-            engine.add_request(req, sink)
+            where = engine.add_request(req, sink)
+            if where is not None and type(sink) is Generation:
+                sink.engines = [where]  # (the request log names the engines a request ran on)
             sent.append(req.request_id)
     except InvalidEngineRequest as e:
         if sent:

@@ -13,6 +13,7 @@ open meanwhile.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
@@ -20,6 +21,7 @@ import time
 
 import pytest
 
+from tests.ops.test_tracing import _attrs, receiver  # noqa: F401 - the OTLP receiver fixture
 from tests.reliability.helpers import SERVED, request, sim_args, wait_for
 from tests.reliability.test_dp_faults import ENGINE_TIMEOUT, DPDeployment, _wait, sim_engine
 from tests.stack import REPO, Stack
@@ -140,11 +142,14 @@ def test_streams_move_off_an_engine_that_fails(fault):
         dp.close()
 
 
-def test_streams_wait_for_a_restarted_engine():
+def test_streams_wait_for_a_restarted_engine(receiver):
     """One engine, `--on-engine-death restart`: the engine is killed under 64 streams; the
     supervisor restarts it while the workers keep serving (the port stays open: a request made
-    meanwhile waits and is answered), and every stream finishes where it was."""
+    meanwhile waits and is answered), and every stream finishes where it was. Each move is a
+    span event ("request.migrated") and the request log line names the engines and the moves."""
+    endpoint, spans = receiver
     stack = Stack(sim_args("--on-engine-death", "restart", "--engine-timeout", str(ENGINE_TIMEOUT),
+                           "--enable-log-requests", "--otlp-traces-endpoint", endpoint,
                            step=0.005, max_model_len=4096))
     max_tokens = 600
     try:
@@ -166,5 +171,13 @@ def test_streams_wait_for_a_restarted_engine():
         results = runs.join(180)
         _check(results, _reference(base, max_tokens), max_tokens)
         assert _migrations(stack) >= 1
+        moved = [json.loads(line[line.index("{"):]) for line in list(stack.log)
+                 if '"event":"request"' in line and '"migrations"' in line]
+        assert moved and all(r["engines"] == [0, 0] and r["status"] == 200 for r in moved), moved[:3]
+        events = []
+        while len(events) < len(moved):
+            span = spans.spans.get(timeout=30)
+            events += [e for e in span.events if e.name == "request.migrated"]
+        assert {_attrs(e)["reason"] for e in events} == {"engine_restart"}
     finally:
         stack.terminate(60)
