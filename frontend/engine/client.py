@@ -188,6 +188,16 @@ class EngineClient:
         self._migrations.on_moved = callback
 
     @property
+    def on_migration_failure(self) -> Callable[[str], None] | None:
+        """Called with the reason when a request of an engine that went down fails instead of
+        moving (past the limit, not continuable exactly, no engine in time): metrics."""
+        return self._migrations.on_unmoved
+
+    @on_migration_failure.setter
+    def on_migration_failure(self, callback: Callable[[str], None] | None) -> None:
+        self._migrations.on_unmoved = callback
+
+    @property
     def scheduler_stats(self) -> dict[int, dict]:
         """Latest `scheduler_stats` per engine index, as seen by this client.
 

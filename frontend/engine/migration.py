@@ -56,6 +56,12 @@ _REASONS = {
     FailureKind.ENGINE_DEAD: REASON_DEAD,
 }
 
+# Why a request of an engine that went down failed instead of moving: the label of
+# `vllm:request_migration_failures_total`.
+UNMOVED_LIMIT = "limit"  # it moved --migration-limit times already
+UNMOVED_INEXACT = "inexact"  # it cannot continue exactly (see above), or its sink keeps no tokens
+UNMOVED_TIMEOUT = "timeout"  # no engine was live within --migration-timeout
+
 DEFAULT_LIMIT = 3
 DEFAULT_TIMEOUT = 30.0
 
@@ -142,7 +148,8 @@ class Migrations:
     """Moves the requests of an engine that went down (`move_off`) and holds those that wait
     for a live engine (`parked`). `send(req, sink, engine)` tracks and queues a request (on
     the engine it returns; a sink with `on_sent(engine)` hears which);
-    `live()` says which engines take requests now; `on_moved(reason)` counts a move."""
+    `live()` says which engines take requests now; `on_moved(reason)` counts a move and
+    `on_unmoved(reason)` a request that failed instead."""
 
     def __init__(self, limit: int, timeout: float, inflight: InFlight, live: Callable[[], list[int]],
                  send: Callable[[EngineRequest, OutputSink, int], int]):
@@ -154,6 +161,7 @@ class Migrations:
         self.parked: dict[str, Parked] = {}
         self.waiting_until = 0.0  # new requests wait for an engine until then (a restart)
         self.on_moved: Callable[[str], None] | None = None
+        self.on_unmoved: Callable[[str], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -201,6 +209,7 @@ class Migrations:
                 continue
             if cont is None:
                 failing.append(sink)
+                self._unmoved(UNMOVED_LIMIT if n > self.limit else UNMOVED_INEXACT)
                 continue
             self.parked[cont.request_id] = Parked(cont, sink, failure, deadline, reason, engine)
         if self.parked:
@@ -277,7 +286,12 @@ class Migrations:
             p = self.parked.pop(rid)
             log.warning("request %s: no engine within %.0fs; it fails", rid, self.timeout)
             fail_sink(p.sink, p.failure)
+            self._unmoved(UNMOVED_TIMEOUT)
         self._arm()
+
+    def _unmoved(self, reason: str) -> None:
+        if self.on_unmoved is not None:
+            self.on_unmoved(reason)
 
     def stop(self) -> None:
         if self._timer is not None:

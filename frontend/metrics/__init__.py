@@ -262,6 +262,11 @@ class WorkerMetrics:
             "vllm:request_migrations", "Number of requests moved to another engine after theirs went down, by reason.",
             ["model_name", "reason"], registry=registry,
         )
+        self.request_migration_failures = Counter(
+            "vllm:request_migration_failures",
+            "Number of requests of an engine that went down that failed instead of moving, by reason.",
+            ["model_name", "reason"], registry=registry,
+        )
         # -- HTTP and worker pool --------------------------------------------------------------
         self.http_requests = Counter(
             "http_requests_total", "Total number of requests by method, status and handler.",
@@ -330,6 +335,10 @@ class WorkerMetrics:
     def count_migration(self, reason: str) -> None:
         """A request moved to another engine (`vllm:request_migrations_total{reason}`)."""
         self.request_migrations.labels(self.model_name, reason).inc()
+
+    def count_migration_failure(self, reason: str) -> None:
+        """A request failed instead of moving (`vllm:request_migration_failures_total{reason}`)."""
+        self.request_migration_failures.labels(self.model_name, reason).inc()
 
     # -- HTTP -----------------------------------------------------------------------------------
     def observe_http(self, method: str, handler: str, status: int, duration_s: float) -> None:

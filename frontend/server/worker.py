@@ -163,6 +163,7 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         log.info("pooling model: tasks %s, pooling task %s", state.supported_tasks,
                  state.pooling_model.pooling_task)
     engine.on_migration = state.metrics.count_migration
+    engine.on_migration_failure = state.metrics.count_migration_failure
     try:
         install_stats_tap(engine, state.metrics)
     except TypeError as e:

@@ -7,7 +7,9 @@ greedy continuation of that is exactly the rest of the uninterrupted answer; her
 is recognised as "a prompt P followed by the first k tokens of P's own greedy output", and the
 output goes on from P's offset + k. Every prefix hash comes from one pass over the prompt (crc32
 is incremental), and a split is only compared in full when the token after it is the one P's
-output starts with, so the search costs O(prompt length).
+output starts with, so the search costs O(prompt length). Scripted output (`sim_text`,
+`sim_token_ids`) continues the same way: a prompt that ends with the script's first k tokens
+gets the rest of it.
 """
 
 from __future__ import annotations
@@ -42,3 +44,13 @@ def greedy_offset(prompt: list[int], stream: list[int], mask: int) -> int:
         if all(prompt[m + i] == stream[(start + i) & mask] for i in range(1, k)):
             return (start + k) & mask
     return crcs[n] & mask
+
+
+def scripted_done(prompt: list[int], script: list[int]) -> int:
+    """How many of `script`'s tokens the prompt already ends with (a continuation of a
+    scripted request): the longest such prefix, 0 for none."""
+    n = min(len(prompt), len(script))
+    for k in range(n, 0, -1):
+        if prompt[-k] == script[0] and prompt[-k:] == script[:k]:
+            return k
+    return 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_pyfrontend.supervisor.sim import wire
-from vllm_pyfrontend.supervisor.sim.continuation import greedy_offset
+from vllm_pyfrontend.supervisor.sim.continuation import greedy_offset, scripted_done
 from vllm_pyfrontend.supervisor.sim.tokens import TokenSource
 
 
@@ -171,6 +171,12 @@ class Scheduler:
         elif "sim_text" in extra:
             script = self.tokens.encode(str(extra["sim_text"]))
         eos_after = extra.get("sim_eos_after")
+        if script:
+            done = scripted_done(prompt, script)  # a continuation goes on where it was
+            if done:
+                script = script[done:]
+                if eos_after is not None:
+                    eos_after = max(0, int(eos_after) - done)
         stops = frozenset(params.stop_token_ids) if params.stop_token_ids else None
         r = SimRequest(
             request_id=rid,
