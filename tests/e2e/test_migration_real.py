@@ -1,6 +1,6 @@
 """A request moved off a killed vLLM engine continues on the other one, token for token.
 
-Two of vLLM's own CPU EngineCores (the tiny random-weight model, greedy) join one frontend
+Two of vLLM's own CPU EngineCores (the tiny random-weight model, greedy: top_k 1) join one frontend
 worker over TCP. Long-running streams pinned to engine 0 make engine 1 the least loaded, so the
 requests under test all run on engine 1; it is killed (SIGKILL) while they generate. After the
 request deadline they continue on engine 0 as prompt + tokens so far: every answer (streaming and
@@ -98,8 +98,10 @@ async def _run(base_url: str, progress: dict) -> list[dict]:
     client = AsyncOpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0, timeout=600)
 
     async def one(stream: bool, n: int) -> dict:
-        kw = dict(model=SERVED, messages=PROMPT, max_tokens=MAX_TOKENS, temperature=0, n=n, logprobs=True,
-                  top_logprobs=2, extra_body={"ignore_eos": True})
+        # top_k 1: every draw is the most likely token (greedy), with n > 1 allowed (vLLM refuses
+        # n > 1 at temperature 0); no seed, so the request may continue elsewhere.
+        kw = dict(model=SERVED, messages=PROMPT, max_tokens=MAX_TOKENS, temperature=1.0, n=n, logprobs=True,
+                  top_logprobs=2, extra_body={"ignore_eos": True, "top_k": 1})
         choices = {i: {"text": [], "tokens": [], "logprobs": [], "finish": None} for i in range(n)}
         if not stream:
             r = await client.chat.completions.create(**kw)
@@ -154,10 +156,12 @@ def test_the_moved_answer_equals_the_uninterrupted_one(two_engines):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        _wait(lambda: int(dep.stats().get("1", {}).get("num_running_reqs", 0)) >= 6, 120,
+        _wait(lambda: "error" in out or int(dep.stats().get("1", {}).get("num_running_reqs", 0)) >= 6, 120,
               lambda: f"the requests on engine 1: {dep.stats()}")
-        _wait(lambda: min(progress.get(v, 0) for v in VARIANTS if v[0]) >= 16, 120,
+        _wait(lambda: "error" in out or min(progress.get(v, 0) for v in VARIANTS if v[0]) >= 16, 120,
               lambda: f"tokens streamed before the kill: {progress}")
+        if "error" in out:
+            raise out["error"]
         os.killpg(dep.engines[1].pid, signal.SIGKILL)
         thread.join(600)
         assert not thread.is_alive()
