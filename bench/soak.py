@@ -133,6 +133,12 @@ def metric_counts(stack: Stack) -> dict[str, float]:
         if name == "http_requests_total" and 'handler="/v1/chat/completions"' in labels:
             status = re.search(r'status="([^"]+)"', labels)
             counts[f"http {status.group(1) if status else '?'}"] += float(value)
+        elif name == "vllm:request_migrations_total":
+            reason = re.search(r'reason="([^"]+)"', labels)
+            counts[f"migrations {reason.group(1) if reason else '?'}"] += float(value)
+        elif name == "vllm:request_migration_failures_total":
+            reason = re.search(r'reason="([^"]+)"', labels)
+            counts[f"migration failures {reason.group(1) if reason else '?'}"] += float(value)
         elif name == "vllm:request_success_total":
             reason = re.search(r'finished_reason="([^"]+)"', labels)
             counts[f"success {reason.group(1) if reason else '?'}"] += float(value)
@@ -346,15 +352,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kill-engine-at", type=float, default=None,
                    help="kill -9 the engine this many seconds into the load (the stack runs with "
                         "--on-engine-death restart)")
+    p.add_argument("--kill-engine-every", type=float, default=None,
+                   help="with --kill-engine-at: kill it again every this many seconds while the load runs")
+    p.add_argument("--migration-limit", type=int, default=3,
+                   help="the stack's --migration-limit: requests of the killed engine move to the restarted "
+                        "one and continue (0: they fail with 503 and the workers restart with the engine)")
     args = p.parse_args(argv)
-    faulty = args.fault_rate > 0 or args.kill_engine_at is not None
+    killing = args.kill_engine_at is not None
+    # With migration the requests of a killed engine continue: the server's counts still hold.
+    faulty = args.fault_rate > 0 or (killing and args.migration_limit == 0)
 
     env = {}
     if args.fault_rate > 0:
         path = os.environ.get("PYTHONPATH")
         env = {"SOAK_FAULT_RATE": str(args.fault_rate),
                "PYTHONPATH": os.path.join(REPO, "bench", "faults") + (os.pathsep + path if path else "")}
-    extra = ["--on-engine-death", "restart"] if args.kill_engine_at is not None else []
+    extra = ["--on-engine-death", "restart"] if killing else []
+    extra += ["--migration-limit", str(args.migration_limit)]
     if args.engine == "vllm":
         global REAL_ENGINE
         REAL_ENGINE = True
@@ -381,14 +395,38 @@ def main(argv: list[str] | None = None) -> int:
 
         killed: list[int] = []
 
-        async def kill_engine() -> None:
+        async def kill_engine(until: float) -> None:
             await asyncio.sleep(args.kill_engine_at)
+            while True:
+                await kill_engine_once()
+                if args.kill_engine_every is None:
+                    return
+                await asyncio.sleep(max(0.0, args.kill_engine_every - (time.monotonic() - RESTART.killed_at)))
+                if time.monotonic() > until - 5:
+                    return
+
+        def engine_back_lines() -> int:
+            return sum("the engine is back: serving" in line for line in list(stack.log))
+
+        async def kill_engine_once() -> None:
             engines = [v["pid"] for k, v in (await asyncio.to_thread(snapshot, stack)).items() if k == "engine"]
+            back = engine_back_lines()
             RESTART.killed_at = time.monotonic()
+            RESTART.serving_again_at = None
             for pid in engines:
                 os.kill(pid, 9)
                 killed.append(pid)
-            print(f"soak: killed the engine (pid {engines}) at {args.kill_engine_at:.0f}s", flush=True)
+            print(f"soak: killed the engine (pid {engines}) at {RESTART.killed_at - t0:.0f}s", flush=True)
+            if args.migration_limit > 0:
+                # The workers serve on (the port stays open); the engine is back when the
+                # supervisor says so.
+                while engine_back_lines() == back:
+                    await asyncio.sleep(0.05)
+                RESTART.serving_again_at = time.monotonic()
+                print(f"soak: the engine serves again {RESTART.serving_again_at - RESTART.killed_at:.1f}s "
+                      f"after the kill", flush=True)
+                return
+
             def health() -> int:
                 try:
                     with urllib.request.urlopen(stack.base_url + "/health", timeout=2) as r:
@@ -407,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         async def sampler(until: float) -> None:
             """Peak RSS, and a sample every 30 s (does growth level off?)."""
             if args.kill_engine_at is not None:
-                killer = asyncio.ensure_future(kill_engine())
+                killer = asyncio.ensure_future(kill_engine(until))
             n = 0
             while time.monotonic() < until:
                 await asyncio.sleep(5)
@@ -420,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
                 await killer
 
         print(f"soak: {args.duration:.0f}s, {args.concurrency} clients, cancel rate {args.cancel_rate}", flush=True)
-        t0 = time.monotonic()
+        t0 = time.monotonic()  # (the killer's clock too)
         tally = asyncio.run(run_load(stack.base_url, args.duration, args.concurrency, args.cancel_rate,
                                      args.seed, sampler))
         elapsed = time.monotonic() - t0
@@ -459,14 +497,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     refused = sum(v for k, v in tally.outcomes.items() if k.startswith("refused"))
     hung = sum(v for k, v in tally.outcomes.items() if "no answer in" in k)
+    past_limit = metrics.get("migration failures limit", 0)
+    moved = sum(v for k, v in metrics.items() if k.startswith("migrations "))
     checks = {
         "lost == 0": lost == 0,
         "duplicated == 0": duplicated == 0,
         "wrong stop cuts == 0": wrong == 0,
-        "no 5xx": faulty or server_errors == 0,
+        "no 5xx": faulty or killing or server_errors == 0,
+        # Engine kills with migration: a request fails only past the migration limit, and the
+        # port never closes.
+        "5xx only past the migration limit": not killing or args.migration_limit == 0
+            or args.fault_rate > 0 or server_errors <= past_limit,
+        "no connection refused during an engine restart": not killing or args.migration_limit == 0 or refused == 0,
         "engine idle at the end (0 running, 0 waiting)": idle == (0, 0),
         "no request in flight in any worker": load == 0,
-        "no worker restarted": args.kill_engine_at is not None or restarts == 0,
+        "no worker restarted": (killing and args.migration_limit == 0) or restarts == 0,
         # Both sides count: a request the client cancelled may never have reached the server,
         # or have finished there just before the cancel; nothing else may differ.
         "server saw every request (http_requests_total vs sent, within cancellations)":
@@ -490,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         "requests": tally.sent, "completed": completed, "cancelled_by_client": cancelled,
         "fault_rate": args.fault_rate, "engine_killed_at_s": args.kill_engine_at,
         "engine_restarted": bool(args.kill_engine_at is not None and killed),
-        "refused_not_accepted": refused,
+        "refused_not_accepted": refused, "engine_kills": len(killed), "migration_limit": args.migration_limit,
+        "moved": moved, "failed_past_migration_limit": past_limit,
         "lost": lost, "hung": hung, "duplicated": duplicated, "wrong": wrong, "server_errors": server_errors,
         "requests_per_s": round(tally.sent / elapsed, 1),
         "outcomes": dict(tally.outcomes.most_common()), "kinds": dict(tally.kinds.most_common()),

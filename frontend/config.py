@@ -90,6 +90,11 @@ class WorkerPolicy:
     media_io_kwargs: dict[str, Any] = field(default_factory=dict)  # {"video": {"num_frames": 8}}
     limit_mm_per_prompt: dict[str, Any] = field(default_factory=dict)  # {"image": 2, "video": 0}
     mm_workers: int = 0  # media threads per worker; 0: chosen from the cores
+    # Requests of an engine that goes down continue on a live one (frontend/engine/migration.py):
+    # at most this many moves per request (0: they fail, 503), waiting up to the timeout
+    # (seconds) for an engine to be live.
+    migration_limit: int = 3
+    migration_timeout: float = 30.0
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

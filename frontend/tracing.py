@@ -70,10 +70,14 @@ class RequestTracer:
         self._propagator = TraceContextTextMapPropagator()
 
     def record(self, *, trace_headers: Mapping[str, str] | None, start_ns: int, end_ns: int,
-               attributes: dict[str, Any]) -> None:
+               attributes: dict[str, Any], events: list[tuple[str, int, dict[str, Any]]] | None = None) -> None:
+        """One finished request's span; `events`: (name, time in ns, attributes) on it, e.g. each
+        move of the request to another engine ("request.migrated")."""
         context = self._propagator.extract(trace_headers) if trace_headers else None
         span = self._tracer.start_span(SPAN_NAME, context=context, kind=SpanKind.SERVER,
                                        start_time=start_ns, attributes=attributes)
+        for name, at_ns, event_attributes in events or ():
+            span.add_event(name, attributes=event_attributes, timestamp=at_ns)
         span.end(end_time=end_ns)
 
     def shutdown(self) -> None:

@@ -144,6 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds an engine may stay silent (no output, no answer "
         "to a liveness probe) before its requests fail with 503 and /health turns 503; 0: never",
     )
+    p.add_argument(
+        "--migration-limit", type=int, default=3,
+        help="times a request may move to a live engine when its engine goes down (killed, "
+        "stalled past --engine-timeout, ENGINE_CORE_DEAD, restarted), continuing where it was; "
+        "0: it fails with 503 as before",
+    )
+    p.add_argument(
+        "--migration-timeout", type=float, default=30.0,
+        help="seconds a moved request (or, during an engine restart, a new one) waits for a live "
+        "engine before it fails",
+    )
     p.add_argument("--worker-ready-timeout", type=float, default=120.0)
     p.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error", "critical"),

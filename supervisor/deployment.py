@@ -56,6 +56,7 @@ ENGINE_STOP_TIMEOUT_S = 20.0
 ENGINE_FAST_DEATH_S = 60.0
 MAX_ENGINE_FAST_DEATHS = 3
 _RESTART = -1  # _event_loop's "restart the deployment" result
+_RESTART_ENGINE = -2  # _event_loop's "restart the engine, the workers serve on" result
 ENGINE_GROUP_GRACE_S = 5.0
 HANDSHAKE_JOIN_S = 5.0
 
@@ -175,9 +176,14 @@ class Supervisor:
                     await self._pool.spawn_all()
                     assert self._handshake is not None
                     code = await self._event_loop(self._handshake)
+                    while code == _RESTART_ENGINE:
+                        if not await self._restart_engine():
+                            break
+                        assert self._handshake is not None
+                        code = await self._event_loop(self._handshake)
                     if code != _RESTART or not await self._stop_for_restart():
                         break
-                if code == _RESTART:
+                if code in (_RESTART, _RESTART_ENGINE):
                     code = 0  # a signal arrived while the deployment was being restarted
             except Fatal as e:
                 log.error("%s", e)
@@ -225,7 +231,9 @@ class Supervisor:
                     raise Fatal(f"port {opts.port} on {opts.host} is already in use") from None
                 raise Fatal(f"cannot bind {opts.host}:{opts.port}: {e}") from None
 
-    async def _start_engines(self) -> None:
+    async def _start_engines(self, keep_workers: bool = False) -> None:
+        """Start the engines and the handshake (in a thread). `keep_workers`: the workers serve
+        on, and the engines connect to their client slots as before."""
         opts = self.options
         if opts.has_remote_engines:
             # Engines on other hosts dial the DP address, like `vllm serve --headless` expects.
@@ -236,7 +244,8 @@ class Supervisor:
             host, bind, client_host = "127.0.0.1", "tcp://127.0.0.1:*", None
         assert self.runtime is not None and self._pool is not None
         pool = self._pool
-        pool.reset(self.runtime.client_addresses(opts.workers, client_host))
+        if not keep_workers:
+            pool.reset(self.runtime.client_addresses(opts.workers, client_host))
         try:
             server = self._handshake_factory(bind)
         except Exception as e:
@@ -367,6 +376,9 @@ class Supervisor:
                     raise Fatal(f"engine handshake failed: {type(ev.error).__name__}: {ev.error}")
                 log.info("engines %s ready", sorted(ev.value) if ev.value else opts.engine_indices)
                 self._close_handshake(handshake)
+                if self._serving:  # an engine restarted under serving workers
+                    log.warning("the engine is back: serving")
+                    continue
                 ready_deadline = time.monotonic() + opts.worker_ready_timeout
 
             elif ev.kind == "engine_exit":
@@ -381,7 +393,7 @@ class Supervisor:
                     lived = time.monotonic() - self._engine_started_at
                     self._engine_fast_deaths = self._engine_fast_deaths + 1 if lived < ENGINE_FAST_DEATH_S else 1
                     if self._engine_fast_deaths <= MAX_ENGINE_FAST_DEATHS:
-                        return _RESTART
+                        return _RESTART_ENGINE if self._restarts_engine_alone() else _RESTART
                     log.error("the engine died %d times in a row within %.0fs of starting; giving up",
                               self._engine_fast_deaths, ENGINE_FAST_DEATH_S)
                 return 1
@@ -415,6 +427,41 @@ class Supervisor:
 
     # ---------------------------------------------------------------- engine restart
 
+    def _restarts_engine_alone(self) -> bool:
+        """Whether the engine restarts under serving workers: they were serving, and requests
+        may wait for an engine and move to it (--migration-limit > 0). Else the whole
+        deployment restarts (its workers fail their requests, and the port closes until they
+        are back)."""
+        opts = self.options
+        return self._serving and opts.policy.migration_limit > 0 and not opts.has_remote_engines
+
+    async def _restart_engine(self) -> bool:
+        """--on-engine-death restart with migration: the workers keep the port and their client
+        slots; told the engine restarts (SIGUSR2), their requests in flight and the new ones
+        wait for it and then continue (frontend/engine/migration.py). What is left of the
+        engines stops, and they start again from the handshake. False if a signal arrived
+        meanwhile (stop instead)."""
+        self._restarting = True
+        self._signal_during_restart = None
+        assert self._pool is not None
+        for slot in self._pool.slots:
+            if slot.child is not None and slot.child.alive:
+                slot.child.send_signal(signal.SIGUSR2)
+        if self._handshake is not None:
+            self._close_handshake(self._handshake)
+        self._handshake = None
+        await self._stop_engines()
+        self._engines = []
+        self._engine_died = False
+        self._restarting = False
+        if self._signal_during_restart is not None:
+            log.info("%s during the restart: shutting down", signal.Signals(self._signal_during_restart).name)
+            self._stopping = True
+            return False
+        log.warning("restarting the engine; the workers serve on (--on-engine-death restart)")
+        await self._start_engines(keep_workers=True)
+        return True
+
     async def _stop_for_restart(self) -> bool:
         """--on-engine-death restart: stop the workers (their in-flight requests end with an
         error event and [DONE]) and what is left of the engines, then start the deployment
@@ -447,6 +494,10 @@ class Supervisor:
                                             engine_dead=engine_dead, hurry=self._hurry)
             for w in workers:
                 await w.flush_output(0.5)
+        await self._stop_engines()
+        log.info("stopped")
+
+    async def _stop_engines(self) -> None:
         engines = [e for e in self._engines if e.alive]
         if engines:
             log.info("stopping the engine")
@@ -464,7 +515,6 @@ class Supervisor:
         await wait_all(self._engines, 5.0)
         for e in self._engines:
             await e.flush_output(0.5)
-        log.info("stopped")
 
 
 def run(options: SupervisorOptions) -> int:

@@ -251,7 +251,9 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     # vLLM: --api-key wins over VLLM_API_KEY.
     api_keys = [k for k in (_str_list(args.get("api_key")) or [environ.get("VLLM_API_KEY") or ""]) if k]
     profiler = args.get("profiler_config")
-    policy = WorkerPolicy.from_mapping({**args, "profiler_enabled": isinstance(profiler, dict)
+    # Under vLLM's launcher an engine's death ends the whole `vllm serve`: requests moved to wait
+    # for a live engine would only wait for the shutdown, so they fail at once as vLLM's do.
+    policy = WorkerPolicy.from_mapping({"migration_limit": 0, **args, "profiler_enabled": isinstance(profiler, dict)
                                         and profiler.get("profiler") is not None})
     check_tls_files(policy)  # (vLLM bound the --uds socket, if any, and hands it over as listen_fd)
     tokenizer_dir = _local_dir(str(tokenizer), args.get("tokenizer_revision")) if tokenizer else None

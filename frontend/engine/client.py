@@ -15,6 +15,7 @@ done by its parts, each in its own module:
   (`aborts.Aborts`: the aborts owed and the ids aborted lately);
 - `utility.UtilityCalls`: `EngineCore.<method>(*args)` calls and their replies;
 - `health.Health`: engines down, the engine dead, the engine-hang watchdog;
+- `migration.Migrations`: the requests of an engine that went down, moved to a live one;
 - `outputs.OutputReader`: the output socket drained on the event loop (the hot path);
 - `delivery.Delivery`: the one way an output reaches its request's sink.
 """
@@ -29,6 +30,7 @@ from .connection import Connection
 from .delivery import Delivery, OutputClock
 from .health import Health
 from .inflight import InFlight, fail_sink
+from .migration import Migrations
 from .outputs import OutputReader
 from .routing import EngineStats, Router
 from .sending import Outbox
@@ -61,6 +63,8 @@ class EngineClient:
         vocab_size: int | None = None,
         max_logprobs: int = 20,
         engine_timeout: float | None = None,
+        migration_limit: int = 0,
+        migration_timeout: float = 30.0,
     ):
         if not engine_indices:
             raise ValueError("engine_indices must name at least one engine")
@@ -82,7 +86,11 @@ class EngineClient:
                                       engine_indices=indices, unavailable=self._unavailable)
         self._utility = UtilityCalls(client_index, self._connection)
         self._aborts = Aborts(self._connection)
-        self._health = Health(indices, self.engine_timeout, self._inflight, self._aborts, self._utility)
+        # Requests of an engine that goes down continue on a live one (0 moves: they fail).
+        self._migrations = Migrations(max(0, migration_limit), migration_timeout, self._inflight,
+                                      self._live, self._resend)
+        self._health = Health(indices, self.engine_timeout, self._inflight, self._aborts, self._utility,
+                              self._migrations)
         self._engine_stats = EngineStats()
         self._router = Router(indices, self._inflight, self._health.engines_down, self._engine_stats)
         self._outbox = Outbox(self._connection, self._inflight, self._router, self._health, self._aborts)
@@ -109,6 +117,7 @@ class EngineClient:
         for info in infos:
             self._infos[info.engine_index] = info
         self._max_model_len = min(i.max_model_len for i in infos)
+        self._migrations.start(loop)
         self._health.start(loop)
         self._outputs.start(loop)
         return [self._infos[i] for i in self.engine_indices]
@@ -120,6 +129,7 @@ class EngineClient:
             return
         health.closed = True
         health.stop_watching()
+        self._migrations.fail_all(Failure(FailureKind.SHUTTING_DOWN, "The server is shutting down."))
         sinks = self._inflight.sinks
         if health.started and sinks:
             ids, failing = list(sinks), list(sinks.values())
@@ -160,7 +170,32 @@ class EngineClient:
 
     @property
     def num_in_flight(self) -> int:
-        return len(self._inflight.sinks)
+        """Requests on an engine, or waiting for one (moved off an engine that went down)."""
+        return len(self._inflight.sinks) + len(self._migrations.parked)
+
+    @property
+    def migration_limit(self) -> int:
+        """How many times a request may move to another engine (0: never)."""
+        return self._migrations.limit
+
+    @property
+    def on_migration(self) -> Callable[[str], None] | None:
+        """Called with the reason each time a request moves to another engine (metrics)."""
+        return self._migrations.on_moved
+
+    @on_migration.setter
+    def on_migration(self, callback: Callable[[str], None] | None) -> None:
+        self._migrations.on_moved = callback
+
+    @property
+    def on_migration_failure(self) -> Callable[[str], None] | None:
+        """Called with the reason when a request of an engine that went down fails instead of
+        moving (past the limit, not continuable exactly, no engine in time): metrics."""
+        return self._migrations.on_unmoved
+
+    @on_migration_failure.setter
+    def on_migration_failure(self, callback: Callable[[str], None] | None) -> None:
+        self._migrations.on_unmoved = callback
 
     @property
     def scheduler_stats(self) -> dict[int, dict]:
@@ -228,10 +263,11 @@ class EngineClient:
 
     # ------------------------------------------------------------------ requests
 
-    def add_request(self, req: EngineRequest, sink: OutputSink) -> None:
+    def add_request(self, req: EngineRequest, sink: OutputSink) -> int | None:
         """Validate, route and queue for sending (with the other requests of this loop
         iteration, see `Outbox.flush`). Outputs then go to `sink` until it finishes.
 
+        Returns the engine it goes to (None: it waits for one, every engine being down).
         Raises InvalidEngineRequest (nothing sent) or EngineDeadError (no engine takes
         requests). An engine whose socket turns out to be gone when the request is sent is
         taken out of routing and the request goes to a live engine, or its sink fails.
@@ -251,17 +287,48 @@ class EngineClient:
         if rid in self._inflight.sinks:
             # A duplicate in-flight id kills the engine.
             raise InvalidEngineRequest(f"request id {rid!r} is already in flight", "request_id")
+        migrations = self._migrations
+        if migrations.parked and rid in migrations.parked:
+            raise InvalidEngineRequest(f"request id {rid!r} is already in flight", "request_id")
+        if self._health.engines_down and not self._health.live():
+            if not migrations.enabled:
+                raise self._unavailable()
+            # Every engine is down and requests wait for one (a restart): so does this one.
+            try:
+                encode_add(req, self._connection.layout)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
+            migrations.park_new(req, sink, self._health.unavailable().failure)
+            return None
         engine = self._router.route(req)
         try:
             payload = encode_add(req, self._connection.layout)
         except (TypeError, ValueError, OverflowError) as e:
             raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
         self._inflight.track(rid, sink, engine)
+        if migrations.enabled:
+            self._inflight.requests[rid] = req
         self._outbox.add(rid, payload, req)
+        return engine
+
+    def _live(self) -> list[int]:
+        return self._health.live()
+
+    def _resend(self, req: EngineRequest, sink: OutputSink, engine: int) -> int:
+        """Track and queue a request moved off an engine (or one that waited for an engine)
+        on `engine` (-1: the router picks)."""
+        if engine < 0:
+            engine = self._router.route(req)
+        payload = encode_add(req, self._connection.layout)
+        rid = req.request_id
+        self._inflight.track(rid, sink, engine)
+        self._inflight.requests[rid] = req
+        self._outbox.add(rid, payload, req)
+        return engine
 
     def in_flight_sinks(self) -> list[tuple[str, OutputSink]]:
         """Every request in flight (request id, sink): for an operator's "abort everything"."""
-        return list(self._inflight.sinks.items())
+        return list(self._inflight.sinks.items()) + [(rid, p.sink) for rid, p in self._migrations.parked.items()]
 
     def abort(self, request_ids: Iterable[str]) -> None:
         """Forget these requests now (no more callbacks); tell the engines soon.
@@ -292,3 +359,10 @@ class EngineClient:
     def mark_dead(self, message: str) -> None:
         """The engine is gone: fail every in-flight request and report unhealthy."""
         self._health.mark_dead(message)
+
+    def engine_restarting(self) -> None:
+        """The supervisor restarts the engine (--on-engine-death restart). With migration on,
+        the requests in flight and new ones wait for it (up to the migration timeout) and then
+        continue; without, it is `mark_dead`."""
+        self._health.engine_restarting()
+        self._outbox.schedule()

@@ -55,6 +55,8 @@ class Connection:
         inp.setsockopt(zmq.RCVHWM, 0)
         # A ROUTER silently drops frames for an unknown peer; make that an error.
         inp.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # A restarted engine connects with the identity of the one that died: it takes over.
+        inp.setsockopt(zmq.ROUTER_HANDOVER, 1)
         out = self._ctx.socket(zmq.PULL)
         out.setsockopt(zmq.RCVHWM, 0)
         self.input, self.output = inp, out

@@ -67,6 +67,7 @@ class Delivery:
         its sink before anything else of it (its finish, logprobs, an error)."""
         inflight = self._inflight
         sinks = inflight.sinks
+        requests = inflight.requests
         plain_tail = layout.plain_tail
         error_index = layout.error_index
         now = OutputClock.now
@@ -111,6 +112,8 @@ class Delivery:
                 owner = inflight.owner.pop(rid, None)
                 if owner is not None:
                     inflight.count[owner] -= 1
+                if requests:
+                    requests.pop(rid, None)
             if out.mm_cache_miss_hashes is not None and self.on_mm_cache_miss is not None:
                 self.on_mm_cache_miss(out.mm_cache_miss_hashes)
             try:

@@ -15,6 +15,7 @@ import time
 
 from .aborts import Aborts
 from .inflight import InFlight, fail_sink
+from .migration import REASON_DEAD, REASON_RESTART, Migrations
 from .types import EngineDeadError, Failure, FailureKind
 from .utility import UtilityCalls
 
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 
 # A cheap EngineCore method, answered between engine steps: the liveness probe.
 _PROBE_METHOD = "is_sleeping"
+# While requests wait for an engine to come back (engine/migration.py): how often the engines
+# down are probed (a send to one that has not reconnected fails at once, costing nothing).
+_RECOVERY_PROBE_S = 0.2
 
 
 class Health:
@@ -30,12 +34,15 @@ class Health:
     engine-hang watchdog (`engine_timeout` seconds; None disables it)."""
 
     def __init__(self, engine_indices: list[int], engine_timeout: float | None, inflight: InFlight,
-                 aborts: Aborts, utility: UtilityCalls):
+                 aborts: Aborts, utility: UtilityCalls, migrations: Migrations):
         self.engine_indices = engine_indices
         self.engine_timeout = engine_timeout
         self._inflight = inflight
         self._aborts = aborts
         self._utility = utility
+        # Requests of an engine that goes down move to a live one (when enabled).
+        self.migrations = migrations
+        self._recovery: asyncio.TimerHandle | None = None
         self.started = False
         self.closed = False
         self.up = False
@@ -51,7 +58,13 @@ class Health:
 
     @property
     def healthy(self) -> bool:
-        return self.up and len(self.engines_down) < len(self.engine_indices)
+        """Up, and an engine takes requests now or requests wait for one to come back."""
+        return self.up and (len(self.engines_down) < len(self.engine_indices) or self.migrations.waiting())
+
+    def live(self) -> list[int]:
+        """The engines that take requests now."""
+        down = self.engines_down
+        return [e for e in self.engine_indices if e not in down] if self.up else []
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """The engines answered: serving (and watching them, with a timeout)."""
@@ -69,6 +82,10 @@ class Health:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._recovery is not None:
+            self._recovery.cancel()
+            self._recovery = None
+        self.migrations.stop()
 
     def shut_down(self) -> None:
         """The client is closed: nothing is served any more."""
@@ -91,17 +108,77 @@ class Health:
         self._probe_sent.pop(engine, None)
         if self.engines_down.pop(engine, None) is not None:
             log.warning("engine %d answers again: serving", engine)
+            self.migrations.waiting_until = 0.0  # (a restart is over: an engine is live)
+            if self.migrations.parked:
+                self.migrations.resume()
 
-    def engine_down(self, engine: int, failure: Failure) -> None:
-        """Take one engine out of routing and fail the requests it holds; the others serve on
-        (the client is unhealthy only when every engine is down)."""
+    def engine_down(self, engine: int, failure: Failure, reason: str | None = None) -> None:
+        """Take one engine out of routing and move the requests it holds to a live engine, or
+        fail them; the others serve on (the client is unhealthy only when every engine is down
+        and no request waits for one)."""
         if engine not in self.engines_down:
             log.error("engine %d is down: %s", engine, failure.message)
         self.engines_down[engine] = failure
         # Its requests are forgotten here, not aborted: should the engine wake up, their outputs
         # are orphans, and those are aborted there (see `Delivery`).
-        for sink in self._inflight.drop_engine(engine):
+        if self.migrations.enabled:
+            failing = self.migrations.move_off(self._inflight.held_by(engine), failure, reason)
+            self._recover()
+        else:
+            failing = self._inflight.drop_engine(engine)
+        for sink in failing:
             fail_sink(sink, failure)
+
+    def all_engines_down(self, failure: Failure, reason: str) -> None:
+        """Every engine may be gone (ENGINE_CORE_DEAD, which does not say whose; a restart):
+        every request moves, and waits for an engine that answers (`migrations`). The
+        requests are also aborted where they ran, in case that engine lives on."""
+        log.error("engines %s down: %s", self.engine_indices, failure.message)
+        owner = self._inflight.owner
+        for rid, engine in owner.items():
+            self._aborts.queue(engine, rid)
+        for engine in self.engine_indices:
+            self.engines_down[engine] = failure
+        self.migrations.expect_engine()
+        failing = self.migrations.move_off(list(owner), failure, reason)
+        for sink in failing:
+            fail_sink(sink, failure)
+        self._utility.fail_all(self.unavailable())
+        self._recover()
+
+    def engine_core_dead(self) -> None:
+        """ENGINE_CORE_DEAD on the output socket: with migration, the requests wait for an
+        engine that answers (another DP rank, or this one restarted); else the engine is dead."""
+        message = "The engine died (ENGINE_CORE_DEAD)."
+        if self.migrations.enabled and self.up:
+            self.all_engines_down(Failure(FailureKind.ENGINE_DEAD, message), REASON_DEAD)
+        else:
+            self.mark_dead(message)
+
+    def engine_restarting(self) -> None:
+        """The supervisor restarts the engine (--on-engine-death restart): requests wait for it."""
+        if self.migrations.enabled and self.up:
+            self.all_engines_down(Failure(FailureKind.ENGINE_DEAD, "The engine is restarting."), REASON_RESTART)
+        else:
+            self.mark_dead("The engine died.")
+
+    def _recover(self) -> None:
+        """While requests wait for an engine: probe the engines down often, so that one is taken
+        back (`heard_from`) as soon as it answers."""
+        if self._recovery is not None or self._loop is None or self.closed:
+            return
+        self._recovery = self._loop.call_later(_RECOVERY_PROBE_S, self._probe_down)
+
+    def _probe_down(self) -> None:
+        self._recovery = None
+        if self.closed or not self.up or not self.engines_down or not self.migrations.waiting():
+            return
+        for engine in list(self.engines_down):
+            try:
+                self._utility.post(engine, _PROBE_METHOD)
+            except EngineDeadError:
+                pass  # not (re)connected yet
+        self._recover()
 
     def mark_dead(self, message: str) -> None:
         """The engine is gone: fail every in-flight request and utility call, report unhealthy."""
@@ -112,6 +189,7 @@ class Health:
         log.error("engine marked dead: %s", message)
         self.up = False
         failure = self.down = Failure(FailureKind.ENGINE_DEAD, message)
+        self.migrations.fail_all(failure)
         sinks = self._inflight.drop_all()
         self._aborts.pending.clear()
         for sink in sinks:

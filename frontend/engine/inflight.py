@@ -11,20 +11,23 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from .types import Failure, OutputSink
+from .types import EngineRequest, Failure, OutputSink
 
 log = logging.getLogger(__name__)
 
 
 class InFlight:
-    """request id -> sink (`sinks`), request id -> engine (`owner`), engine -> count (`count`)."""
+    """request id -> sink (`sinks`), request id -> engine (`owner`), engine -> count (`count`),
+    and, when requests may move to another engine (engine/migration.py), request id -> the
+    engine request as sent (`requests`)."""
 
-    __slots__ = ("sinks", "owner", "count")
+    __slots__ = ("sinks", "owner", "count", "requests")
 
     def __init__(self, engine_indices: Iterable[int]):
         self.sinks: dict[str, OutputSink] = {}
         self.owner: dict[str, int] = {}
         self.count: dict[int, int] = {i: 0 for i in engine_indices}
+        self.requests: dict[str, EngineRequest] = {}
 
     def track(self, rid: str, sink: OutputSink, engine: int) -> None:
         """`rid` is in flight on `engine`: its outputs go to `sink`."""
@@ -36,16 +39,22 @@ class InFlight:
         """Forget `rid` (its engine and sink, None for what it no longer had)."""
         sink = self.sinks.pop(rid, None)
         engine = self.owner.pop(rid, None)
+        self.requests.pop(rid, None)
         if engine is not None:
             self.count[engine] -= 1
         return engine, sink
 
+    def held_by(self, engine: int) -> list[str]:
+        """The ids of the requests in flight on `engine`."""
+        return [rid for rid, owner in self.owner.items() if owner == engine]
+
     def drop_engine(self, engine: int) -> list[OutputSink]:
         """Forget every request `engine` holds; their sinks, to be failed."""
-        ids = [rid for rid, owner in self.owner.items() if owner == engine]
+        ids = self.held_by(engine)
         sinks = [self.sinks.pop(rid) for rid in ids if rid in self.sinks]
         for rid in ids:
             self.owner.pop(rid, None)
+            self.requests.pop(rid, None)
         self.count[engine] = 0
         return sinks
 
@@ -54,6 +63,7 @@ class InFlight:
         sinks = list(self.sinks.values())
         self.sinks.clear()
         self.owner.clear()
+        self.requests.clear()
         for engine in self.count:
             self.count[engine] = 0
         return sinks

@@ -216,7 +216,7 @@ class OutputReader:
     def _handle_batch(self, frames: list) -> None:
         health = self._health
         if len(frames) == 1 and is_engine_dead(frames):
-            health.mark_dead("The engine died (ENGINE_CORE_DEAD).")
+            health.engine_core_dead()
             return
         layout = self._connection.layout
         try:

@@ -50,9 +50,12 @@ class Outbox:
         """Forget these requests now (no more callbacks) and queue their aborts; a request
         not sent yet is only taken out of the queue."""
         queued = False
+        parked = self._health.migrations.parked
         for rid in request_ids:
             engine, _ = self._inflight.untrack(rid)
             if engine is None:
+                if parked:
+                    parked.pop(rid, None)  # waiting for an engine: never sent
                 continue
             if self._unsent.pop(rid, None) is not None:
                 continue  # never sent: nothing to abort
@@ -109,13 +112,20 @@ class Outbox:
             if inflight.owner.get(rid) == engine and rid in inflight.sinks:
                 moving.append((rid, req, inflight.untrack(rid)[1]))
         failure = error.failure
-        reroute = len(self._router.engine_indices) > 1 and self._connection.input is not None
+        migrations = health.migrations
+        reroute = ((len(self._router.engine_indices) > 1 or migrations.enabled)
+                   and self._connection.input is not None)
         if reroute:
-            health.engine_down(engine, failure)  # (what it ran fails; these were never sent)
+            # (what it ran moves to a live engine or fails; these were never sent)
+            health.engine_down(engine, failure)
             if not health.healthy:  # that was the last engine
                 failure = health.unavailable().failure
         for rid, req, sink in moving:
-            if reroute and req.data_parallel_rank is None and health.healthy:
+            if reroute and req.data_parallel_rank is None and health.live():
                 inflight.track(rid, sink, self._router.route(req))
+                if migrations.enabled:
+                    inflight.requests[rid] = req
+            elif reroute and migrations.enabled:
+                migrations.park_new(req, sink, failure)  # waits for a live engine
             else:
                 fail_sink(sink, failure)

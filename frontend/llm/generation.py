@@ -8,6 +8,7 @@ request; the engine sends nothing back for a client abort, so the finish is loca
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 from vllm_pyfrontend.engine.types import (
@@ -78,6 +79,9 @@ class Generation:
         "admission",
         "queue_time",
         "prompt_logprobs",
+        "output_ids",
+        "moves",
+        "engines",
     )
 
     def __init__(
@@ -103,6 +107,13 @@ class Generation:
         self.queue_time: float | None = None  # the engine's QUEUED -> SCHEDULED (seconds)
         # Prompt logprobs (sampling `prompt_logprobs`): the rows of every chunk so far.
         self.prompt_logprobs: Logprobs | None = None
+        # The token ids delivered so far, kept when the request may move to another engine
+        # (engine/migration.py: its continuation is the prompt followed by these); None: not kept.
+        self.output_ids: list[int] | None = None
+        # Each move to another engine: (engine left, reason, time.time()); None: never moved.
+        self.moves: list[tuple[int | None, str, float]] | None = None
+        # The engines it was sent to, in order (None: not known, e.g. waiting for one).
+        self.engines: list[int] | None = None
 
     # -- OutputSink -------------------------------------------------------------------
     def on_output(self, output: EngineOutput) -> None:
@@ -117,6 +128,9 @@ class Generation:
         if output.new_prompt_logprobs is not None:
             self._add_prompt_logprobs(output.new_prompt_logprobs)
         self.num_output_tokens += len(output.new_token_ids)
+        kept = self.output_ids
+        if kept is not None:
+            kept += output.new_token_ids
         code = output.finish_reason
         if code == FINISH_ERROR:
             self._finish("error", None)
@@ -143,7 +157,29 @@ class Generation:
         if self.admission is not None:
             self.admission.on_output(self)
         self.num_output_tokens += len(token_ids)
+        kept = self.output_ids
+        if kept is not None:
+            kept += token_ids
         self.consumer.on_delta(self, token_ids, None, None, None)
+
+    def on_moved(self, request_id: str, engine: int | None, reason: str) -> None:
+        """The engine client moved this request off `engine` (it went down) under a new engine
+        request id; aborts from here on name that one."""
+        if self.admission is not None:
+            self.admission.on_output(self)  # (its prefill count is keyed by the old id)
+        self.request_id = request_id
+        moves = self.moves
+        if moves is None:
+            moves = self.moves = []
+        moves.append((engine, reason, time.time()))
+
+    def on_sent(self, engine: int) -> None:
+        """The engine client sent it (again, after a move or a wait) to `engine`."""
+        engines = self.engines
+        if engines is None:
+            self.engines = [engine]
+        else:
+            engines.append(engine)
 
     def _add_prompt_logprobs(self, rows: Logprobs) -> None:
         """Chunked prefill sends the prompt's rows in pieces, in order."""

@@ -26,6 +26,9 @@ class Submission:
         self.consumer = consumer
         self.id_prefix = id_prefix
         self.requests: list[tuple[EngineRequest, Generation]] = []
+        # Requests may move to another engine (engine/migration.py): each Generation keeps its
+        # token ids.
+        self.keep_outputs = getattr(engine, "migration_limit", 0) > 0
 
     def add(
         self,
@@ -46,6 +49,8 @@ class Submission:
         output sink). `consumer`: this choice's own consumer instead of the submission's."""
         engine_id = make_request_id(self.id_prefix, self.worker_index)
         gen = Generation(engine_id, index, consumer or self.consumer, self.engine, len(prompt_ids))
+        if self.keep_outputs:
+            gen.output_ids = []  # what a move to another engine continues from
         req = EngineRequest(
             request_id=engine_id,
             prompt_token_ids=prompt_ids,
@@ -77,7 +82,9 @@ def send_all(engine, requests) -> None:
     sent: list[str] = []
     try:
         for req, sink in requests:
-            engine.add_request(req, sink)
+            where = engine.add_request(req, sink)
+            if where is not None and type(sink) is Generation:
+                sink.engines = [where]  # (the request log names the engines a request ran on)
             sent.append(req.request_id)
     except InvalidEngineRequest as e:
         if sent:

@@ -263,6 +263,16 @@ class WorkerMetrics:
             "vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason.",
             ["model_name", "reason"], registry=registry,
         )
+        # -- requests moved off an engine that went down (engine/migration.py) ----------------
+        self.request_migrations = Counter(
+            "vllm:request_migrations", "Number of requests moved to another engine after theirs went down, by reason.",
+            ["model_name", "reason"], registry=registry,
+        )
+        self.request_migration_failures = Counter(
+            "vllm:request_migration_failures",
+            "Number of requests of an engine that went down that failed instead of moving, by reason.",
+            ["model_name", "reason"], registry=registry,
+        )
         # -- HTTP and worker pool --------------------------------------------------------------
         self.http_requests = Counter(
             "http_requests_total", "Total number of requests by method, status and handler.",
@@ -329,6 +339,14 @@ class WorkerMetrics:
 
     def record_admission_rejection(self, reason: str) -> None:
         self.admission_rejections.labels(self.model_name, reason).inc()
+
+    def count_migration(self, reason: str) -> None:
+        """A request moved to another engine (`vllm:request_migrations_total{reason}`)."""
+        self.request_migrations.labels(self.model_name, reason).inc()
+
+    def count_migration_failure(self, reason: str) -> None:
+        """A request failed instead of moving (`vllm:request_migration_failures_total{reason}`)."""
+        self.request_migration_failures.labels(self.model_name, reason).inc()
 
     # -- HTTP -----------------------------------------------------------------------------------
     def observe_http(self, method: str, handler: str, status: int, duration_s: float) -> None:

@@ -265,6 +265,12 @@ def _log_request(request: web.Request, route: str | None, status: int, elapsed: 
     trace = request.get("trace_headers")
     if trace is not None:
         record["traceparent"] = trace["traceparent"]
+    engines = request.get("engines")
+    if engines is not None:  # the engines it ran on, several when it moved (engine/migration.py)
+        record["engines"] = engines
+        moves = request.get("migrations")
+        if moves:
+            record["migrations"] = moves
     request_log.info("%s", msgspec.json.encode(record).decode())
 
 

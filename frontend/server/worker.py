@@ -146,6 +146,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         vocab_size=model_config.vocab_size or tokenizer.vocab_size,
         engine_timeout=config.engine_timeout,
         max_logprobs=int(config.engine_flag("--max-logprobs") or 20),  # the engine's flag (vLLM's default 20)
+        migration_limit=config.policy.migration_limit,
+        migration_timeout=config.policy.migration_timeout,
     )
     known = [EngineInfo.from_json(d) for d in config.engine_infos] if config.engine_infos else None
     infos = await engine.start(engine_infos=known, timeout=config.engine_ready_timeout)
@@ -163,6 +165,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
                                                 json.loads(overrides) if overrides else None)
         log.info("pooling model: tasks %s, pooling task %s", state.supported_tasks,
                  state.pooling_model.pooling_task)
+    engine.on_migration = state.metrics.count_migration
+    engine.on_migration_failure = state.metrics.count_migration_failure
     try:
         install_stats_tap(engine, state.metrics)
     except TypeError as e:
@@ -225,9 +229,14 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         log.error("supervisor reports the engine died: failing in-flight requests")
         engine.mark_dead("The engine died.")
 
+    def on_engine_restarting() -> None:
+        log.warning("supervisor restarts the engine: requests wait for it")
+        engine.engine_restarting()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_term)
     loop.add_signal_handler(signal.SIGUSR1, on_engine_dead)
+    loop.add_signal_handler(signal.SIGUSR2, on_engine_restarting)
 
     if config.status_fd is not None:
         try:

@@ -116,8 +116,10 @@ class PeerAbort:
                 for req, gen in sub.requests:
                     if gen.finished:
                         continue
-                    self.engine.abort((req.request_id,))
-                    gen.on_output(EngineOutput(req.request_id, [], finish_reason=FINISH_ABORT))
+                    # (a request moved to another engine is in flight under its Generation's new id)
+                    rid = getattr(gen, "request_id", req.request_id)
+                    self.engine.abort((rid,))
+                    gen.on_output(EngineOutput(rid, [], finish_reason=FINISH_ABORT))
                     count += 1
         return count
 

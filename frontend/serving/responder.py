@@ -179,6 +179,7 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
             if gen.admission is not None:  # never left counted, whatever ended the run
                 gen.admission.on_end(gen)
         _record_metrics(run, sub)
+        _note_engines(request, sub)
         if state.tracer is not None:
             try:
                 _record_span(state.tracer, request, run, sub)
@@ -197,6 +198,29 @@ def _record_metrics(run: RequestRun, sub: Submission) -> None:
         m.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
                       max_tokens=req.sampling_params.get("max_tokens"),
                       n=len(sub.requests) if i == 0 else None)
+
+
+def _note_engines(request: web.Request, sub: Submission) -> None:
+    """For the request log line: the engines the request ran on and how often one of its engine
+    requests moved to another (frontend/engine/migration.py)."""
+    engines: list[int] = []
+    moves = 0
+    for _, gen in sub.requests:
+        if gen.engines:
+            engines += [e for e in gen.engines if e not in engines]
+        if gen.moves:
+            moves += len(gen.moves)
+    if engines:
+        request["engines"] = engines
+    if moves:
+        request["migrations"] = moves
+
+
+def _migration_events(sub: Submission) -> list[tuple[str, int, dict]]:
+    """One span event per move of one of the request's engine requests."""
+    return [("request.migrated", int(at * 1e9), {"choice": gen.index, "from_engine": -1 if engine is None else engine,
+                                                 "reason": reason})
+            for _, gen in sub.requests if gen.moves for engine, reason, at in gen.moves]
 
 
 def _record_span(tracer, request: web.Request, run: RequestRun, sub: Submission) -> None:
@@ -222,4 +246,4 @@ def _record_span(tracer, request: web.Request, run: RequestRun, sub: Submission)
         sampling=first_req.sampling_params,
     )
     tracer.record(trace_headers=request.get("trace_headers"), start_ns=start_ns,
-                  end_ns=start_ns + int(e2e * 1e9), attributes=attrs)
+                  end_ns=start_ns + int(e2e * 1e9), attributes=attrs, events=_migration_events(sub))

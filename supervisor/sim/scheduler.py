@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_pyfrontend.supervisor.sim import wire
+from vllm_pyfrontend.supervisor.sim.continuation import greedy_offset, scripted_done
 from vllm_pyfrontend.supervisor.sim.tokens import TokenSource
 
 
@@ -173,6 +174,12 @@ class Scheduler:
         elif "sim_text" in extra:
             script = self.tokens.encode(str(extra["sim_text"]))
         eos_after = extra.get("sim_eos_after")
+        if script:
+            done = scripted_done(prompt, script)  # a continuation goes on where it was
+            if done:
+                script = script[done:]
+                if eos_after is not None:
+                    eos_after = max(0, int(eos_after) - done)
         stops = frozenset(params.stop_token_ids) if params.stop_token_ids else None
         r = SimRequest(
             request_id=rid,
@@ -184,7 +191,7 @@ class Scheduler:
             stops=stops,
             script=script,
             eos_after=int(eos_after) if eos_after is not None else None,
-            offset=self.tokens.offset_for(_text_seed(params, prompt), rid),
+            offset=self._offset(params, prompt, rid),
             queued_ts=now,
             logprobs=(len(params.logprob_token_ids) if params.logprob_token_ids
                       else None if params.logprobs is None else (20 if params.logprobs == -1 else params.logprobs)),
@@ -194,6 +201,13 @@ class Scheduler:
         self.waiting.append(r)
         self.num_waiting += 1
         return None
+
+    def _offset(self, params, prompt: list[int], rid: str) -> int:
+        """Where the request reads the word stream: a greedy request from its prompt, so that
+        a continuation (sim/continuation.py) goes on where its original would have."""
+        if params.seed is None and params.temperature < 1e-5:
+            return greedy_offset(prompt, self.tokens.stream, self.tokens.mask)
+        return self.tokens.offset_for(_text_seed(params, prompt), rid)
 
     def _add_pooling(self, req: wire.SimEngineRequest, now: float) -> list[Any] | None:
         """A pooling request: it runs its prefill step and finishes with a vector."""

@@ -359,3 +359,92 @@ def test_every_responses_request_ends_under_a_fault(worker, monkeypatch, fault, 
     ok = httpx.post(worker.base + "/v1/responses", timeout=20,
                     json={"model": MODEL, "input": "Hi", "max_output_tokens": 5})
     assert ok.status_code == 200 and ok.json()["usage"]["output_tokens"] == 5, ok.text
+
+
+# -- a fault while a request moves to another engine (engine/migration.py) --------------------
+import vllm_pyfrontend.engine.client as engine_client_module  # noqa: E402
+import vllm_pyfrontend.engine.migration as migration_module  # noqa: E402
+
+MIGRATION_FAULTS = ["none", "continuation", "on_moved", "resend", "first_output_after_move"]
+
+
+def _arm_migration_fault(monkeypatch, where: str) -> dict:
+    seen = {"raised": 0}
+
+    def fail(*args, **kwargs):
+        seen["raised"] += 1
+        raise InjectedFault(f"injected fault in {where}")
+
+    if where == "continuation":
+        monkeypatch.setattr(migration_module, "continuation", fail)
+    elif where == "on_moved":
+        monkeypatch.setattr(Generation, "on_moved", fail)
+    elif where == "resend":
+        monkeypatch.setattr(engine_client_module, "encode_add", fail)
+    elif where == "first_output_after_move":
+        original = Generation.on_tokens
+
+        def on_tokens(self, token_ids):
+            if self.moves:
+                fail()
+            return original(self, token_ids)
+
+        monkeypatch.setattr(Generation, "on_tokens", on_tokens)
+    return seen
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("where", MIGRATION_FAULTS)
+def test_a_fault_during_a_migration_ends_the_request(worker, monkeypatch, where, stream):
+    """The engine restarts under a running greedy request (the supervisor's word, as its
+    SIGUSR2 gives it), so the request moves, and one step of the move raises: the request still
+    ends (a 500, or an error event and [DONE]), nothing is left waiting or in flight, and the
+    worker keeps serving. Without a fault the moved request finishes whole."""
+    client = worker.client
+    worker.call(lambda: setattr(client._migrations, "limit", 3))
+    result: dict = {}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": LONG,
+            "stream": stream, "temperature": 0, "ignore_eos": True}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+
+    def post():
+        result["r"] = httpx.post(worker.base + "/v1/chat/completions", json=body, timeout=30)
+
+    sched = worker.engine_thread.engine.scheduler
+    thread = threading.Thread(target=post)
+    try:
+        thread.start()
+        _wait(lambda: any(r.n_out >= 5 for r in list(sched.running.values())), 10, "the request generating")
+        seen = _arm_migration_fault(monkeypatch, where)
+        worker.call(client.engine_restarting)
+        thread.join(30)
+    finally:
+        monkeypatch.undo()
+        _wait(lambda: not worker.call(lambda: client.engines_down), 10, "the engine taken back")
+        worker.call(lambda: setattr(client._migrations, "limit", 0))
+    r = result["r"]
+    if where == "none":
+        assert r.status_code == 200, r.text
+        if stream:
+            usage = [json.loads(ln[6:]) for ln in r.text.split("\n\n") if ln.startswith("data: {")][-1]["usage"]
+        else:
+            usage = r.json()["usage"]
+        assert usage["completion_tokens"] == LONG and '"error"' not in r.text, r.text[-500:]
+    else:
+        assert seen["raised"] >= 1, f"the fault was not reached ({seen})"
+        if not stream:
+            assert r.status_code == 500 and r.json()["error"]["code"] == 500, r.text
+        else:
+            lines = [ln for ln in r.text.split("\n\n") if ln.startswith("data: ")]
+            assert lines[-1] == "data: [DONE]", r.text[-500:]
+            errors = [ev for ev in (json.loads(ln[6:]) for ln in lines[:-1]) if "error" in ev]
+            assert errors and errors[-1]["error"]["code"] == 500, r.text[-500:]
+    _wait(lambda: worker.engine_running() == 0, 5, "the engine to drop the request")
+    _wait(lambda: worker.tables() == {"sinks": 0, "owners": 0, "in_flight": 0, "requests": 0,
+                                      "drain_pending": 0, "healthy": True}, 5,
+          f"empty tables, got {worker.tables()}")
+    assert worker.call(lambda: len(client._migrations.parked)) == 0
+    ok = httpx.post(worker.base + "/v1/chat/completions", timeout=20, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5})
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 5, ok.text

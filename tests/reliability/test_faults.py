@@ -212,7 +212,10 @@ def test_engine_stops_answering():
     """An engine that hangs (sim `--hang-after-steps 30`) with `--engine-timeout 3`: within the
     deadline the in-flight stream ends with a 503 error event and `[DONE]`, the non-streaming
     request gets a 503, /health turns 503 on every worker, and new requests get a clear 503."""
-    stack = Stack(sim_args("--engine-timeout", "3", "--hang-after-steps", "30", step=0.01), ready_timeout=120)
+    # (--migration-limit 0: with migration the requests would wait for an engine to answer,
+    # tests/reliability/test_migration.py)
+    stack = Stack(sim_args("--engine-timeout", "3", "--hang-after-steps", "30", "--migration-limit", "0", step=0.01),
+                  ready_timeout=120)
     try:
         wait_all_serving(stack)
         s = open_stream(stack, chat_body(stream=True, max_tokens=500))
@@ -238,8 +241,11 @@ def test_engine_stops_answering():
 
 def test_engine_killed_restart_policy():
     """`--on-engine-death restart`: the streams in flight end with a 503 error event and
-    `[DONE]`, then the supervisor starts the engine and the workers again and serves."""
-    stack = Stack(sim_args("--on-engine-death", "restart", step=0.01, max_model_len=8192), ready_timeout=120)
+    `[DONE]`, then the supervisor starts the engine and the workers again and serves. (Without
+    migration, `--migration-limit 0`; with it the workers serve on and the streams continue:
+    tests/reliability/test_migration.py.)"""
+    stack = Stack(sim_args("--on-engine-death", "restart", "--migration-limit", "0", step=0.01, max_model_len=8192),
+                  ready_timeout=120)
     try:
         wait_all_serving(stack)
         s = open_stream(stack, chat_body(stream=True, max_tokens=6000))
