@@ -85,10 +85,12 @@ def parse_entries(data: Any, source: str = "keys file") -> list[KeyEntry]:
         where = f"{source}: entry {i + 1}"
         if not isinstance(raw, dict):
             raise KeysFileError(f"{where}: expected a mapping with `name` and `key`, got {type(raw).__name__}")
+        name = raw.get("name")
+        if isinstance(name, str) and name:
+            where = f"{source}: entry {i + 1} ({name})"
         unknown = sorted(str(k) for k in raw if k not in _FIELDS)
         if unknown:
             raise KeysFileError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(_FIELDS))})")
-        name = raw.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
             raise KeysFileError(f"{where}: `name` must be 1-64 characters of letters, digits, `.`, `_`, `@`, `-` "
                                 f"(starting with a letter or digit), got {name!r}")
