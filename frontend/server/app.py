@@ -146,7 +146,8 @@ async def handle_openapi(request: web.Request) -> web.Response:
 
 def build_app(state: ServerState) -> web.Application:
     app = web.Application(
-        middlewares=[*build_middlewares(state.config, state.metrics, state.tenants), error_middleware],
+        middlewares=[*build_middlewares(state.config, state.metrics, getattr(state, "tenants", None)),
+                     error_middleware],
         client_max_size=state.config.max_request_body_bytes,
     )
     app[STATE] = state

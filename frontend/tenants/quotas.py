@@ -225,7 +225,8 @@ class TenantQuota:
                     raise self._reject("max_concurrency", f"Concurrency limit reached for `{self.name}`: "
                                        f"Limit {conc}, In progress {running}. Please try again later.", 1.0)
             if rps is not None:
-                used = _ring_sum(v, w, _RPS_E, _RPS_C, RPS_BUCKETS, int(now / RPS_WIDTH) + _EPOCH_BASE - RPS_BUCKETS + 1)
+                lo = int(now / RPS_WIDTH) + _EPOCH_BASE - RPS_BUCKETS + 1
+                used = _ring_sum(v, w, _RPS_E, _RPS_C, RPS_BUCKETS, lo)
                 if used + 1 > rps:
                     wait = _retry_after(v, w, _RPS_E, _RPS_C, RPS_BUCKETS, RPS_WIDTH, now, used + 1 - rps)
                     raise self._reject("requests_per_second", f"Rate limit reached for `{self.name}` on requests "
