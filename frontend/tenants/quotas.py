@@ -2,22 +2,24 @@
 
 Counting is admission control's scheme (serving/admission.py, vLLM's `SharedAdmissionStats`):
 one shared file in the runtime directory, mmap'ed by every worker; each worker writes only its
-own record per tenant and a check sums the records of every worker. Nothing is locked; two
-workers admitting at the same instant may both pass, so a limit can be overshot by at most
-one request per other worker. A record (384 bytes, cache-line aligned) holds:
+own record per tenant and a check sums the records of every worker (one read of the tenant's
+row). Nothing is locked; two workers admitting at the same instant may both pass, so a limit
+can be overshot by at most one request per other worker. A record is one cache line:
 
-    in_flight                  this worker's requests of the tenant in progress now
-    requests ring              10 buckets of 100 ms: (bucket number, requests started)
-    tokens ring                12 buckets of 5 s:    (bucket number, tokens charged)
+    in_flight                          this worker's requests of the tenant in progress now
+    window, requests, previous         requests started in this second and the one before
+    window, tokens, previous           tokens charged in this minute and the one before
 
-A ring is summed over the buckets still inside its window (one second, one minute), so the
-windows slide in bucket steps; a bucket is reused once its number has left the window (its
-count written before its number, so a reader never counts a stale count as fresh).
+A rate is a sliding window estimated from two fixed ones (as nginx's and Cloudflare's rate
+limiters do): at fraction f into the current window, what the last full window length used is
+`previous * (1 - f) + current`. Three numbers per rate and worker, so a check reads a few
+values per worker however busy the tenant is; the estimate assumes the previous window's
+requests were spread evenly over it.
 
 The tenant's row is its position in the keys file, so a reload builds a new table: it lives in
 a new file (`tenant-quotas.<generation>`), into which each worker carries its own counts by
 tenant name as it takes the reload; the supervisor removes the files of older generations. A
-restarted worker keeps its predecessor's rings (the tokens were spent) and zeroes its in-flight
+restarted worker keeps its predecessor's rates (the tokens were spent) and zeroes its in-flight
 counts (those requests are gone).
 
 What is limited and when:
@@ -47,16 +49,13 @@ from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.tenants.keys_file import KeyEntry, Limits
 
 FILE_PREFIX = "tenant-quotas."
-_Q = 48  # int64 values per record: 384 bytes, six cache lines
+_Q = 8  # int64 values per record: 64 bytes, one cache line
 RECORD = _Q * 8
 _INFLIGHT = 0
-RPS_BUCKETS, RPS_WIDTH = 10, 0.1  # a one-second window
-TPM_BUCKETS, TPM_WIDTH = 12, 5.0  # a one-minute window
-_RPS_E, _RPS_C = 1, 1 + RPS_BUCKETS  # bucket numbers, then counts
-_TPM_E, _TPM_C = 1 + 2 * RPS_BUCKETS, 1 + 2 * RPS_BUCKETS + TPM_BUCKETS
+_RPS, _TPM = 1, 4  # where each rate's (window number, current count, previous count) starts
+RPS_WINDOW, TPM_WINDOW = 1.0, 60.0
 _INT = struct.Struct("<q")
-# Bucket numbers start far from 0, so that an unwritten bucket (0) is never inside a window.
-_EPOCH_BASE = 1 << 20
+_RATE = struct.Struct("<qqq")
 
 REASONS = ("requests_per_second", "tokens_per_minute", "max_concurrency", "max_tokens")
 
@@ -119,6 +118,7 @@ class _Board:
         finally:
             os.close(fd)
         self.row = struct.Struct(f"<{num_workers * _Q}q")
+        self.bases = range(0, num_workers * _Q, _Q)
 
     def own(self, index: int) -> int:
         return index * self.row_bytes + self.worker_index * RECORD
@@ -127,34 +127,31 @@ class _Board:
         return self.row.unpack_from(self.map, index * self.row_bytes)
 
 
-def _ring_sum(values: tuple[int, ...], num_workers: int, e0: int, c0: int, buckets: int, lo: int) -> int:
-    total = 0
-    for base in range(0, num_workers * _Q, _Q):
-        es = values[base + e0:base + e0 + buckets]
-        cs = values[base + c0:base + c0 + buckets]
-        for e, c in zip(es, cs):
-            if e >= lo:
-                total += c
-    return total
+def _rate(board: _Board, v: tuple[int, ...], at: int, window: float, now: float) -> tuple[int, int, float]:
+    """(current, previous, f) of one rate over every worker: the counts of the current and the
+    previous window, and how far into the current one `now` is."""
+    t = now / window
+    win = int(t)
+    cur = prev = 0
+    for base in board.bases:
+        w = v[base + at]
+        if w == win:
+            cur += v[base + at + 1]
+            prev += v[base + at + 2]
+        elif w == win - 1:
+            prev += v[base + at + 1]
+    return cur, prev, t - win
 
 
-def _retry_after(values: tuple[int, ...], num_workers: int, e0: int, c0: int, buckets: int, width: float,
-                 now: float, excess: int) -> float:
-    """Seconds until enough of the window's oldest counts leave it to free `excess`."""
-    cur = int(now / width) + _EPOCH_BASE
-    lo = cur - buckets + 1
-    per: dict[int, int] = {}
-    for base in range(0, num_workers * _Q, _Q):
-        for k in range(buckets):
-            e, c = values[base + e0 + k], values[base + c0 + k]
-            if e >= lo and c:
-                per[e] = per.get(e, 0) + c
-    freed = 0
-    for e in sorted(per):
-        freed += per[e]
-        if freed >= excess:
-            return max(0.001, (e + buckets - _EPOCH_BASE) * width - now)
-    return buckets * width
+def _wait(cur: int, prev: int, f: float, cost: int, limit: int, window: float) -> float:
+    """Seconds until `cost` more fits under `limit` as the estimate slides (nothing else added)."""
+    room = limit - cost
+    if cur <= room:  # the previous window's share must shrink: prev * (1 - g) <= room - cur
+        g = 1.0 - (room - cur) / prev if prev else f
+        return max(0.001, (g - f) * window)
+    # Only in the next window: cur becomes its previous one, cur * (1 - g) <= room.
+    g = 1.0 - room / cur if cur else 0.0
+    return max(0.001, (1.0 - f + g) * window)
 
 
 class TenantQuota:
@@ -177,7 +174,7 @@ class TenantQuota:
         own = board.own(index)
         old = self._board
         if old is not None and old is not board:
-            # This worker's rings follow the tenant into the new table.
+            # This worker's rates follow the tenant into the new table.
             board.map[own + 8:own + RECORD] = old.map[self._own + 8:self._own + RECORD]
         self._board, self._index, self._own, self.limits = board, index, own, limits
         self._publish_in_flight()
@@ -189,19 +186,19 @@ class TenantQuota:
         if self._board is not None:
             _INT.pack_into(self._board.map, self._own + _INFLIGHT * 8, self.in_flight)
 
-    def _add(self, e0: int, c0: int, buckets: int, width: float, amount: int, now: float) -> None:
+    def _add(self, at: int, window: float, amount: int, now: float) -> None:
+        """This worker's count of one rate, `amount` more (its record written in one go)."""
         board = self._board
         if board is None:
             return
-        cur = int(now / width) + _EPOCH_BASE
-        k = cur % buckets
-        eoff, coff = self._own + (e0 + k) * 8, self._own + (c0 + k) * 8
-        m = board.map
-        if _INT.unpack_from(m, eoff)[0] == cur:
-            _INT.pack_into(m, coff, _INT.unpack_from(m, coff)[0] + amount)
-        else:  # a new bucket: its count first, then its number
-            _INT.pack_into(m, coff, amount)
-            _INT.pack_into(m, eoff, cur)
+        off = self._own + at * 8
+        win = int(now / window)
+        w, cur, prev = _RATE.unpack_from(board.map, off)
+        if w == win:
+            cur += amount
+        else:
+            w, cur, prev = win, amount, cur if w == win - 1 else 0
+        _RATE.pack_into(board.map, off, w, cur, prev)
 
     def _reject(self, reason: str, message: str, retry_after: float | None) -> QuotaExceeded:
         if self._recorder is not None:
@@ -214,42 +211,38 @@ class TenantQuota:
         tokens of the last minute, summed over every worker."""
         lim = self.limits
         board = self._board
-        now = time.monotonic()
         conc, rps, tpm = lim.max_concurrency, lim.requests_per_second, lim.tokens_per_minute
         if board is not None and (conc is not None or rps is not None or tpm is not None):
+            now = time.monotonic()
             v = board.read(self._index)
-            w = board.num_workers
             if conc is not None:
                 running = sum(v[_INFLIGHT::_Q])
                 if running >= conc:
                     raise self._reject("max_concurrency", f"Concurrency limit reached for `{self.name}`: "
                                        f"Limit {conc}, In progress {running}. Please try again later.", 1.0)
             if rps is not None:
-                lo = int(now / RPS_WIDTH) + _EPOCH_BASE - RPS_BUCKETS + 1
-                used = _ring_sum(v, w, _RPS_E, _RPS_C, RPS_BUCKETS, lo)
+                cur, prev, f = _rate(board, v, _RPS, RPS_WINDOW, now)
+                used = prev * (1.0 - f) + cur
                 if used + 1 > rps:
-                    wait = _retry_after(v, w, _RPS_E, _RPS_C, RPS_BUCKETS, RPS_WIDTH, now, used + 1 - rps)
+                    wait = _wait(cur, prev, f, 1, rps, RPS_WINDOW)
                     raise self._reject("requests_per_second", f"Rate limit reached for `{self.name}` on requests "
-                                       f"per second (RPS): Limit {rps}, Used {used}, Requested 1. Please try "
-                                       f"again in {wait:.3g}s.", wait)
+                                       f"per second (RPS): Limit {rps}, Used {math.ceil(used)}, Requested 1. "
+                                       f"Please try again in {wait:.3g}s.", wait)
             if tpm is not None:
-                used = self._tokens_used(v, now)
+                cur, prev, f = _rate(board, v, _TPM, TPM_WINDOW, now)
+                used = prev * (1.0 - f) + cur
                 if used >= tpm:
-                    wait = _retry_after(v, w, _TPM_E, _TPM_C, TPM_BUCKETS, TPM_WIDTH, now, used + 1 - tpm)
+                    wait = _wait(cur, prev, f, 1, tpm, TPM_WINDOW)
                     raise self._reject("tokens_per_minute", f"Rate limit reached for `{self.name}` on tokens per "
-                                       f"min (TPM): Limit {tpm}, Used {used}. Please try again in {wait:.3g}s.", wait)
+                                       f"min (TPM): Limit {tpm}, Used {math.ceil(used)}. Please try again in "
+                                       f"{wait:.3g}s.", wait)
             if rps is not None:
-                self._add(_RPS_E, _RPS_C, RPS_BUCKETS, RPS_WIDTH, 1, now)
+                self._add(_RPS, RPS_WINDOW, 1, now)
         self.in_flight += 1
         self._publish_in_flight()
         if self._recorder is not None:
             self._recorder.tenant_admitted(self.name)
         return Lease(self)
-
-    def _tokens_used(self, v: tuple[int, ...], now: float) -> int:
-        assert self._board is not None
-        lo = int(now / TPM_WIDTH) + _EPOCH_BASE - TPM_BUCKETS + 1
-        return _ring_sum(v, self._board.num_workers, _TPM_E, _TPM_C, TPM_BUCKETS, lo)
 
     def _release(self) -> None:
         self.in_flight -= 1
@@ -266,18 +259,17 @@ class TenantQuota:
                                f"(TPM): Limit {tpm}, Requested {prompt_tokens}. The input or output tokens must "
                                "be reduced in order to run successfully.", None)
         now = time.monotonic()
-        v = board.read(self._index)
-        used = self._tokens_used(v, now)
+        cur, prev, f = _rate(board, board.read(self._index), _TPM, TPM_WINDOW, now)
+        used = prev * (1.0 - f) + cur
         if used + prompt_tokens > tpm:
-            wait = _retry_after(v, board.num_workers, _TPM_E, _TPM_C, TPM_BUCKETS, TPM_WIDTH, now,
-                                used + prompt_tokens - tpm)
+            wait = _wait(cur, prev, f, prompt_tokens, tpm, TPM_WINDOW)
             raise self._reject("tokens_per_minute", f"Rate limit reached for `{self.name}` on tokens per min "
-                               f"(TPM): Limit {tpm}, Used {used}, Requested {prompt_tokens}. Please try again "
-                               f"in {wait:.3g}s.", wait)
+                               f"(TPM): Limit {tpm}, Used {math.ceil(used)}, Requested {prompt_tokens}. Please "
+                               f"try again in {wait:.3g}s.", wait)
 
     def charge_tokens(self, tokens: int) -> None:
         if tokens > 0 and self.limits.tokens_per_minute is not None:
-            self._add(_TPM_E, _TPM_C, TPM_BUCKETS, TPM_WIDTH, tokens, time.monotonic())
+            self._add(_TPM, TPM_WINDOW, tokens, time.monotonic())
 
 
 class Lease:

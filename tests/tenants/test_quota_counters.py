@@ -71,8 +71,9 @@ def test_requests_per_second_over_workers_and_the_429(tmp_path):
     assert body["type"] == "requests" and body["code"] == "rate_limit_exceeded" and body["param"] is None
     assert "Limit 3, Used 3" in body["message"]
     resp = err.to_response()
-    assert resp.status == 429 and resp.headers["Retry-After"] == "1"
-    assert 1 <= int(resp.headers["retry-after-ms"]) <= 1000
+    # Room for one more once a third of a window has gone by after this one.
+    assert resp.status == 429 and resp.headers["Retry-After"] in ("1", "2")
+    assert 333 <= int(resp.headers["retry-after-ms"]) <= 1334
     # Another tenant, no limits: never refused.
     for _ in range(20):
         w1["b"].admit().release()
@@ -93,7 +94,7 @@ def test_tokens_per_minute_prompt_and_completion(tmp_path):
     with pytest.raises(QuotaExceeded) as e:
         other.check_submit([{"max_tokens": 10}], None, 20)  # 90 + 20 > 100
     assert e.value.reason == "tokens_per_minute" and json.loads(e.value.to_bytes())["error"]["type"] == "tokens"
-    assert 1 <= int(e.value.to_response().headers["Retry-After"]) <= 60
+    assert 1 <= int(e.value.to_response().headers["Retry-After"]) <= 67
     with pytest.raises(QuotaExceeded) as e:
         other.check_submit([{}], None, 101)  # never fits: no Retry-After
     assert "Request too large" in e.value.message and "Retry-After" not in e.value.to_response().headers

@@ -82,7 +82,7 @@ def test_burst_past_the_rate_gets_429_while_another_tenant_is_unaffected(stack):
     for e in limited:
         assert e.status_code == 429
         assert int(e.response.headers["Retry-After"]) >= 1
-        assert 0 < int(e.response.headers["retry-after-ms"]) <= 1000
+        assert 0 < int(e.response.headers["retry-after-ms"]) <= 2000
         assert e.body["code"] == "rate_limit_exceeded" and e.body["type"] == "requests"
         assert "requests per second" in e.body["message"]
     assert all(r == 2 for r in b), [r for r in b if r != 2]  # never a 429, all served
