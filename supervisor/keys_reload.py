@@ -32,10 +32,14 @@ class KeysReloader:
         self._started_at: dict[int, int] = {}  # worker index -> generation when it was started
 
     def start(self) -> None:
-        """Publish the first table (raises KeysFileError for a file gone bad since the start)."""
+        """Publish the first table (raises KeysFileError for a file gone bad since the start,
+        or one that cannot be written)."""
         entries = load_keys_file(self.path, self._anonymous)
+        try:
+            publish(self.runtime_dir, entries, 1)
+        except OSError as e:
+            raise KeysFileError(f"cannot publish the keys for the workers: {e}") from None
         self.generation = 1
-        publish(self.runtime_dir, entries, self.generation)
         self._log.info("API keys file %s: %d named key(s)", self.path, len(entries))
 
     def reload(self, slots) -> bool:
@@ -43,11 +47,11 @@ class KeysReloader:
         (logged; the workers keep the keys they have)."""
         try:
             entries = load_keys_file(self.path, self._anonymous)
-        except KeysFileError as e:
+            publish(self.runtime_dir, entries, self.generation + 1)
+        except (KeysFileError, OSError) as e:
             self._log.error("SIGHUP: API keys not reloaded, keeping the keys in use: %s", e)
             return False
         self.generation += 1
-        publish(self.runtime_dir, entries, self.generation)
         remove_older_files(self.runtime_dir, self.generation - 1)
         self._log.info("SIGHUP: API keys file %s reloaded: %d named key(s) (generation %d)",
                        self.path, len(entries), self.generation)
