@@ -38,6 +38,10 @@ class WorkerPolicy:
     # Admission control (frontend/serving/admission.py): deployment-wide bounds, None: unbounded.
     max_num_queued_reqs: int | None = None
     max_num_queued_tokens: int | None = None
+    # Named API keys with per-tenant quotas (frontend/tenants): the keys file's path. The keys
+    # reach the workers as the supervisor's validated snapshot in the runtime directory
+    # (tenants/keys_file.py), never in this config.
+    api_keys_file: str | None = None
     # Tracing (frontend/tracing.py): one span per request, exported over OTLP.
     otlp_traces_endpoint: str | None = None
     collect_detailed_traces: list[str] = field(default_factory=list)

@@ -182,6 +182,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="YAML file of flags (same names; the command line wins)")
     p.add_argument("--api-key", nargs="+", default=None,
                    help="API keys required on /v1 routes (any of them; default: $VLLM_API_KEY)")
+    p.add_argument("--api-keys-file", default=None, metavar="FILE",
+                   help="named API keys with per-tenant limits (YAML or JSON list of {name, key | key_sha256, "
+                        "requests_per_second, tokens_per_minute, max_concurrency, max_tokens}); reloaded on SIGHUP")
     p.add_argument("--metrics-require-api-key", action=bool_flag, default=False,
                    help="also require an API key on /metrics")
     p.add_argument("--allowed-origins", nargs="+", default=[], help="CORS allowed origins")
@@ -528,6 +531,17 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
     except ValueError as e:
         parser.error(str(e))
 
+    # vLLM: --api-key wins over VLLM_API_KEY.
+    api_keys = [k for k in (ns.api_key or [os.environ.get("VLLM_API_KEY") or ""]) if k]
+    if policy.api_keys_file:  # a bad keys file stops the start, naming the entry and field
+        from vllm_pyfrontend.tenants.keys_file import KeysFileError, load_keys_file
+
+        policy.api_keys_file = os.path.abspath(policy.api_keys_file)
+        try:
+            load_keys_file(policy.api_keys_file, api_keys)
+        except KeysFileError as e:
+            parser.error(f"--api-keys-file: {e}")
+
     # The engine's DP layout, explicit, so `vllm serve --headless` and we agree on it.
     engine_args = list(forwarded)
     if dp > 1:
@@ -567,8 +581,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         data_parallel_address=ns.data_parallel_address,
         data_parallel_rpc_port=ns.data_parallel_rpc_port,
         engine_args=engine_args,
-        # vLLM: --api-key wins over VLLM_API_KEY.
-        api_keys=[k for k in (ns.api_key or [os.environ.get("VLLM_API_KEY") or ""]) if k],
+        api_keys=api_keys,
         policy=policy,
     )
 

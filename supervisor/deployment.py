@@ -5,6 +5,7 @@
     serving:   worker exits  -> restart it (backoff; give up after repeated fast crashes -> exit 1)
                engine exits  -> SIGUSR1 to workers, stop them, exit 1
                SIGTERM/INT   -> SIGTERM workers (they drain), SIGKILL stragglers, stop engine, exit 0
+               SIGHUP        -> with --api-keys-file: reload it, forward to the workers (keys_reload.py)
 
 Everything that happens (child exit, worker ready, handshake result, signal, restart timer) is
 an event on one asyncio queue, and one loop handles them in order: the state is in one place and
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.supervisor.keys_reload import KeysReloader
+from vllm_pyfrontend.tenants.keys_file import KeysFileError
 from vllm_pyfrontend.supervisor.engine_launch import EngineLaunch, engine_launches, split_sim_flags
 from vllm_pyfrontend.supervisor.options import SupervisorOptions
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, log_as, wait_all
@@ -103,7 +106,7 @@ def configure_logging(level: str = "info") -> None:
 
 @dataclass
 class Event:
-    kind: str  # signal | handshake | engine_exit | worker_exit | worker_ready | restart
+    kind: str  # signal | handshake | engine_exit | worker_exit | worker_ready | restart | reload
     slot: WorkerSlot | None = None
     child: Child | None = None
     value: Any = None
@@ -155,6 +158,7 @@ class Supervisor:
         self.runtime: RuntimeDir | None = None
         self._handshake: _Handshake | None = None
         self._uds: socket.socket | None = None  # --uds: bound here once, shared by the workers
+        self._keys: KeysReloader | None = None  # --api-keys-file: published, reloaded on SIGHUP
 
     # ---------------------------------------------------------------- entry points
 
@@ -163,6 +167,10 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self.runtime = RuntimeDir()
+        if self.options.policy.api_keys_file:
+            self._keys = KeysReloader(self.options.policy.api_keys_file, self.runtime.path,
+                                      self.options.api_keys, log)
+            loop.add_signal_handler(signal.SIGHUP, self._events.put_nowait, Event("reload"))
         self._pool = WorkerPool(
             self._events, Event, build_config=self._worker_config, runtime_dir=self.runtime.path,
             env=self._env, api_keys=self.options.api_keys, command=self._worker_command, logger=log,
@@ -171,6 +179,11 @@ class Supervisor:
         try:
             try:
                 self._prepare_port()
+                if self._keys is not None:
+                    try:
+                        self._keys.start()
+                    except KeysFileError as e:
+                        raise Fatal(f"--api-keys-file: {e}") from None
                 while True:
                     await self._start_engines()
                     await self._pool.spawn_all()
@@ -198,6 +211,8 @@ class Supervisor:
                 self._close_handshake(self._handshake)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
+            if self._keys is not None:
+                loop.remove_signal_handler(signal.SIGHUP)
             self.runtime.cleanup()
             if self._uds is not None:
                 self._uds.close()
@@ -315,6 +330,8 @@ class Supervisor:
         assert self.runtime is not None
         # A restarted worker gets no ready response from the engines: hand it the recorded ones.
         infos = self.runtime.read_engine_infos() if slot.starts > 0 else None
+        if self._keys is not None:
+            self._keys.starting(slot.index)
         return WorkerConfig(
             worker_index=slot.index,
             num_workers=opts.workers,
@@ -401,6 +418,12 @@ class Supervisor:
             elif ev.kind in WORKER_EVENTS:
                 assert ev.slot is not None
                 await pool.handle(ev.kind, ev.slot, ev.child, serving=self._serving)
+                if ev.kind == "worker_ready" and self._keys is not None and ev.slot.ready:
+                    self._keys.ready(ev.slot)
+
+            elif ev.kind == "reload":  # SIGHUP: the keys file again
+                if self._keys is not None:
+                    self._keys.reload(pool.slots)
 
             if not self._serving and handshake.done and pool.all_ready:
                 self._serving = True

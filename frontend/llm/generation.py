@@ -77,6 +77,7 @@ class Generation:
         "finish_reason",
         "stop_reason",
         "admission",
+        "quota",
         "queue_time",
         "prompt_logprobs",
         "output_ids",
@@ -104,6 +105,9 @@ class Generation:
         self.stop_reason: int | str | None = None
         # Admission control's counts (serving/admission.py), only with a queue bound set.
         self.admission = None
+        # The tenant's quota lease (tenants/quotas.py), only for a named key: charged the
+        # completion tokens once, at the end.
+        self.quota = None
         self.queue_time: float | None = None  # the engine's QUEUED -> SCHEDULED (seconds)
         # Prompt logprobs (sampling `prompt_logprobs`): the rows of every chunk so far.
         self.prompt_logprobs: Logprobs | None = None
@@ -233,3 +237,5 @@ class Generation:
         self.stop_reason = stop_reason
         if self.admission is not None:
             self.admission.on_end(self)
+        if self.quota is not None:
+            self.quota.on_end(self)

@@ -347,6 +347,12 @@ class WorkerMetrics:
     def count_migration_failure(self, reason: str) -> None:
         """A request failed instead of moving (`vllm:request_migration_failures_total{reason}`)."""
         self.request_migration_failures.labels(self.model_name, reason).inc()
+    def tenant_recorder(self) -> "TenantMetrics":
+        """The per-tenant families (named keys of --api-keys-file only), made on first use."""
+        rec = getattr(self, "_tenant_metrics", None)
+        if rec is None:
+            rec = self._tenant_metrics = TenantMetrics(self.registry)
+        return rec
 
     # -- HTTP -----------------------------------------------------------------------------------
     def observe_http(self, method: str, handler: str, status: int, duration_s: float) -> None:
@@ -379,6 +385,47 @@ class WorkerMetrics:
     def flush() -> None:
         """Write the gathered increments of finished requests now (`_Increments`)."""
         INCREMENTS.flush()
+
+
+class TenantMetrics:
+    """Per-tenant counters of the keys file's named keys (frontend/tenants), labelled by the
+    tenant's name only: the keys file bounds the series. Anonymous keys have none. Written
+    like the request families (gathered per event-loop pass, `_Increments`)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.requests = Counter("vllm_frontend_tenant_requests", "Requests admitted, by tenant (named API key).",
+                                ["tenant"], registry=registry)
+        self.prompt_tokens = Counter("vllm_frontend_tenant_prompt_tokens", "Prompt tokens sent to the engine, "
+                                     "by tenant.", ["tenant"], registry=registry)
+        self.completion_tokens = Counter("vllm_frontend_tenant_completion_tokens", "Completion tokens generated, "
+                                         "by tenant.", ["tenant"], registry=registry)
+        self.rejections = Counter("vllm_frontend_tenant_rejections", "Requests refused by a tenant's limit, by "
+                                  "tenant and limit (requests_per_second, tokens_per_minute, max_concurrency: "
+                                  "429; max_tokens: 400).", ["tenant", "reason"], registry=registry)
+        self._children: dict[str, tuple[Any, Any, Any]] = {}
+
+    def _of(self, name: str) -> tuple[Any, Any, Any]:
+        c = self._children.get(name)
+        if c is None:
+            c = self._children[name] = (self.requests.labels(name), self.prompt_tokens.labels(name),
+                                        self.completion_tokens.labels(name))
+        return c
+
+    def tenant_admitted(self, name: str) -> None:
+        INCREMENTS.add(self._of(name)[0], 1)
+        INCREMENTS.done()
+
+    def tenant_tokens(self, name: str, prompt: int, completion: int) -> None:
+        c = self._of(name)
+        if prompt:
+            INCREMENTS.add(c[1], prompt)
+        if completion:
+            INCREMENTS.add(c[2], completion)
+        INCREMENTS.done()
+
+    def tenant_rejected(self, name: str, reason: str) -> None:
+        INCREMENTS.add(self.rejections.labels(name, reason), 1)
+        INCREMENTS.done()
 
 
 class _EngineChildren:

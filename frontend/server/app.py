@@ -150,7 +150,8 @@ async def handle_openapi(request: web.Request) -> web.Response:
 def build_app(state: ServerState) -> web.Application:
     root = normalize_root(state.config.policy.root_path)
     app = web.Application(
-        middlewares=[*build_middlewares(state.config, state.metrics), error_middleware],
+        middlewares=[*build_middlewares(state.config, state.metrics, getattr(state, "tenants", None)),
+                     error_middleware],
         client_max_size=state.config.max_request_body_bytes,
         router=RootPathRouter(root) if root else None,
     )

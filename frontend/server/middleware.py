@@ -21,6 +21,7 @@ What a handler can read from the request (aiohttp's per-request mapping):
                               W3C traceparent: give it to EngineRequest.trace_headers
     request[TENANT]           the key's `Tenant` on guarded paths (read it with
                               `vllm_pyfrontend.tenants.tenant_of`)
+    request[LEASE]            a named key's quota lease on its POSTs (tenants/quotas.py)
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from vllm_pyfrontend.metrics import UNINSTRUMENTED_ROUTES, WorkerMetrics
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.root_path import normalize_root, route_path
 from vllm_pyfrontend.tenants import TENANT, Tenant, key_digest, key_owner
+from vllm_pyfrontend.tenants.key_table import LEASE, TenantKeys
+from vllm_pyfrontend.tenants.quotas import QuotaExceeded
 
 request_log = logging.getLogger("vllm_pyfrontend.requests")
 
@@ -108,6 +111,38 @@ def auth_middleware(keys: ApiKeys, guard_metrics: bool, root: str = ""):
                 resp.headers["WWW-Authenticate"] = "Bearer"
                 return resp
             request[TENANT] = tenant
+        return await handler(request)
+
+    return auth
+
+
+def tenant_auth_middleware(keys: TenantKeys, guard_metrics: bool):
+    """Authentication with a keys file (`--api-keys-file`): the key's tenant, and for a named
+    key its quotas. A POST of a named key's tenant is admitted against its limits (a 429
+    before anything is read) and holds its lease until the handler ends, whatever ended it
+    (answer, error, client gone, engine failure): the one place concurrency is given back."""
+    prefixes = GUARDED_PREFIXES + (("/metrics",) if guard_metrics else ())
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method != "OPTIONS" and request.path.startswith(prefixes):
+            found = keys.lookup(request.headers.get("Authorization"), request.headers.get("x-api-key"))
+            if found is None:
+                resp = APIError(401, "Unauthorized: a valid API key is required.").to_response()
+                resp.headers["WWW-Authenticate"] = "Bearer"
+                return resp
+            tenant, quota = found
+            request[TENANT] = tenant
+            if quota is not None and request.method == "POST":
+                try:
+                    lease = quota.admit()
+                except QuotaExceeded as e:
+                    return e.to_response()
+                request[LEASE] = lease
+                try:
+                    return await handler(request)
+                finally:
+                    lease.release()
         return await handler(request)
 
     return auth
@@ -293,14 +328,18 @@ def _response_hook(echo_request_id: bool):
     return on_response_prepare
 
 
-def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None) -> list:
-    """The middlewares to put before app.py's error middleware (outermost first)."""
+def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None, tenants: TenantKeys | None = None) -> list:
+    """The middlewares to put before app.py's error middleware (outermost first). `tenants`:
+    the worker's key table when a keys file is given (it replaces the --api-key check)."""
     mws: list = [context_middleware(config, metrics)]
     policy = config.policy
     if policy.allowed_origins:
         mws.append(cors_middleware(CorsPolicy(
             policy.allowed_origins, policy.allowed_methods, policy.allowed_headers,
             policy.allow_credentials)))
+    if tenants is not None:
+        mws.append(tenant_auth_middleware(tenants, policy.metrics_require_api_key))
+        return mws
     keys = ApiKeys(config.api_keys)
     if keys:
         mws.append(auth_middleware(keys, policy.metrics_require_api_key, normalize_root(policy.root_path)))

@@ -3,7 +3,8 @@
 Started by the supervisor as `python -m vllm_pyfrontend.server.worker --config-json '<WorkerConfig>'`.
 Signals: SIGTERM/SIGINT drain (stop accepting, let in-flight requests finish up to
 `shutdown_timeout`, then cancel the rest, which aborts them in the engine); SIGUSR1 means the
-supervisor saw the engine die (fail in-flight requests, /health turns 503).
+supervisor saw the engine die (fail in-flight requests, /health turns 503); SIGHUP (with
+--api-keys-file) swaps in the key table the supervisor published (frontend/tenants).
 """
 
 from __future__ import annotations
@@ -237,6 +238,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         loop.add_signal_handler(sig, on_term)
     loop.add_signal_handler(signal.SIGUSR1, on_engine_dead)
     loop.add_signal_handler(signal.SIGUSR2, on_engine_restarting)
+    if state.tenants is not None:  # the supervisor published a new key table (--api-keys-file)
+        loop.add_signal_handler(signal.SIGHUP, state.tenants.reload)
 
     if config.status_fd is not None:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -24,6 +25,7 @@ from vllm_pyfrontend.llm.sampling import GenerationDefaults, SamplingOptions, lo
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.responder import respond
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
+from vllm_pyfrontend.tenants.key_table import LEASE
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,11 @@ async def respond_beam_search(
 ) -> web.StreamResponse:
     """Search every prompt's beams (`params[i]` for prompt i, whose beams are choices
     i*width ..), then answer."""
+    lease = request.get(LEASE)
+    if lease is not None:  # a named key's max_tokens caps the beams (tokens are not charged)
+        cap = lease.quota.limits.max_tokens
+        if cap is not None:
+            params = [replace(p, max_tokens=min(p.max_tokens, cap)) for p in params]
     width = params[0].beam_width
     id_prefix = run.response_id.split("-", 1)[0]
     engine = _NoEngine()

@@ -24,6 +24,7 @@ from vllm_pyfrontend.llm.submission import Submission
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
 from vllm_pyfrontend.serving.sse import SSEWriter, StreamDrain
+from vllm_pyfrontend.tenants.key_table import LEASE
 from vllm_pyfrontend.text.text_stream import TextStream
 
 _json = msgspec.json.encode
@@ -69,11 +70,19 @@ def data_parallel_rank(request: web.Request) -> int | None:
 def submit_choices(
     state, request: web.Request, run: RequestRun, items: list[tuple[Choice, list[int], dict[str, Any]]], *,
     priority: int, cache_salt: str | None, lora_request: list[Any] | None = None, multimodal: Any = None,
+    requested_max_tokens: int | None = None,
 ) -> Submission:
-    """One engine request per (choice, prompt ids, sampling map), all sent or none."""
+    """One engine request per (choice, prompt ids, sampling map), all sent or none.
+    `requested_max_tokens`: the client's own `max_tokens` (None: not given), for a named key's
+    limit (tenants/quotas.py: more than the limit asked is a 400, an unset one is capped)."""
     admission = state.admission
     if admission is not None:
         admission.admit(len(items))
+    lease = request.get(LEASE)
+    prompt_tokens = 0
+    if lease is not None:  # a named key: its max_tokens and tokens-per-minute limits
+        prompt_tokens = sum({id(p): len(p) for _, p, _ in items}.values())
+        lease.check_submit([s for _, _, s in items], requested_max_tokens, prompt_tokens)
     sub = Submission(state.engine, state.worker_index, run, run.response_id.split("-", 1)[0])
     arrival = time.monotonic()
     trace = request.get("trace_headers")
@@ -92,6 +101,13 @@ def submit_choices(
         for _, gen in sub.requests:
             if not gen.finished:
                 admission.track(gen)
+    if lease is not None:
+        lease.submitted(prompt_tokens)
+        for _, gen in sub.requests:
+            if gen.finished:
+                lease.on_end(gen)
+            else:
+                gen.quota = lease
     return sub
 
 

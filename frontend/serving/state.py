@@ -21,6 +21,7 @@ from vllm_pyfrontend.serving.worker_slots import WorkerSlots
 from vllm_pyfrontend.serving.admission import REASONS as ADMISSION_REASONS, Admission
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.sse import StreamDrain
+from vllm_pyfrontend.tenants.key_table import TenantKeys
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
 
@@ -102,6 +103,13 @@ class ServerState:
                                        on_reject=self.metrics.record_admission_rejection)
             for reason in ADMISSION_REASONS:  # both series from the start, at 0 (as vLLM)
                 self.metrics.admission_rejections.labels(self.metrics.model_name, reason)
+        # Named API keys and their quotas (frontend/tenants), with --api-keys-file: the auth
+        # middleware looks keys up in it; the worker reloads it on SIGHUP.
+        self.tenants: TenantKeys | None = None
+        if policy.api_keys_file:
+            self.tenants = TenantKeys(config.runtime_dir, config.worker_index, config.num_workers,
+                                      config.api_keys, recorder=self.metrics.tenant_recorder())
+            self.tenants.load()
         # Request spans (frontend/tracing.py), set by the worker with --otlp-traces-endpoint.
         self.tracer = None
         # The deployment's LoRA adapters (frontend/llm/lora.py), set by serving/lora.py when

@@ -9,14 +9,20 @@ does not exist.
     an anonymous --api-key     owner "key:<first 16 hex of the key's SHA-256>": one scope per key
     a named key (keys file)    owner "tenant:<name>": one scope per name, so rotating a
                                tenant's key keeps its stored objects
+
+A named key comes from the keys file (`--api-keys-file`, `keys_file.py`), with the tenant's
+limits (`quotas.py`: held across the workers; `key_table.py`: the worker's table of keys).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm_pyfrontend.tenants.keys_file import Limits
 
 # The key a request's Tenant is stored under in aiohttp's per-request mapping.
 TENANT = "tenant"
@@ -26,6 +32,7 @@ TENANT = "tenant"
 class Tenant:
     name: str  # "" for an anonymous key or no key; a label value for per-tenant metrics
     owner: str  # the scope of stored objects
+    limits: Limits | None = field(default=None, compare=False)  # a named key's, from the keys file
 
 
 ANONYMOUS = Tenant("", "")

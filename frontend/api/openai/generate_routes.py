@@ -256,7 +256,7 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
                      return_token_ids=True,
                      sse=new_sse(state, response_id, model, created, "generate") if stream else None)
     sub = submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(choices, samplings)],
-                         priority=req.priority, cache_salt=req.cache_salt)
+                         priority=req.priority, cache_salt=req.cache_salt, requested_max_tokens=opts.max_tokens)
     peers = request.app.get(PEER_ABORT)
     if peers is not None:
         peers.track(response_id, sub)

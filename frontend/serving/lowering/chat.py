@@ -303,4 +303,4 @@ def submit_chat(state, request, req: ChatRequest, low: LoweredChat, run: Request
     prompt_ids = low.prompt.prompt_ids
     return submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(run.choices, low.samplings)],
                           priority=req.priority, cache_salt=req.cache_salt, lora_request=req.lora,
-                          multimodal=low.prompt.multimodal)
+                          multimodal=low.prompt.multimodal, requested_max_tokens=req.options.max_tokens)

@@ -214,4 +214,4 @@ def submit_completion(state, request, req: TextCompletionRequest, low: LoweredCo
     samplings = low.samplings
     items = [(c, prompt_ids[c.index // n], samplings[c.index // n][c.index % n]) for c in run.choices]
     return submit_choices(state, request, run, items, priority=req.priority, cache_salt=req.cache_salt,
-                          lora_request=req.lora)
+                          lora_request=req.lora, requested_max_tokens=req.options.max_tokens)
