@@ -6,8 +6,6 @@ dropped); lines given back; cancel and expiry; owner scoping; file records."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 import time
 
 import pytest
@@ -16,29 +14,6 @@ import redis
 from vllm_pyfrontend.serving.batch_lines import expired_entry
 from vllm_pyfrontend.store.batches import NewLine, open_batch_store
 from vllm_pyfrontend.store.files import FileRecord, open_file_store
-from tests.stack import free_port, stop_process_group
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    exe = shutil.which("redis-server")
-    assert exe, "redis-server is not installed (.ci/install installs the Debian package)"
-    port = free_port()
-    work = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(work)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    r = redis.Redis(port=port)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            r.ping()
-            break
-        except redis.ConnectionError:
-            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    stop_process_group(proc, 10)
 
 
 @pytest.fixture(params=["sqlite", "redis"])
