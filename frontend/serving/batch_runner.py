@@ -91,6 +91,9 @@ class BatchRunner:
         self._wake = asyncio.Event()
         self._main: asyncio.Task | None = None
         self._closing = False
+        # After a line is refused for now (429: the deployment's queue is full; 503): no claims
+        # until then, so a full deployment is not asked again at once, line after line.
+        self._backoff_until = 0.0
 
     def start(self) -> None:
         self._main = asyncio.get_running_loop().create_task(self._loop())
@@ -169,7 +172,7 @@ class BatchRunner:
 
     async def _claim_lines(self) -> None:
         free = self.share - len(self.running)
-        if free <= 0:
+        if free <= 0 or time.monotonic() < self._backoff_until:
             return
         lines = await self.batches.claim_lines(self.me, free, self.settings.max_concurrency, self.settings.lease_s)
         loop = asyncio.get_running_loop()
@@ -189,6 +192,7 @@ class BatchRunner:
                 status, body, request_id = 500, b'{"error": {"message": "Internal server error.", ' \
                                                  b'"type": "InternalServerError", "param": null, "code": 500}}', None
             if status in RETRY_STATUSES:  # full or unavailable for now: run it again later
+                self._backoff_until = time.monotonic() + self.settings.poll_s
                 await self.batches.release(self.me, [key])
                 return
             answer, failed = answer_entry(line.custom_id, status, body, request_id)

@@ -2,7 +2,7 @@
 keys), with the official `openai` SDK: chat, completions and Responses batches answered as the
 same requests online; malformed lines in the error file with their custom_id; OpenAI's list
 pagination; file limits and purposes; cancel and expiry mid-batch; the deployment-wide
-concurrency bound; owner scoping (another key's ids are 404); the batch metrics."""
+concurrency bound; admission control refusing lines, which run later; owner scoping (another key's ids are 404); the batch metrics."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ def stack(tmp_path_factory):
     files_dir = tmp_path_factory.mktemp("files")
     s = Stack(["--engine", "sim", "--workers", "2", "--sim-step-time", "0.01", "--shutdown-timeout", "3",
                "--api-key", "key-a", "key-b", "--batch-max-concurrency", str(CONCURRENCY),
-               "--batch-lease-timeout", "2", "--files-max-bytes", "100000", "--files-dir", str(files_dir), MODEL])
+               "--batch-lease-timeout", "2", "--files-max-bytes", "100000", "--files-dir", str(files_dir),
+               # fewer admission slots than batch lines: some lines are refused (503) and run later
+               "--max-num-queued-reqs", str(CONCURRENCY - 1), MODEL])
     yield s
     s.terminate()
 
@@ -223,7 +225,11 @@ def test_completion_window_expiry(a):
 
 
 def test_metrics(stack, a):
+    """The batch families; and the lines went through admission control like online requests
+    (refused past `--max-num-queued-reqs` and run again later: every batch above completed)."""
     text = httpx.get(stack.base_url + "/metrics").text
+    refused = [x for x in text.splitlines() if x.startswith("vllm:admission_rejections_total")]
+    assert refused and sum(float(x.split()[-1]) for x in refused) > 0
     assert 'vllm_frontend_batch_lines_total{result="completed"}' in text
     assert 'vllm_frontend_batches_ended_total{status="completed"}' in text
     assert 'vllm_frontend_batches{status="completed"}' in text
