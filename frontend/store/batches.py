@@ -121,6 +121,7 @@ CREATE TABLE IF NOT EXISTS batch_lines (
     PRIMARY KEY (batch_id, idx)
 );
 CREATE INDEX IF NOT EXISTS batch_lines_state ON batch_lines(state, batch_id);
+CREATE INDEX IF NOT EXISTS batch_lines_batch_state ON batch_lines(batch_id, state);
 CREATE INDEX IF NOT EXISTS batch_lines_lease ON batch_lines(lease_owner);
 """
 

@@ -13,7 +13,6 @@ import asyncio
 import os
 import sqlite3
 import threading
-import time
 from typing import Any, Protocol
 
 import msgspec

@@ -14,7 +14,6 @@ priority), so nothing here reimplements a route.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import secrets
 import time
@@ -36,8 +35,6 @@ from vllm_pyfrontend.serving.state import STATE
 from vllm_pyfrontend.store.batches import BatchStore, open_batch_store
 from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore, open_file_store
 from vllm_pyfrontend.tenants import TENANT, Tenant, tenant_of
-
-log = logging.getLogger(__name__)
 
 FILES_SUBDIR = "files"  # under the runtime directory when --files-dir is not given
 UPLOAD_PURPOSES = ("batch",)
