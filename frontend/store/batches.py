@@ -255,7 +255,10 @@ class SQLiteBatchStore:
         def tx(db):
             record = self._holds(db, batch_id, me)
             status = db.execute("SELECT status FROM batches WHERE id = ?", (batch_id,)).fetchone()
-            if record is None or status is None or status[0] != "validating":
+            if record is None or status is None:
+                return False
+            if status[0] != "validating":  # cancelled meanwhile: its finalize need not wait for the lease
+                db.execute("UPDATE batches SET lease_owner = NULL, lease_until = 0 WHERE id = ?", (batch_id,))
                 return False
             db.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
             db.executemany(

@@ -270,7 +270,11 @@ class RedisBatchStore:
 
     async def start_run(self, batch_id: str, me: str, lines: list[NewLine]) -> bool:
         async def fn(h, p):
-            if not self._holds(h, me) or _s(h[b"status"]) != "validating":
+            if not self._holds(h, me):
+                return False
+            if _s(h[b"status"]) != "validating":  # cancelled meanwhile: its finalize need not wait for the lease
+                p.multi()
+                p.hset(self._key(batch_id), mapping={"lease_owner": "", "lease_until": 0})
                 return False
             p.multi()
             for k in ("lines", "pending", "done", "brun"):

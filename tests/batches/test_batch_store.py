@@ -108,6 +108,16 @@ def test_cancel_and_expiry(url, tmp_path):
         obj = await store.get("batch_c", "owner-a")
         assert obj["status"] == "cancelled" and obj["cancelling_at"] and obj["cancelled_at"]
 
+        await store.create(_batch("batch_v"), "owner-a", "ta")  # cancelled while being validated
+        task = await store.claim_task("w0", 30)
+        assert task.kind == "validate" and (await store.cancel("batch_v", "owner-a"))["status"] == "cancelling"
+        assert not await store.start_run("batch_v", "w0", _lines(2))
+        task = await store.claim_task("w1", 30)  # at once: the validating worker let go of it
+        assert task.batch["id"] == "batch_v" and task.final_status == "cancelled"
+        assert await store.begin_finalize("batch_v", "w1", "cancelled", expired_entry)
+        assert await store.end_finalize("batch_v", "w1", None, None)
+        assert (await store.get("batch_v", "owner-a"))["status"] == "cancelled"
+
         await _started(store, "batch_e", 3, window_s=0.5)
         first = await store.claim_lines("wa", 1, 10, lease_s=5)
         assert await store.complete("wa", "batch_e", first[0].idx, b'{"ok": 0}', False)

@@ -63,7 +63,7 @@ BATCHES = web.AppKey("batches", BatchService)
 
 
 def files_dir_of(config) -> str:
-    return config.policy.files_dir or os.path.join(config.runtime_dir, FILES_SUBDIR)
+    return os.path.abspath(config.policy.files_dir or os.path.join(config.runtime_dir, FILES_SUBDIR))
 
 
 def add_batch_routes(app: web.Application) -> None:
