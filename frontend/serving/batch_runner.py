@@ -1,9 +1,10 @@
-"""Running batches inside the deployment: every worker takes a share of the pending work.
+"""Running batches inside the deployment: every worker takes its part of the pending work.
 
 Each worker runs one `BatchRunner`. It claims work from the shared store (`store/batches.py`):
 batch-level steps (validate a new batch's input file, finalize one that is done, cancelled or
-past its window) and request lines, at most its share of `--batch-max-concurrency` (the store
-bounds the lines running in the whole deployment by the same number). A line runs through the
+past its window) and request lines: the store bounds the lines running in the whole deployment
+by `--batch-max-concurrency`, and each runner's by its fair part of it (the bound over the
+runners alive, every worker of every replica), so the lines spread over the deployment. A line runs through the
 same route handler as an online request (`call`, given by the API layer: the handler the app
 registers for the line's url, with the batch owner's tenant), at the batch's engine priority,
 so it is lowered, validated, admitted and answered exactly as online. Its answer is recorded in
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import secrets
 import socket
@@ -45,7 +45,6 @@ LineCall = Callable[[str, bytes, Tenant], Awaitable[tuple[int, bytes, "str | Non
 @dataclass(frozen=True)
 class RunnerSettings:
     max_concurrency: int = 32  # lines running in the whole deployment
-    num_workers: int = 1  # this worker's share: ceil(max_concurrency / num_workers)
     lease_s: float = 30.0
     poll_s: float = 0.5
     priority: int = 1
@@ -86,7 +85,6 @@ class BatchRunner:
         # Who holds a lease: unique per process and start, so a restarted worker never renews
         # its predecessor's leases.
         self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.share = max(1, math.ceil(settings.max_concurrency / max(1, settings.num_workers)))
         self.running: dict[tuple[str, int], asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._main: asyncio.Task | None = None
@@ -171,7 +169,7 @@ class BatchRunner:
         await self.batches.release(self.me, keys)
 
     async def _claim_lines(self) -> None:
-        free = self.share - len(self.running)
+        free = self.settings.max_concurrency - len(self.running)
         if free <= 0 or time.monotonic() < self._backoff_until:
             return
         lines = await self.batches.claim_lines(self.me, free, self.settings.max_concurrency, self.settings.lease_s)

@@ -123,6 +123,10 @@ CREATE TABLE IF NOT EXISTS batch_lines (
 CREATE INDEX IF NOT EXISTS batch_lines_state ON batch_lines(state, batch_id);
 CREATE INDEX IF NOT EXISTS batch_lines_batch_state ON batch_lines(batch_id, state);
 CREATE INDEX IF NOT EXISTS batch_lines_lease ON batch_lines(lease_owner);
+CREATE TABLE IF NOT EXISTS batch_runners (
+    me TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
 """
 
 # The timestamp field OpenAI's object sets when a batch enters each status.
@@ -288,12 +292,18 @@ class SQLiteBatchStore:
 
     async def claim_lines(self, me: str, want: int, max_running: int, lease_s: float) -> list[Line]:
         """Up to `want` lines of running batches (oldest batch first), keeping the lines running
-        deployment-wide (unexpired leases) at most `max_running`."""
+        deployment-wide (unexpired leases) at most `max_running`, and this runner's at most its
+        fair part of them: `max_running` over the runners seen within `lease_s` (every worker
+        of every replica), so the work spreads over the deployment."""
         def tx(db):
             now = time.time()
-            (running,) = db.execute(
-                f"SELECT COUNT(*) FROM batch_lines WHERE state = {RUNNING} AND lease_until > ?", (now,)).fetchone()
-            n = min(want, max_running - running)
+            db.execute("INSERT OR REPLACE INTO batch_runners (me, seen_at) VALUES (?, ?)", (me, now))
+            db.execute("DELETE FROM batch_runners WHERE seen_at <= ?", (now - 10 * lease_s,))
+            (live,) = db.execute("SELECT COUNT(*) FROM batch_runners WHERE seen_at > ?", (now - lease_s,)).fetchone()
+            running, mine = db.execute(
+                f"SELECT COUNT(*), COALESCE(SUM(lease_owner = ?), 0) FROM batch_lines "
+                f"WHERE state = {RUNNING} AND lease_until > ?", (me, now)).fetchone()
+            n = min(want, max_running - running, -(-max_running // max(1, live)) - mine)
             if n <= 0:
                 return []
             rows = db.execute(
@@ -317,9 +327,14 @@ class SQLiteBatchStore:
         return await self._db.transaction(tx)
 
     async def renew(self, me: str, lease_s: float) -> None:
-        await self._db.run(self._db.db.execute,
-                           f"UPDATE batch_lines SET lease_until = ? WHERE lease_owner = ? AND state = {RUNNING}",
-                           (time.time() + lease_s, me))
+        """Extend the leases of this runner's lines, and say it is alive (its fair part)."""
+        def tx(db):
+            now = time.time()
+            db.execute(f"UPDATE batch_lines SET lease_until = ? WHERE lease_owner = ? AND state = {RUNNING}",
+                       (now + lease_s, me))
+            db.execute("INSERT OR REPLACE INTO batch_runners (me, seen_at) VALUES (?, ?)", (me, now))
+
+        await self._db.transaction(tx)
 
     async def complete(self, me: str, batch_id: str, idx: int, answer: bytes, failed: bool) -> bool:
         """Record a line's answer; False when this worker no longer holds the line's lease (it

@@ -14,7 +14,8 @@ expires_at, lease_owner, lease_until, total, completed, failed), `batches:<owner
 `lines:<id>` (hash: index -> [custom_id, body]), `pending:<id>` (sorted set of indexes),
 `done:<id>` (hash: index -> failed flag + answer), `running` (sorted set of `<id>|<index>` by
 lease expiry), `brun:<id>` (the batch's running indexes by lease expiry), `lease` (hash:
-`<id>|<index>` -> holder), `batch_statuses` (hash: status -> count).
+`<id>|<index>` -> holder), `runners` (sorted set of runners by when last seen: their number
+sets each one's fair part of the concurrency bound), `batch_statuses` (hash: status -> count).
 """
 
 from __future__ import annotations
@@ -32,8 +33,21 @@ RUNNING, OPEN, LEASE, STATUS_COUNTS = P + "running", P + "batches:open", P + "le
 _CLAIM = """
 local P = ARGV[6]
 local now = tonumber(ARGV[2])
-local n = math.min(tonumber(ARGV[4]), tonumber(ARGV[5]) - redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[2], '+inf'))
+local max_running = tonumber(ARGV[5])
+local n = math.min(tonumber(ARGV[4]), max_running - redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[2], '+inf'))
 local out = {}
+redis.call('ZADD', P .. 'runners', now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', P .. 'runners', '-inf', now - tonumber(ARGV[7]))
+local live = math.max(1, redis.call('ZCARD', P .. 'runners'))
+local mine = 0
+local leases = redis.call('HGETALL', KEYS[3])
+for i = 1, #leases, 2 do
+  if leases[i + 1] == ARGV[1] then
+    local until_ = redis.call('ZSCORE', KEYS[1], leases[i])
+    if until_ and tonumber(until_) > now then mine = mine + 1 end
+  end
+end
+n = math.min(n, math.ceil(max_running / live) - mine)
 if n <= 0 then return out end
 local function runnable(id)
   local st = redis.call('HMGET', P .. 'batch:' .. id, 'status', 'expires_at')
@@ -95,6 +109,7 @@ return 0
 
 _RENEW = """
 local P = ARGV[3]
+redis.call('ZADD', P .. 'runners', ARGV[4], ARGV[1])
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
   if all[i + 1] == ARGV[1] and redis.call('ZSCORE', KEYS[1], all[i]) then
@@ -312,7 +327,7 @@ class RedisBatchStore:
     async def claim_lines(self, me: str, want: int, max_running: int, lease_s: float) -> list[Line]:
         now = time.time()
         members = await self._claim(keys=[RUNNING, OPEN, LEASE],
-                                    args=[me, repr(now), repr(now + lease_s), want, max_running, P])
+                                    args=[me, repr(now), repr(now + lease_s), want, max_running, P, repr(lease_s)])
         if not members:
             return []
         keys = [tuple(_s(m).split("|", 1)) for m in members]
@@ -334,7 +349,8 @@ class RedisBatchStore:
         return out
 
     async def renew(self, me: str, lease_s: float) -> None:
-        await self._renew(keys=[RUNNING, LEASE], args=[me, repr(time.time() + lease_s), P])
+        now = time.time()
+        await self._renew(keys=[RUNNING, LEASE], args=[me, repr(now + lease_s), P, repr(now)])
 
     async def complete(self, me: str, batch_id: str, idx: int, answer: bytes, failed: bool) -> bool:
         done = await self._complete(keys=[RUNNING, LEASE],

@@ -158,3 +158,24 @@ def test_file_records(url, tmp_path):
         await files.close()
 
     asyncio.run(main())
+
+
+def test_runners_get_fair_parts(url, tmp_path):
+    """Each runner alive (seen within the lease time) gets its part of the bound; one that stops
+    being seen leaves its part to the others."""
+    async def main():
+        store = open_batch_store(url, str(tmp_path))
+        await _started(store, "batch_f", 12)
+        assert await store.claim_lines("wb", 0, 4, lease_s=0.5) == []  # (seen)
+        a = await store.claim_lines("wa", 10, 4, lease_s=0.5)
+        b = await store.claim_lines("wb", 10, 4, lease_s=0.5)
+        assert len(a) == 2 and len(b) == 2
+        assert await store.claim_lines("wa", 10, 4, lease_s=0.5) == []
+        for x in a:
+            assert await store.complete("wa", "batch_f", x.idx, b"{}", False)
+        assert len(await store.claim_lines("wa", 10, 4, lease_s=0.5)) == 2  # its part again, not more
+        await asyncio.sleep(0.6)  # both stop renewing; wb is never seen again
+        assert len(await store.claim_lines("wa", 10, 4, lease_s=0.5)) == 4  # alone: the whole bound
+        await store.close()
+
+    asyncio.run(main())

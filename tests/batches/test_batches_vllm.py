@@ -1,8 +1,9 @@
 """Batches on the real vLLM CPU engine (the tiny chat model, greedy; one engine for the module,
 this frontend with 2 workers): the official `openai` SDK uploads a file, creates a batch, polls
 and downloads the output, for chat completions, completions and Responses lines; every answer
-equals the same request sent online. The lines run at the batch priority (1) on an engine with
-the default FCFS policy, which accepts and ignores it."""
+equals the same request sent online. The engine runs `--scheduling-policy priority`: the lines go
+at the batch priority (1), the online requests at the default (0), and greedy answers do not
+depend on the order the engine takes them in."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ PROMPTS = ["Write a haiku about the sea.", "What is 2 + 2?", "Name three colours
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     s = Stack(["--workers", "2", "--shutdown-timeout", "5", "--served-model-name", MODEL, *ENGINE_ARGS,
+               "--scheduling-policy", "priority",
                "--files-dir", str(tmp_path_factory.mktemp("files")), build_tiny_model()], ready_timeout=600)
     yield s
     assert s.terminate(120) == 0, s.logs()

@@ -85,7 +85,7 @@ def add_batch_routes(app: web.Application) -> None:
         files = open_file_store(policy.response_store, files_dir)
         batches = open_batch_store(policy.response_store, files_dir)
         settings = RunnerSettings(
-            max_concurrency=max(1, policy.batch_max_concurrency), num_workers=cfg.num_workers,
+            max_concurrency=max(1, policy.batch_max_concurrency),
             lease_s=policy.batch_lease_timeout, poll_s=min(0.5, policy.batch_lease_timeout / 4),
             priority=policy.batch_priority, max_lines=policy.batch_max_requests,
             max_body_bytes=cfg.max_request_body_bytes)
