@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON result (default bench/results/batch-interactive-<date>.json)")
     a = ap.parse_args()
     files_dir = tempfile.mkdtemp(prefix="vpf-bench-files-")
+    load_before = os.getloadavg()[0]
     args = ["--engine", "sim", "--workers", "2", "--sim-step-time", str(a.step_time), "--max-model-len", "4096",
             "--served-model-name", MODEL, "--shutdown-timeout", "5", "--files-dir", files_dir,
             "--batch-max-concurrency", str(a.batch_max_concurrency), "demo:deepseek-v4"]
@@ -107,6 +108,8 @@ def main() -> None:
     result = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs",
+        # other processes' load skews every number here: the 1-minute load average around the run
+        "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
         "settings": {"lines": a.lines, "duration_s": a.duration, "interactive_clients": a.concurrency,
                      "max_tokens": a.tokens, "batch_max_concurrency": a.batch_max_concurrency,
                      "sim_step_time_s": a.step_time, "workers": 2},
