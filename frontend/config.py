@@ -85,6 +85,19 @@ class WorkerPolicy:
     response_store_max_entries: int = 10000  # past it the oldest stored responses go
     response_store_max_bytes: int = 512 * 1024 * 1024  # past it (in all) the oldest go
     response_store_max_record_bytes: int = 4 * 1024 * 1024  # one stored response at most
+    # The Files and Batch APIs (frontend/api/batches, serving/batch_runner.py): file contents
+    # and (without a Redis store) the files' and batches' SQLite file under files_dir (None: in
+    # the runtime directory, gone when the supervisor exits); lines run by every worker, at most
+    # batch_max_concurrency at once in the deployment (0: run none here), at engine priority
+    # batch_priority; a line whose worker stops renewing its lease for batch_lease_timeout
+    # seconds runs again elsewhere.
+    files_dir: str | None = None
+    files_max_bytes: int = 200 * 1024 * 1024
+    files_max_total_bytes: int = 10 * 1024 * 1024 * 1024
+    batch_max_concurrency: int = 32
+    batch_priority: int = 1
+    batch_lease_timeout: float = 30.0
+    batch_max_requests: int = 50000
     # Media inputs (frontend/media; vLLM's names): where media may come from, decoder settings,
     # items per prompt, and the threads that fetch and decode them in each worker.
     allowed_local_media_path: str | None = None  # file:// URLs only under this directory

@@ -262,6 +262,27 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--response-store-max-record-bytes", type=_non_negative_int, default=4 * 1024 * 1024,
                    help="bytes one stored response may take (default 4 MiB): a request whose input "
                         "and metadata alone are over it is refused (400)")
+    # The Files and Batch APIs (/v1/files, /v1/batches), run by the workers.
+    p.add_argument("--files-dir", default=None, metavar="DIR",
+                   help="where uploaded and batch output files live, with the files' and batches' SQLite "
+                        "store unless --response-store is Redis (default: in the runtime directory, removed "
+                        "when the supervisor exits; set it to keep batches across restarts; replicas sharing "
+                        "a Redis store need a directory they all mount)")
+    p.add_argument("--files-max-bytes", type=_non_negative_int, default=200 * 1024 * 1024,
+                   help="largest file upload in bytes (default 200 MiB)")
+    p.add_argument("--files-max-total-bytes", type=_non_negative_int, default=10 * 1024 ** 3,
+                   help="all stored files together, in bytes; past it uploads get 413 (default 10 GiB)")
+    p.add_argument("--batch-max-concurrency", type=_non_negative_int, default=32,
+                   help="batch lines running at once in the whole deployment (default 32; 0: this "
+                        "deployment runs no batch lines)")
+    p.add_argument("--batch-priority", type=int, default=1,
+                   help="engine `priority` of batch lines (default 1: after interactive requests, whose "
+                        "default is 0; the engine orders by it with --scheduling-policy priority)")
+    p.add_argument("--batch-lease-timeout", type=float, default=30.0,
+                   help="seconds after which the lines of a worker that stopped renewing its lease run "
+                        "again on another worker (default 30)")
+    p.add_argument("--batch-max-requests", type=_non_negative_int, default=50000,
+                   help="request lines per batch input file (default 50000, as OpenAI)")
     p.add_argument("--ssl-keyfile", default=None, help="TLS private key file (with --ssl-certfile)")
     p.add_argument("--ssl-certfile", default=None, help="TLS certificate chain file: serve https")
     p.add_argument("--ssl-ca-certs", default=None, help="CA certificates that sign client certificates")

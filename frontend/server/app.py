@@ -30,6 +30,7 @@ from vllm_pyfrontend.api.openai import generate_routes as generate_tokens
 from vllm_pyfrontend.api.openai import render_routes as render
 from vllm_pyfrontend.api.openai import sagemaker_routes as sagemaker
 from vllm_pyfrontend.api.speech import add_speech_routes
+from vllm_pyfrontend.api.batches import add_batch_routes
 from vllm_pyfrontend.serving.state import STATE
 
 log = logging.getLogger(__name__)
@@ -176,4 +177,5 @@ def build_app(state: ServerState) -> web.Application:
     admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes
     sagemaker.add_routes(app, chat=handle_chat_completions, completion=handle_completions)  # /ping, /invocations
     add_speech_routes(app)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/api/speech)
+    add_batch_routes(app)  # /v1/files, /v1/batches; the batch runner (frontend/api/batches)
     return app

@@ -64,14 +64,16 @@ def _body_for(path: str) -> dict:
     return {}
 
 
-def _status_past_the_key(path: str) -> int:
+def _status_past_the_key(path: str, method: str = "GET") -> int:
     """What a valid key gets on this stack (a generation model, scale-out routes off)."""
     if path in ("/v1/embeddings", "/v1/score", "/v1/rerank"):
         return 400  # pooling routes on a generation model
     if "/render" in path or "/derender" in path:
         return 403  # vLLM's answer while --enable-scale-out is off
-    if "{response_id}" in path:
-        return 404  # no such stored response
+    if "{response_id}" in path or "{file_id}" in path or "{batch_id}" in path:
+        return 404  # no such stored response, file or batch
+    if path in ("/v1/files", "/v1/batches") and method == "POST":
+        return 400  # an upload is multipart; a batch needs input_file_id, endpoint, completion_window
     if path.startswith("/v1/audio/"):
         return 404  # a text-only model has no speech routes (as vLLM registers none)
     return 200
@@ -79,7 +81,8 @@ def _status_past_the_key(path: str) -> int:
 
 @pytest.mark.parametrize("method,path", v1_routes())
 def test_every_v1_route_needs_a_valid_key(stack, method, path):
-    url = stack.base_url + path.replace("{response_id}", "resp_unknown")
+    url = stack.base_url + path.replace("{response_id}", "resp_unknown").replace(
+        "{file_id}", "file-unknown").replace("{batch_id}", "batch_unknown")
     body = _body_for(path)
     anthropic = path.startswith("/v1/messages")
     with httpx.Client(timeout=30) as h:
@@ -94,7 +97,7 @@ def test_every_v1_route_needs_a_valid_key(stack, method, path):
         for key in KEYS:
             for headers in ({"Authorization": f"Bearer {key}"}, {"x-api-key": key}):
                 r = h.request(method, url, json=body if method == "POST" else None, headers=headers)
-                assert r.status_code == _status_past_the_key(path), (method, path, r.text)
+                assert r.status_code == _status_past_the_key(path, method), (method, path, r.text)
 
 
 def test_openai_client_needs_a_valid_key(stack):

@@ -1,0 +1,288 @@
+"""`/v1/files` and `/v1/batches`, as OpenAI serves them, run by the deployment itself.
+
+Files: upload (multipart, `purpose: "batch"`; other purposes are refused: this deployment only
+runs batches), list, retrieve, delete and content. Batches: create, retrieve, list, cancel. Every
+file and batch records the owner scope of the key that created it (`tenants`); another owner's
+id is answered exactly like an unknown one (404).
+
+Each worker runs a `BatchRunner` (serving/batch_runner.py) on the shared store; a line runs
+through the handler the app registers for its url (`call_route`: the same lowering, checks,
+admission and answer as an online request, under the batch owner's tenant and at the batch
+priority), so nothing here reimplements a route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from typing import Any
+from unittest import mock
+
+import msgspec
+from aiohttp import streams, web
+from aiohttp.test_utils import make_mocked_request
+
+from vllm_pyfrontend.api.batches.formatter import list_page, new_batch
+from vllm_pyfrontend.api.batches.schemas import CreateBatchRequest, check_create
+from vllm_pyfrontend.api.batches.uploads import read_upload
+from vllm_pyfrontend.errors import APIError, InvalidRequestError
+from vllm_pyfrontend.metrics.batches import BatchMetrics
+from vllm_pyfrontend.serving.batch_runner import BatchRunner, RunnerSettings
+from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.state import STATE
+from vllm_pyfrontend.store.batches import BatchStore, open_batch_store
+from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore, open_file_store
+from vllm_pyfrontend.tenants import TENANT, Tenant, tenant_of
+
+FILES_SUBDIR = "files"  # under the runtime directory when --files-dir is not given
+UPLOAD_PURPOSES = ("batch",)
+
+
+class BatchService:
+    """Per worker: the stores, the files' directory, the limits and the runner."""
+
+    def __init__(self, files: FileStore, batches: BatchStore, contents: FileContents, *,
+                 max_file_bytes: int, max_total_bytes: int, runner: BatchRunner | None = None):
+        self.files = files
+        self.batches = batches
+        self.contents = contents
+        self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
+        self.runner = runner
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.close()
+        await self.batches.close()
+        await self.files.close()
+
+
+BATCHES = web.AppKey("batches", BatchService)
+
+
+def files_dir_of(config) -> str:
+    return os.path.abspath(config.policy.files_dir or os.path.join(config.runtime_dir, FILES_SUBDIR))
+
+
+def add_batch_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/files", handle_upload)
+    app.router.add_get("/v1/files", handle_list_files)
+    app.router.add_get("/v1/files/{file_id}", handle_retrieve_file)
+    app.router.add_delete("/v1/files/{file_id}", handle_delete_file)
+    app.router.add_get("/v1/files/{file_id}/content", handle_file_content)
+    app.router.add_post("/v1/batches", handle_create_batch)
+    app.router.add_get("/v1/batches", handle_list_batches)
+    app.router.add_get("/v1/batches/{batch_id}", handle_retrieve_batch)
+    app.router.add_post("/v1/batches/{batch_id}/cancel", handle_cancel_batch)
+
+    async def start(app: web.Application) -> None:
+        state = app[STATE]
+        cfg, policy = state.config, state.config.policy
+        files_dir = files_dir_of(cfg)
+        contents = FileContents(files_dir)
+        files = open_file_store(policy.response_store, files_dir)
+        batches = open_batch_store(policy.response_store, files_dir)
+        settings = RunnerSettings(
+            max_concurrency=max(1, policy.batch_max_concurrency),
+            lease_s=policy.batch_lease_timeout, poll_s=min(0.5, policy.batch_lease_timeout / 4),
+            priority=policy.batch_priority, max_lines=policy.batch_max_requests,
+            max_body_bytes=cfg.max_request_body_bytes)
+        runner = None
+        if policy.batch_max_concurrency > 0:  # 0: this deployment stores files and batches, runs none
+            runner = BatchRunner(batches=batches, files=files, contents=contents, call=route_caller(app),
+                                 settings=settings, draining=lambda: state.draining,
+                                 metrics=BatchMetrics(state.metrics.registry))
+            runner.start()
+        app[BATCHES] = BatchService(files, batches, contents, max_file_bytes=policy.files_max_bytes,
+                                    max_total_bytes=policy.files_max_total_bytes, runner=runner)
+
+    async def stop(app: web.Application) -> None:
+        service = app.get(BATCHES)
+        if service is not None:
+            await service.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+
+
+# -- running a line through the app's own route --------------------------------------------------
+_PROTOCOL = mock.Mock(_reading_paused=False)  # a body fed whole never pauses its protocol
+
+
+def route_caller(app: web.Application):
+    """call(url, body, tenant): the app's handler for POST `url`, on a request that carries
+    `body` and the tenant, answered as the error middleware would answer it."""
+    async def call(url: str, body: bytes, tenant: Tenant) -> tuple[int, bytes, str | None]:
+        payload = streams.StreamReader(_PROTOCOL, 1 << 16, loop=asyncio.get_running_loop())
+        payload.feed_data(body)
+        payload.feed_eof()
+        request = make_mocked_request("POST", url, app=app, payload=payload, headers={
+            "Content-Type": "application/json", "Content-Length": str(len(body))})
+        request[TENANT] = tenant
+        match = await app.router.resolve(request)
+        if match.http_exception is not None:
+            return 404, APIError(404, f"Not found: {url}").to_bytes(), None
+        try:
+            resp = await match.handler(request)
+        except APIError as e:
+            return e.status, e.to_bytes(), None
+        except InvalidRequestError as e:
+            return 400, APIError(400, e.message, e.param).to_bytes(), None
+        except RecursionError:
+            return 400, APIError(400, "The request body is nested too deeply.").to_bytes(), None
+        except web.HTTPException as e:
+            return e.status, APIError(e.status, e.text or e.reason).to_bytes(), None
+        body_out = resp.body if isinstance(resp, web.Response) else None
+        if not isinstance(body_out, bytes):
+            return 500, APIError(500, "The route did not answer with a JSON body.").to_bytes(), None
+        return resp.status, body_out, resp.headers.get("X-Request-Id")
+
+    return call
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
+
+
+def _service(request: web.Request) -> BatchService:
+    return request.app[BATCHES]
+
+
+def _limit(request: web.Request, default: int, most: int) -> int:
+    raw = request.query.get("limit")
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise APIError(400, "`limit` must be an integer.", "limit") from None
+    if not 1 <= value <= most:
+        raise APIError(400, f"`limit` must be between 1 and {most}.", "limit")
+    return value
+
+
+def _file_not_found(file_id: str) -> APIError:
+    return APIError(404, f"No such File object: {file_id}", "file_id")
+
+
+def _batch_not_found(batch_id: str) -> APIError:
+    return APIError(404, f"No batch found with id '{batch_id}'.", "batch_id")
+
+
+# -- /v1/files ---------------------------------------------------------------------------------------
+async def handle_upload(request: web.Request) -> web.Response:
+    service = _service(request)
+    owner = tenant_of(request).owner
+    file_id = "file-" + secrets.token_hex(12)
+    temp = service.contents.temp_path(file_id)
+    published = False
+    try:
+        upload = await read_upload(request, temp, max_file_bytes=service.max_file_bytes)
+        purpose = upload.fields.get("purpose")
+        if purpose is None:
+            raise APIError(400, "Missing required field `purpose`.", "purpose")
+        if purpose not in UPLOAD_PURPOSES:
+            raise APIError(400, f"Unsupported purpose `{purpose}`: this server accepts files for "
+                                f"{', '.join(UPLOAD_PURPOSES)} only.", "purpose")
+        if upload.filename is None:
+            raise APIError(400, "Missing required field `file`.", "file")
+        rec = FileRecord(file_id, owner, purpose, upload.filename, upload.size, time.time())
+        service.contents.publish(temp, file_id)
+        published = True
+        if not await service.files.add(rec, service.max_total_bytes):
+            raise APIError(413, f"The files stored here would exceed {service.max_total_bytes} bytes; delete "
+                                "some files first.", "file")
+        return _json(rec.to_object())
+    except BaseException:
+        if published:
+            service.contents.remove(file_id)
+        else:
+            try:
+                os.unlink(temp)
+            except FileNotFoundError:
+                pass
+        raise
+
+
+async def handle_list_files(request: web.Request) -> web.Response:
+    order = request.query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise APIError(400, "`order` must be `asc` or `desc`.", "order")
+    records, more = await _service(request).files.list(
+        tenant_of(request).owner, purpose=request.query.get("purpose"), after=request.query.get("after"),
+        limit=_limit(request, 10000, 10000), order=order)
+    return _json(list_page([r.to_object() for r in records], more))
+
+
+async def _file(request: web.Request) -> FileRecord:
+    file_id = request.match_info["file_id"]
+    rec = await _service(request).files.get(file_id, tenant_of(request).owner)
+    if rec is None:
+        raise _file_not_found(file_id)
+    return rec
+
+
+async def handle_retrieve_file(request: web.Request) -> web.Response:
+    return _json((await _file(request)).to_object())
+
+
+async def handle_delete_file(request: web.Request) -> web.Response:
+    service = _service(request)
+    file_id = request.match_info["file_id"]
+    if not await service.files.delete(file_id, tenant_of(request).owner):
+        raise _file_not_found(file_id)
+    await asyncio.to_thread(service.contents.remove, file_id)
+    return _json({"id": file_id, "object": "file", "deleted": True})
+
+
+async def handle_file_content(request: web.Request) -> web.StreamResponse:
+    rec = await _file(request)
+    path = _service(request).contents.path(rec.id)
+    if not os.path.exists(path):
+        raise _file_not_found(rec.id)
+    return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
+
+
+# -- /v1/batches -------------------------------------------------------------------------------------
+async def handle_create_batch(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    service = _service(request)
+    tenant = tenant_of(request)
+    req: CreateBatchRequest = decode_body(await state.read_body(request), CreateBatchRequest)
+    window_s = check_create(req)
+    rec = await service.files.get(req.input_file_id, tenant.owner)
+    if rec is None:
+        raise APIError(404, f"No such File object: {req.input_file_id}", "input_file_id")
+    if rec.purpose != "batch":
+        raise APIError(400, f"The file `{req.input_file_id}` has purpose `{rec.purpose}`, not `batch`.",
+                       "input_file_id")
+    batch = new_batch("batch_" + secrets.token_hex(16), req, created_at=int(time.time()), window_s=window_s)
+    await service.batches.create(batch, tenant.owner, tenant.name)
+    if service.runner is not None:
+        service.runner.wake()
+    return _json(batch)
+
+
+async def handle_retrieve_batch(request: web.Request) -> web.Response:
+    batch_id = request.match_info["batch_id"]
+    obj = await _service(request).batches.get(batch_id, tenant_of(request).owner)
+    if obj is None:
+        raise _batch_not_found(batch_id)
+    return _json(obj)
+
+
+async def handle_list_batches(request: web.Request) -> web.Response:
+    data, more = await _service(request).batches.list(
+        tenant_of(request).owner, after=request.query.get("after"), limit=_limit(request, 20, 100))
+    return _json(list_page(data, more))
+
+
+async def handle_cancel_batch(request: web.Request) -> web.Response:
+    batch_id = request.match_info["batch_id"]
+    obj = await _service(request).batches.cancel(batch_id, tenant_of(request).owner)
+    if obj is None:
+        raise _batch_not_found(batch_id)
+    return _json(obj)

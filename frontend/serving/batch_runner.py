@@ -1,0 +1,257 @@
+"""Running batches inside the deployment: every worker takes its part of the pending work.
+
+Each worker runs one `BatchRunner`. It claims work from the shared store (`store/batches.py`):
+batch-level steps (validate a new batch's input file, finalize one that is done, cancelled or
+past its window) and request lines: the store bounds the lines running in the whole deployment
+by `--batch-max-concurrency`, and each runner's by its fair part of it (the bound over the
+runners alive, every worker of every replica), so the lines spread over the deployment. A line runs through the
+same route handler as an online request (`call`, given by the API layer: the handler the app
+registers for the line's url, with the batch owner's tenant), at the batch's engine priority,
+so it is lowered, validated, admitted and answered exactly as online. Its answer is recorded in
+the store (only by the holder of the line's lease, once) before anything is written to a file;
+the output and error files are assembled from those records when the batch finalizes.
+
+Leases: a worker renews the leases of its running lines every third of `lease_s`; a worker that
+dies stops renewing and its lines are claimed again once their lease expires. A stopping worker
+(drain) claims nothing new; what is still running when it closes is aborted and given back at
+once. Cancel (or expiry) is noticed within `poll_s`: the worker aborts its lines of that batch
+(cancelling the handler aborts the engine requests, as a client leaving does) and gives them back
+unanswered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from vllm_pyfrontend.serving.batch_lines import (
+    RETRY_STATUSES, InputError, answer_entry, expired_entry, parse_input)
+from vllm_pyfrontend.store.batches import BatchStore, Line, Task
+from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore
+from vllm_pyfrontend.tenants import Tenant
+
+log = logging.getLogger(__name__)
+
+# call(url, body, tenant) -> (HTTP status, response body, request id or None)
+LineCall = Callable[[str, bytes, Tenant], Awaitable[tuple[int, bytes, "str | None"]]]
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    max_concurrency: int = 32  # lines running in the whole deployment
+    lease_s: float = 30.0
+    poll_s: float = 0.5
+    priority: int = 1
+    max_lines: int = 50000
+    max_body_bytes: int = 32 * 1024 * 1024
+
+
+class BatchMetricsSink:
+    """What the runner reports (the worker's Prometheus families; nothing in tests)."""
+
+    def line_done(self, failed: bool) -> None: ...
+
+    def batch_ended(self, status: str) -> None: ...
+
+    def batches_by_status(self, counts: dict[str, int]) -> None: ...
+
+    def lines_running(self, n: int) -> None: ...
+
+
+def output_file_ids(batch_id: str) -> tuple[str, str]:
+    """The output and error files' ids of a batch: fixed by the batch, so a finalize that is
+    redone (its worker died) replaces, never duplicates, them."""
+    tail = batch_id.removeprefix("batch_")
+    return f"file-{tail}out", f"file-{tail}err"
+
+
+class BatchRunner:
+    def __init__(self, *, batches: BatchStore, files: FileStore, contents: FileContents, call: LineCall,
+                 settings: RunnerSettings, draining: Callable[[], bool] = lambda: False,
+                 metrics: BatchMetricsSink | None = None):
+        self.batches = batches
+        self.files = files
+        self.contents = contents
+        self.call = call
+        self.settings = settings
+        self.draining = draining
+        self.metrics = metrics or BatchMetricsSink()
+        # Who holds a lease: unique per process and start, so a restarted worker never renews
+        # its predecessor's leases.
+        self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.running: dict[tuple[str, int], asyncio.Task] = {}
+        self._wake = asyncio.Event()
+        self._main: asyncio.Task | None = None
+        self._closing = False
+        # After a line is refused for now (429: the deployment's queue is full; 503): no claims
+        # until then, so a full deployment is not asked again at once, line after line.
+        self._backoff_until = 0.0
+
+    def start(self) -> None:
+        self._main = asyncio.get_running_loop().create_task(self._loop())
+
+    def wake(self) -> None:
+        """Look for work now (a batch was created on this worker)."""
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Stop: abort the lines still running and give them back for another worker."""
+        self._closing = True
+        if self._main is not None:
+            self._main.cancel()
+            try:
+                await self._main
+            except asyncio.CancelledError:
+                pass
+        keys = list(self.running)
+        await self._abort(keys)
+
+    # -- the loop ------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        s = self.settings
+        last_steps = last_renew = 0.0
+        while True:
+            now = time.monotonic()
+            try:
+                if now - last_renew >= s.lease_s / 3:
+                    last_renew = now
+                    if self.running:
+                        await self.batches.renew(self.me, s.lease_s)
+                if now - last_steps >= s.poll_s:
+                    last_steps = now
+                    await self._check_running_batches()
+                    await self._batch_steps()
+                if not self.draining():
+                    await self._claim_lines()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a store hiccup delays work, never stops the runner
+                log.exception("batch runner step failed")
+            self.metrics.lines_running(len(self.running))
+            try:
+                await asyncio.wait_for(self._wake.wait(), s.poll_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def _batch_steps(self) -> None:
+        for _ in range(8):  # a few per pass: a burst of ended batches does not stall the lines
+            task = await self.batches.claim_task(self.me, self.settings.lease_s)
+            if task is None:
+                break
+            if task.kind == "validate":
+                await self._validate(task)
+            else:
+                await self._finalize(task)
+        self.metrics.batches_by_status(await self.batches.counts_by_status())
+
+    async def _check_running_batches(self) -> None:
+        """Abort this worker's lines of batches that stopped running (cancelled, expired)."""
+        ids = sorted({b for b, _ in self.running})
+        if not ids:
+            return
+        statuses = await self.batches.statuses(ids)
+        stopped = {b for b in ids if statuses.get(b) != "in_progress"}
+        if stopped:
+            await self._abort([k for k in self.running if k[0] in stopped])
+
+    async def _abort(self, keys: list[tuple[str, int]]) -> None:
+        tasks = [self.running[k] for k in keys if k in self.running]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.batches.release(self.me, keys)
+
+    async def _claim_lines(self) -> None:
+        free = self.settings.max_concurrency - len(self.running)
+        if free <= 0 or time.monotonic() < self._backoff_until:
+            return
+        lines = await self.batches.claim_lines(self.me, free, self.settings.max_concurrency, self.settings.lease_s)
+        loop = asyncio.get_running_loop()
+        for line in lines:
+            key = (line.batch_id, line.idx)
+            self.running[key] = loop.create_task(self._run_line(line))
+
+    async def _run_line(self, line: Line) -> None:
+        key = (line.batch_id, line.idx)
+        try:
+            try:
+                status, body, request_id = await self.call(line.url, line.body, Tenant(line.tenant, line.owner))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the line is answered with the failure
+                log.exception("batch %s line %d failed", line.batch_id, line.idx)
+                status, body, request_id = 500, b'{"error": {"message": "Internal server error.", ' \
+                                                 b'"type": "InternalServerError", "param": null, "code": 500}}', None
+            if status in RETRY_STATUSES:  # full or unavailable for now: run it again later
+                self._backoff_until = time.monotonic() + self.settings.poll_s
+                await self.batches.release(self.me, [key])
+                return
+            answer, failed = answer_entry(line.custom_id, status, body, request_id)
+            if await self.batches.complete(self.me, line.batch_id, line.idx, answer, failed):
+                self.metrics.line_done(failed)
+        finally:
+            if self.running.get(key) is asyncio.current_task():
+                del self.running[key]
+            if not self._closing:
+                self._wake.set()
+
+    # -- batch-level steps -----------------------------------------------------------------------
+    async def _validate(self, task: Task) -> None:
+        b = task.batch
+        rec = await self.files.get(b["input_file_id"], task.owner)
+        try:
+            if rec is None:
+                raise InputError("invalid_file", f"The input file `{b['input_file_id']}` does not exist.")
+            data = await asyncio.to_thread(_read, self.contents.path(rec.id))
+            s = self.settings
+            # (off the event loop: a large file takes a while to check, interactive requests wait for nothing)
+            lines = await asyncio.to_thread(parse_input, data, b["endpoint"], max_lines=s.max_lines,
+                                            max_body_bytes=s.max_body_bytes, priority=s.priority)
+        except InputError as e:
+            if await self.batches.fail(b["id"], self.me, [e.entry]):
+                self.metrics.batch_ended("failed")
+            return
+        except OSError as e:
+            log.error("batch %s: cannot read its input file: %s", b["id"], e)
+            if await self.batches.fail(b["id"], self.me, [InputError("invalid_file", "The input file cannot be read.").entry]):
+                self.metrics.batch_ended("failed")
+            return
+        if await self.batches.start_run(b["id"], self.me, lines):
+            for ln in lines:
+                if ln.error is not None:
+                    self.metrics.line_done(True)
+            self._wake.set()
+
+    async def _finalize(self, task: Task) -> None:
+        b = task.batch
+        batch_id, final = b["id"], task.final_status or "completed"
+        if not await self.batches.begin_finalize(batch_id, self.me, final, expired_entry):
+            return
+        answers = await self.batches.answers(batch_id)
+        out = b"".join(a + b"\n" for _, failed, a in answers if not failed)
+        err = b"".join(a + b"\n" for _, failed, a in answers if failed)
+        out_id, err_id = output_file_ids(batch_id)
+        now = time.time()
+        ids: list[str | None] = []
+        for file_id, data, kind in ((out_id, out, "output"), (err_id, err, "error")):
+            if not data:
+                ids.append(None)
+                continue
+            await asyncio.to_thread(self.contents.write, file_id, data)
+            await self.files.add(FileRecord(file_id, task.owner, "batch_output", f"{batch_id}_{kind}.jsonl",
+                                            len(data), now))
+            ids.append(file_id)
+        if await self.batches.end_finalize(batch_id, self.me, ids[0], ids[1]):
+            self.metrics.batch_ended(final)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
