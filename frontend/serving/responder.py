@@ -74,7 +74,10 @@ def submit_choices(
     admission = state.admission
     if admission is not None:
         admission.admit(len(items))
-    sub = Submission(state.engine, state.worker_index, run, run.response_id.split("-", 1)[0])
+    prefix = run.response_id.split("-", 1)[0]
+    if len(prefix) > 32 or not (prefix.isascii() and prefix.replace("_", "").isalnum()):
+        prefix = "req"  # a client's request id (Responses): not into the engine's ids and logs
+    sub = Submission(state.engine, state.worker_index, run, prefix)
     arrival = time.monotonic()
     trace = request.get("trace_headers")
     rank = data_parallel_rank(request)
