@@ -3,7 +3,8 @@ the simulated engine, --enable-log-requests): a Responses `request_id` with a ne
 return and a terminal escape (it names the request in the engine's log of a request it cannot
 run), a URL path and header values holding line breaks. Every line the supervisor prints starts
 with its speaker's prefix, the client's text shows only escaped, and no raw control or
-line-breaking character a client sent reaches the log. Also the escaping itself."""
+line-breaking character a client sent reaches the log. Also the escaping itself, and LoRA names
+and paths with a NUL byte: 400s before anything reaches the engine."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ PREFIXES = ("[supervisor] ", "[engine] ", "[worker 0] ", "[worker 1] ")
 
 @pytest.fixture(scope="module")
 def stack():
-    s = Stack(sim_args("--enable-log-requests"), ready_timeout=120)
+    s = Stack(sim_args("--enable-log-requests"), ready_timeout=120, env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"})
     yield s
     s.terminate()
 
@@ -51,6 +52,14 @@ def test_client_strings_are_escaped_in_every_log_line(stack):
         for raw in ("\x1b", "\r", "\u2028", "\u0085", "\x7f"):
             assert raw not in line, line
     assert any("forged by a client" in line for line in lines)  # there, but escaped inside a line
+
+
+def test_lora_names_and_paths_with_a_nul_byte_are_400(stack):
+    with httpx.Client(base_url=stack.base_url, timeout=30) as c:
+        for body in ({"lora_name": "a", "lora_path": "/tmp/adapter\x00/../x"}, {"lora_name": "a\x00", "lora_path": "/tmp/a"}):
+            r = c.post("/v1/load_lora_adapter", json=body)
+            assert r.status_code == 400, r.text
+            assert "NUL byte" in r.json()["error"]["message"]
 
 
 def test_log_text_and_the_formatter():
