@@ -342,16 +342,18 @@ class MultipartReader:
 
     async def _headers(self) -> Part:
         limit = self.limits.max_header_size
+        scanned = 0  # bytes past `_pos` already searched (a body sent a byte at a time is not rescanned)
         while True:
-            end = self._buf.find(b"\r\n\r\n", self._pos)
             if self._buf.startswith(_CRLF, self._pos):  # no headers at all
-                end, block = self._pos, b""
+                block = b""
                 self._pos += 2
                 break
+            end = self._buf.find(b"\r\n\r\n", self._pos + max(0, scanned - 3))
             if end >= 0:
                 block = bytes(self._buf[self._pos:end])
                 self._pos = end + 4
                 break
+            scanned = len(self._buf) - self._pos
             if len(self._buf) - self._pos > limit or not await self._fill():
                 if len(self._buf) - self._pos > limit:
                     raise _bad(f"A part's headers exceed {limit} bytes.")
