@@ -4,12 +4,13 @@ for it, without blocking the event loop.
 - `data:` URLs (RFC 2397, base64 only, as vLLM): decoded in the pool.
 - `http(s)://`: aiohttp, one session per loader. Every hop (the URL and each redirect, followed
   here one by one, at most `max_redirects`) must be http(s), in --allowed-media-domains when set,
-  and connect only to allowed addresses: an IP literal is checked before the request, a host
-  name's resolved addresses by the connector's resolver (so the address checked is the address
-  connected to: no DNS-rebinding window). The whole fetch (every hop and the body) has one
-  deadline; the body is read in chunks against the size limit (Content-Length is checked
-  first). Proxies from the environment are not used (the address check would be the proxy's).
-  Unlike vLLM, no retries: a fetch fails after one time-out, not after three growing ones.
+  and connect only to allowed addresses: an IP literal (in any form: `policy.host_address`) is
+  checked before the request, a host name's resolved addresses by the connector's resolver (so
+  the address checked is the address connected to: no DNS-rebinding window). The whole fetch
+  (every hop and the body) has one deadline; the body is read in chunks against the size limit
+  (Content-Length is checked first). Proxies from the environment are not used (the address
+  check would be the proxy's). Unlike vLLM, no retries: a fetch fails after one time-out, not
+  after three growing ones.
 - `file://`: only under --allowed-local-media-path, read in the pool.
 
 Decoding (decode.py) runs in `executor`: a thread pool of `mm_workers` threads unless one is
@@ -214,7 +215,7 @@ class MediaLoader:
         # trailing dot or percent-encoded) is checked as the address it stands for, here and
         # not by the connector: aiohttp before 3.14.2 connects to the legacy numeric forms
         # without asking the resolver, and the guarded resolver is the only other check.
-        for raw in {host, url.raw_host or host}:
+        for raw in (host,) if url.raw_host in (None, host) else (host, url.raw_host):
             try:
                 address = host_address(raw)
             except ValueError as e:

@@ -1,8 +1,9 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations, as vLLM's Python server has them.
 
 Steps (vLLM's `SpeechToTextBaseServing._create_speech_to_text`, in its order):
-1. the multipart form (`form.py`), the upload read up to `VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`
-   (vLLM's variable and default, 25 MB) without holding more than that;
+1. the multipart form (`form.py`; read with the bounds of vLLM's form parser by
+   `serving/multipart.py`), the upload read up to `VLLM_MAX_AUDIO_CLIP_FILESIZE_MB` (vLLM's
+   variable and default, 25 MB) without holding more than that;
 2. the model name, the engine, the model's support (a model whose class is not a
    `SupportsTranscription` has no such routes in vLLM: 404 here too; a text-only worker
    decides that from config.json and never imports torch), the response format;
