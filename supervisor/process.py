@@ -20,6 +20,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from vllm_pyfrontend.server.log_lines import LogLineFormatter, escape_line
+
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True) if sys.platform == "linux" else None
 
@@ -45,7 +47,7 @@ def write_line(prefix: bytes, line: bytes) -> None:
 def log_as(name: str, level: str) -> None:
     """This process's own log lines say `[name]`, like its children's (see `Child`)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"[{name}] %(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(LogLineFormatter(f"[{name}] %(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -61,7 +63,8 @@ def keep_pump(pump: asyncio.Future) -> None:
 
 
 async def pump_lines(reader: asyncio.StreamReader, prefix: bytes) -> None:
-    """Re-emit what a child writes, line by line, with `prefix`."""
+    """Re-emit what a child writes, line by line, with `prefix`: control characters in a line
+    escaped (a carriage return or a terminal escape could otherwise hide the prefix)."""
     pending = b""
     while True:
         chunk = await reader.read(65536)
@@ -70,9 +73,9 @@ async def pump_lines(reader: asyncio.StreamReader, prefix: bytes) -> None:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            write_line(prefix, line.rstrip(b"\r"))
+            write_line(prefix, escape_line(line.rstrip(b"\r")))
     if pending:
-        write_line(prefix, pending)
+        write_line(prefix, escape_line(pending))
 
 
 class GroupedProcess:

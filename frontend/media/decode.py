@@ -181,9 +181,14 @@ def read_local_file(path: str, allowed_dir: str | None, max_bytes: int) -> bytes
 
     if not allowed_dir:
         raise MediaError(403, "Cannot load local files without `--allowed-local-media-path`.")
+    if "\x00" in path:  # os calls raise ValueError on it
+        raise MediaError(400, "The file path contains a NUL byte.")
     root = Path(allowed_dir).resolve()
     filepath = Path(path)
-    resolved = filepath.resolve()
+    try:
+        resolved = filepath.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop (RuntimeError before Python 3.13)
+        raise MediaError(400, f"Cannot resolve the file path {filepath}: {e}.") from None
     if root not in resolved.parents:
         raise MediaError(403, f"The file path {filepath} must be a subpath of `--allowed-local-media-path "
                               f"{root}`.")

@@ -4,12 +4,13 @@ for it, without blocking the event loop.
 - `data:` URLs (RFC 2397, base64 only, as vLLM): decoded in the pool.
 - `http(s)://`: aiohttp, one session per loader. Every hop (the URL and each redirect, followed
   here one by one, at most `max_redirects`) must be http(s), in --allowed-media-domains when set,
-  and connect only to allowed addresses: an IP literal is checked before the request, a host
-  name's resolved addresses by the connector's resolver (so the address checked is the address
-  connected to: no DNS-rebinding window). The whole fetch (every hop and the body) has one
-  deadline; the body is read in chunks against the size limit (Content-Length is checked
-  first). Proxies from the environment are not used (the address check would be the proxy's).
-  Unlike vLLM, no retries: a fetch fails after one time-out, not after three growing ones.
+  and connect only to allowed addresses: an IP literal (in any form: `policy.host_address`) is
+  checked before the request, a host name's resolved addresses by the connector's resolver (so
+  the address checked is the address connected to: no DNS-rebinding window). The whole fetch
+  (every hop and the body) has one deadline; the body is read in chunks against the size limit
+  (Content-Length is checked first). Proxies from the environment are not used (the address
+  check would be the proxy's). Unlike vLLM, no retries: a fetch fails after one time-out, not
+  after three growing ones.
 - `file://`: only under --allowed-local-media-path, read in the pool.
 
 Decoding (decode.py) runs in `executor`: a thread pool of `mm_workers` threads unless one is
@@ -28,7 +29,7 @@ from urllib.request import url2pathname
 
 from vllm_pyfrontend.media import decode
 from vllm_pyfrontend.errors import MediaError
-from vllm_pyfrontend.media.policy import MediaPolicy, default_mm_workers
+from vllm_pyfrontend.media.policy import MediaPolicy, default_mm_workers, host_address
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
@@ -84,16 +85,6 @@ def _find_refusal(exc: BaseException) -> _RefusedAddress | None:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
-
-
-def _is_ip_literal(host: str) -> bool:
-    import ipaddress
-
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-        return True
-    except ValueError:
-        return False
 
 
 class MediaLoader:
@@ -194,6 +185,8 @@ class MediaLoader:
             return await self._http_get(url, modality, max_bytes)
         if scheme == "file":
             path = url2pathname(parts.netloc + parts.path)
+            if "\x00" in path:  # `%00`: no file has such a name, and os calls raise on it
+                raise MediaError(400, f"Invalid {modality} URL: the file path contains a NUL byte.")
             return await self._run(decode.read_local_file, path, self.policy.allowed_local_media_path, max_bytes)
         raise MediaError(400, "The URL must be either a HTTP, data or file URL.")
 
@@ -218,8 +211,22 @@ class MediaLoader:
         if not self.policy.domain_allowed(host):
             raise MediaError(403, f"The URL must be from one of the allowed domains: "
                                   f"{self.policy.allowed_media_domains}. Input URL domain: {host}")
-        if _is_ip_literal(host) and not self.policy.address_allowed(host):
-            raise MediaError(403, _refused_message(host, host))
+        # An IP literal in any form (2130706433, 127.1, 0x7f.1, [::ffff:127.0.0.1], with a
+        # trailing dot or percent-encoded) is checked as the address it stands for, here and
+        # not by the connector: aiohttp before 3.14.2 connects to the legacy numeric forms
+        # without asking the resolver, and the guarded resolver is the only other check.
+        for raw in (host,) if url.raw_host in (None, host) else (host, url.raw_host):
+            try:
+                address = host_address(raw)
+            except ValueError as e:
+                raise MediaError(400, f"Invalid {modality} URL: {e}.") from None
+            if address is None:
+                continue
+            if not self.policy.address_allowed(str(address)):
+                raise MediaError(403, _refused_message(raw, str(address)))
+            if address.version == 4 and raw != str(address):
+                raise MediaError(400, f"Invalid {modality} URL: the host {raw} is not a canonical "
+                                      f"IPv4 address; write it as {address}.")
 
     async def _http_get(self, url: str, modality: str, max_bytes: int) -> bytes:
         import aiohttp

@@ -97,6 +97,72 @@ def check_item_counts(counts: Mapping[str, int], limits: Mapping[str, int] | Non
             raise MediaError(400, msg, modality)
 
 
+# Full stops a URL parser (IDNA, WHATWG) maps to "." in a host name.
+_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+
+
+def _ipv4_number(part: str) -> int | None:
+    """One part of an IPv4 literal as inet_aton and WHATWG's URL parser read it: `0x` hex,
+    a leading `0` octal, else decimal; None when it is not a number."""
+    if part[:2] in ("0x", "0X"):
+        digits, base = part[2:], 16
+        if digits == "":
+            return 0
+    elif len(part) > 1 and part[0] == "0":
+        digits, base = part[1:], 8
+    else:
+        digits, base = part, 10
+    if not digits.isascii() or not digits.isalnum():
+        return None
+    try:
+        return int(digits, base)
+    except ValueError:
+        return None
+
+
+def host_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address a URL's host stands for when it is an IP literal in any form that some
+    URL parser or the C library accepts, None for a host name.
+
+    IPv4 in the legacy forms `inet_aton` still maps onto an address (one to four parts, each
+    decimal, octal with a leading 0, or hex with 0x: `2130706433`, `127.1`, `0177.0.0.1`,
+    `0x7f.1`), with a trailing dot, percent-encoded (`%31%32%37.0.0.1`), in full-width digits
+    or ideographic full stops; IPv6 with or without brackets and a zone id (`fe80::1%eth0`),
+    IPv4-mapped and the other embedding forms (decided by `MediaPolicy.address_allowed`).
+    A host that looks like an IPv6 literal but is none (`::ffff:127.1`) raises ValueError: no
+    resolver should be asked what it means."""
+    h = host.strip("[]")
+    if ":" in h:
+        address, _, _zone = h.partition("%")
+        try:
+            return ipaddress.IPv6Address(address)
+        except ValueError:
+            raise ValueError(f"{host!r} is not a valid IPv6 address") from None
+    if "%" in h:
+        from urllib.parse import unquote
+
+        h = unquote(h, errors="replace")
+    if not h.isascii():
+        import unicodedata
+
+        h = unicodedata.normalize("NFKC", h).translate(_DOTS)
+    if h.endswith("."):
+        h = h[:-1]
+    parts = h.split(".")
+    if not h or len(parts) > 4:
+        return None
+    numbers = [_ipv4_number(p) for p in parts] if all(parts) else [None]
+    if any(n is None for n in numbers):
+        return None
+    *head, last = numbers
+    if any(n > 255 for n in head) or last >= 256 ** (4 - len(head)):
+        return None  # not an address inet_aton accepts: a name to the resolver, which fails
+    value = last
+    for i, n in enumerate(head):
+        value += n << (8 * (3 - i))
+    return ipaddress.IPv4Address(value)
+
+
 @dataclass
 class MediaPolicy:
     # file:// URLs: only files under this directory (vLLM's --allowed-local-media-path).

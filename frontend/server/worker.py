@@ -30,6 +30,7 @@ from vllm_pyfrontend.engine.types import EngineInfo
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.metrics import install_stats_tap
 from vllm_pyfrontend.model_config import ModelConfig
+from vllm_pyfrontend.server import log_lines
 from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.api.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
@@ -273,11 +274,9 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
 
 
 def _setup_logging(config: WorkerConfig) -> None:
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",  # the supervisor prefixes [worker i]
-        stream=sys.stderr,
-    )
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the supervisor prefixes [worker i]
+    logging.basicConfig(level=config.log_level.upper(), format=fmt, stream=sys.stderr)
+    log_lines.install(fmt)  # a client's string in a message cannot start a line of its own
     # vLLM's --uvicorn-log-level: the HTTP server's own logs (aiohttp's here)
     level = config.policy.uvicorn_log_level.upper()
     logging.getLogger("aiohttp").setLevel("DEBUG" if level == "TRACE" else level)

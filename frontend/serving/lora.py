@@ -96,6 +96,8 @@ async def load_adapter(state, name: str, path: str, *, load_inplace: bool = Fals
     store: LoRAStore = state.loras
     if not name or not path:
         raise APIError(400, "Both 'lora_name' and 'lora_path' must be provided.", err_type="InvalidUserInput")
+    if "\x00" in path or "\x00" in name:  # the engine's os calls raise on it: refused before
+        raise APIError(400, "'lora_name' and 'lora_path' must not contain a NUL byte.", err_type="InvalidUserInput")
     if name in state.model_names:
         raise APIError(400, f"The lora adapter '{name}' conflicts with a served base model.",
                        err_type="InvalidUserInput")

@@ -83,7 +83,10 @@ def submit_choices(
     if lease is not None:  # a named key: its max_tokens and tokens-per-minute limits
         prompt_tokens = sum({id(p): len(p) for _, p, _ in items}.values())
         lease.check_submit([s for _, _, s in items], requested_max_tokens, prompt_tokens)
-    sub = Submission(state.engine, state.worker_index, run, run.response_id.split("-", 1)[0])
+    prefix = run.response_id.split("-", 1)[0]
+    if len(prefix) > 32 or not (prefix.isascii() and prefix.replace("_", "").isalnum()):
+        prefix = "req"  # a client's request id (Responses): not into the engine's ids and logs
+    sub = Submission(state.engine, state.worker_index, run, prefix)
     arrival = time.monotonic()
     trace = request.get("trace_headers")
     rank = data_parallel_rank(request)

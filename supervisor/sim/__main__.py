@@ -14,6 +14,7 @@ import argparse
 import logging
 import sys
 
+from vllm_pyfrontend.server import log_lines
 from vllm_pyfrontend.supervisor.sim.engine import SimEngine, SimEngineConfig
 
 
@@ -81,10 +82,9 @@ def config_from_args(args: argparse.Namespace) -> SimEngineConfig:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format=f"%(asctime)s sim-engine[{args.engine_index}] %(levelname)s %(message)s",
-    )
+    fmt = f"%(asctime)s sim-engine[{args.engine_index}] %(levelname)s %(message)s"
+    logging.basicConfig(level=args.log_level.upper(), format=fmt)
+    log_lines.install(fmt)  # request ids are the client's to choose
     return SimEngine(config_from_args(args)).run()
 
 

@@ -47,7 +47,9 @@ class TokenSource:
         self._tokenizer = _load_tokenizer(model_dir)
         rng = random.Random(seed)
         if self._tokenizer is not None:
-            words = self._single_token_ids([" " + w for w in _WORDS])
+            # A byte-level vocabulary without merges has no whole words: its letters, then.
+            words = (self._single_token_ids([" " + w for w in _WORDS])
+                     or self._single_token_ids(list("abcdefghijklmnopqrstuvwxyz ")))
             marks = self._single_token_ids(list(_PUNCTUATION))
         else:
             words, marks = list(range(1000, 1000 + len(_WORDS))), []

@@ -1,5 +1,6 @@
-"""A real aiohttp server on 127.0.0.1 serving test media (and misbehaving on purpose), in its own
-thread and event loop, so tests on any loop can fetch from it."""
+"""A real aiohttp server on a loopback address (127.0.0.1 unless told) serving test media (and
+misbehaving on purpose), in its own thread and event loop, so tests on any loop can fetch from it;
+`hits` lists every request it received."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from aiohttp import web
 
 
 class MediaServer:
-    def __init__(self, files: dict[str, tuple[bytes, str]]):
+    def __init__(self, files: dict[str, tuple[bytes, str]], host: str = "127.0.0.1"):
         self.files = files  # path -> (body, content type)
+        self.host = host
+        self.hits: list[str] = []  # the path of every request received
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.port = 0
@@ -20,10 +23,15 @@ class MediaServer:
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def _app(self) -> web.Application:
-        app = web.Application()
+        @web.middleware
+        async def record(request: web.Request, handler):
+            self.hits.append(request.path_qs)
+            return await handler(request)
+
+        app = web.Application(middlewares=[record])
 
         async def file(request: web.Request) -> web.Response:
             body, ctype = self.files[request.match_info["name"]]
@@ -69,7 +77,7 @@ class MediaServer:
     async def _start(self) -> None:
         self._runner = web.AppRunner(self._app(), shutdown_timeout=0.1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, self.host, 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
 

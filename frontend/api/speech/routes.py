@@ -1,8 +1,9 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations, as vLLM's Python server has them.
 
 Steps (vLLM's `SpeechToTextBaseServing._create_speech_to_text`, in its order):
-1. the multipart form (`form.py`), the upload read up to `VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`
-   (vLLM's variable and default, 25 MB) without holding more than that;
+1. the multipart form (`form.py`; read with the bounds of vLLM's form parser by
+   `serving/multipart.py`), the upload read up to `VLLM_MAX_AUDIO_CLIP_FILESIZE_MB` (vLLM's
+   variable and default, 25 MB) without holding more than that;
 2. the model name, the engine, the model's support (a model whose class is not a
    `SupportsTranscription` has no such routes in vLLM: 404 here too; a text-only worker
    decides that from config.json and never imports torch), the response format;
@@ -37,11 +38,10 @@ from vllm_pyfrontend.llm.submission import Submission
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.api.speech.form import FormError, SpeechRequest, check_request, parse_form
 from vllm_pyfrontend.text.text_stream import TextStream
+from vllm_pyfrontend.serving.multipart import FormLimits, MultipartReader, media_type, read_urlencoded
 from vllm_pyfrontend.serving.state import STATE
 
 _MiB = 1024 * 1024
-_READ = 64 * 1024
-_FIELD_LIMIT = 1 * _MiB  # a non-file form field
 
 
 def _dumps(obj: Any) -> bytes:
@@ -61,60 +61,34 @@ def upload_limit_bytes() -> int:
 
 
 async def read_form(request: web.Request, limit: int, body_limit: int | None = None) -> list[tuple[str, Any]]:
-    """The form's fields, the file part as `(filename, bytes)`. The file is read in chunks up
-    to `limit` bytes (vLLM's `read_upload_with_limit`: 400 "Maximum file size exceeded"; the
-    rest of a larger file is drained, not kept, to name its size as vLLM does), the whole body
-    up to `body_limit` (413, as every route's body)."""
+    """The form's fields, the file part as `(filename, bytes)`, read with the bounds of vLLM's
+    form parser (`serving/multipart.py`: at most 1,000 fields and 1,000 files, a field at most
+    1 MiB, no nested multipart: 400). The file is read in chunks up to `limit` bytes (vLLM's
+    `read_upload_with_limit`: 400 "Maximum file size exceeded"; the rest of a larger file is
+    drained, not kept, to name its size as vLLM does), the whole body up to `body_limit` (413,
+    as every route's body)."""
+    limits = FormLimits(max_body=body_limit)
+    kind = media_type(request.headers.get("Content-Type"))
+    if kind == "application/x-www-form-urlencoded":
+        return list(await read_urlencoded(request.content, limits))
+    if kind != "multipart/form-data":
+        return []
     fields: list[tuple[str, Any]] = []
-    ctype = request.headers.get("Content-Type", "")
-    total = 0
-
-    def count(n: int) -> None:
-        nonlocal total
-        total += n
-        if body_limit is not None and total > body_limit:
-            raise APIError(413, f"Request body exceeds the limit of {body_limit} bytes.")
-
-    if "multipart/form-data" in ctype:
-        try:
-            reader = await request.multipart()
-            while True:
-                part = await reader.next()
-                if part is None:
-                    break
-                name = part.name or ""
-                if part.filename is not None:
-                    chunks: list[bytes] = []
-                    size = 0
-                    while True:
-                        chunk = await part.read_chunk(_READ)
-                        if not chunk:
-                            break
-                        size += len(chunk)
-                        count(len(chunk))  # the body limit bounds what is drained past `limit`
-                        if size <= limit:
-                            chunks.append(chunk)
-                    if size > limit:  # vLLM's message names the file's whole size
-                        raise APIError(400, f"Maximum file size exceeded (parameter=audio_filesize_mb, "
-                                       f"value={size / _MiB})", "audio_filesize_mb")
-                    fields.append((name, (part.filename, b"".join(chunks))))
-                else:
-                    raw = bytearray()
-                    while True:
-                        chunk = await part.read_chunk(_READ)
-                        if not chunk:
-                            break
-                        raw += chunk
-                        count(len(chunk))
-                        if len(raw) > _FIELD_LIMIT:
-                            raise APIError(400, f"The form field `{name}` is too large.", name)
-                    value = bytes(part.decode(bytes(raw)))
-                    fields.append((name, value.decode(part.get_charset("utf-8"), errors="replace")))
-        except (ValueError, AssertionError, RuntimeError) as e:  # a malformed multipart body
-            raise APIError(400, f"Invalid multipart/form-data body: {e}") from None
-    elif "application/x-www-form-urlencoded" in ctype:
-        post = await request.post()
-        fields = [(k, v if isinstance(v, str) else str(v)) for k, v in post.items()]
+    reader = MultipartReader.from_request(request, limits)
+    while (part := await reader.next()) is not None:
+        if not part.is_file:
+            fields.append((part.name, await part.text()))
+            continue
+        chunks: list[bytes] = []
+        kept = 0
+        async for chunk in part.chunks():  # bounded by body_limit past `limit`
+            if kept + len(chunk) <= limit:
+                chunks.append(chunk)
+            kept += len(chunk)
+        if part.size > limit:  # vLLM's message names the file's whole size
+            raise APIError(400, f"Maximum file size exceeded (parameter=audio_filesize_mb, "
+                           f"value={part.size / _MiB})", "audio_filesize_mb")
+        fields.append((part.name, (part.filename, b"".join(chunks))))
     return fields
 
 
