@@ -74,6 +74,12 @@ class WorkerPolicy:
     media_io_kwargs: dict[str, Any] = field(default_factory=dict)  # {"video": {"num_frames": 8}}
     limit_mm_per_prompt: dict[str, Any] = field(default_factory=dict)  # {"image": 2, "video": 0}
     mm_workers: int = 0  # media threads per worker; 0: chosen from the cores
+    # Routing over data parallel engines (frontend/engine/routing.py): "least-load",
+    # "prefix-aware" (by the prompt blocks each engine holds, from the engines' KV events:
+    # vLLM's --kv-events-config), or None: prefix-aware when the engines publish KV events.
+    routing_policy: str | None = None
+    routing_prefix_weight: float = 0.5  # a prompt cached whole is worth weight * (mean load + 8)
+    kv_events_host: str = "127.0.0.1"  # the host whose KV event publishers the workers subscribe to
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":
