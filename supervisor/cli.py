@@ -126,9 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "enables KV events, else least-load")
     p.add_argument("--routing-prefix-weight", type=float, default=None, metavar="W",
                    help="prefix-aware: a prompt an engine holds whole counts as W * (mean load + 8) "
-                        "requests less load there (default 0.5)")
+                        "requests less load there (default 1)")
     p.add_argument("--kv-events-host", default=None, metavar="HOST",
                    help="where the workers reach the engines' KV event publishers (default 127.0.0.1)")
+    p.add_argument("--enable-prompt-tokens-details", action="store_true", default=None,
+                   help="report usage.prompt_tokens_details.cached_tokens (prompt tokens the engine "
+                        "found in its prefix cache), as vLLM")
     p.add_argument("--sim-step-time", type=float, default=None, help="simulated engine step time (s)")
     p.add_argument(
         "--shutdown-timeout", type=float, default=30.0,

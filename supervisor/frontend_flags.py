@@ -104,7 +104,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--trust-request-mm-kwargs": "refused: not implemented: per-request mm_processor_kwargs and "
                                  "media_io_kwargs are always taken (vLLM refuses them without it)",
     "--return-tokens-as-token-ids": "refused: not supported (logprobs tokens are text)",
-    "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",
+    "--enable-prompt-tokens-details": "implemented by frontend/serving/formatters.py (cached prompt tokens "
+                                      "in chat and completions usage)",
     "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",
     "--enable-force-include-usage": "refused: usage is streamed only when stream_options asks for it",
     "--sse-keep-alive-interval": "implemented by frontend/serving/sse.py (keep-alive comments on a "

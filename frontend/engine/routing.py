@@ -11,10 +11,10 @@ knows which prompt blocks each holds) the load is weighed against the prompt's c
     cost(e) = load(e) - weight * (mean load + 8) * cached_tokens(e) / prompt_tokens
 
 and the cheapest engine wins. A prompt the engine holds whole is worth `weight * 8` requests of
-load on an idle deployment and `weight` times the mean load on a busy one, so a conversation
-follows its cache while the engines stay within about (1 + weight) of the mean load: a hot
-prefix every engine holds (a shared system prompt) adds the same to every engine and leaves the
-choice to load. Requests whose blocks the engine hashes with more than their tokens (LoRA,
+load on an idle deployment and `weight` times the mean load on a busy one (default weight 1), so
+a conversation follows its cache while no engine gets more than about (1 + weight) times the
+mean load plus 8 for it; a hot prefix every engine holds (a shared system prompt) counts the
+same on every engine and leaves the choice to load. Requests whose blocks the engine hashes with more than their tokens (LoRA,
 multimodal items, a cache salt) are routed by load alone.
 """
 
@@ -57,7 +57,7 @@ class PrefixRouting:
 
     IDLE_LOAD = 8  # the mean load below which a cached prompt's worth stops shrinking
 
-    def __init__(self, index, subscriber=None, weight: float = 0.5):
+    def __init__(self, index, subscriber=None, weight: float = 1.0):
         self.index = index
         self.subscriber = subscriber
         self.weight = weight

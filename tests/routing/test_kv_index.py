@@ -89,7 +89,7 @@ def test_index_is_bounded():
     assert index.match(PROMPT) == {}
 
 
-def _router(n=2, weight=0.5):
+def _router(n=2, weight=1.0):
     inflight = InFlight(list(range(n)))
     router = Router(list(range(n)), inflight, {}, EngineStats())
     index = KvIndex(range(n))
@@ -106,9 +106,9 @@ def test_routing_follows_the_cache_within_a_load_bound():
     index.apply(1, [stored([1, 2, 3, 4, 5], PROMPT)])
     assert router.route(_req(PROMPT + [1])) == 1
     assert router.route(_req(PROMPT + [1], rank=0)) == 0  # a pinned rank still wins
-    inflight.count[1] = 3
-    assert router.route(_req(PROMPT + [1])) == 1  # worth 0.5 * (1.5 + 8) = 4.75 requests > 3
-    inflight.count[1] = 6
+    inflight.count[1] = 9
+    assert router.route(_req(PROMPT + [1])) == 1  # worth 1 * (4.5 + 8) * 20/21 = 11.9 requests > 9
+    inflight.count[1] = 16
     assert router.route(_req(PROMPT + [1])) == 0  # load wins past it
     # Uncached prompts go by load.
     inflight.count[1] = 0
