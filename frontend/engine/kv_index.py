@@ -96,8 +96,9 @@ class KvIndex:
             if key is None:
                 return  # the chain starts before what this index saw
         keys, copies, refs, holders, bit = blocks.keys, blocks.copies, blocks.refs, self._holders, blocks.bit
-        for i, h in enumerate(hashes):
-            key = hash((key, tuple(tokens[i * bs:(i + 1) * bs])))
+        it = iter(tokens)
+        for h, block in zip(hashes, zip(*[it] * bs)):
+            key = hash((key, block))
             if h in keys:
                 copies[h] = copies.get(h, 0) + 1
                 continue
@@ -165,19 +166,19 @@ class KvIndex:
         found: dict[int, int] = {}
         alive = -1
         key = ROOT
-        n = len(prompt) // bs
         i = 0
-        while i < n:
-            key = hash((key, tuple(prompt[i * bs:(i + 1) * bs])))
+        it = iter(prompt)  # the blocks as tuples, without a slice per block
+        for block in zip(*[it] * bs):
+            key = hash((key, block))
             mask = holders.get(key, 0) & alive
             if mask != alive and i:
                 self._note(found, alive & ~mask, i * bs)
             if not mask:
-                break
+                return found
             alive = mask
             i += 1
-        else:
-            self._note(found, alive, n * bs)
+        if i:
+            self._note(found, alive, i * bs)
         return found
 
     def _note(self, found: dict[int, int], mask: int, tokens: int) -> None:

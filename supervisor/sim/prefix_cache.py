@@ -64,8 +64,9 @@ class PrefixCache:
         bs = self.block_size
         hashes = []
         h = _SEED
-        for i in range(len(prompt) // bs):
-            h = hash((h, tuple(prompt[i * bs:(i + 1) * bs]))) & _MASK
+        it = iter(prompt)
+        for block in zip(*[it] * bs):
+            h = hash((h, block)) & _MASK
             hashes.append(h)
         refs = self._refs
         limit = (len(prompt) - 1) // bs
