@@ -230,7 +230,7 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--step-time", type=float, default=0.02)
     p.add_argument("--blocks", type=int, default=1500, help="prefix cache blocks per engine (16 tokens each)")
-    p.add_argument("--batched-tokens", type=int, default=1024, help="prefill tokens per engine step")
+    p.add_argument("--batched-tokens", type=int, default=256, help="prefill tokens per engine step")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--policies", default="least-load,prefix-aware")
     args = p.parse_args()
