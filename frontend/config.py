@@ -112,6 +112,13 @@ class WorkerPolicy:
     # (seconds) for an engine to be live.
     migration_limit: int = 3
     migration_timeout: float = 30.0
+    # Routing over data parallel engines (frontend/engine/routing.py): "least-load",
+    # "prefix-aware" (by the prompt blocks each engine holds, from the engines' KV events:
+    # vLLM's --kv-events-config), or None: prefix-aware when the engines publish KV events.
+    routing_policy: str | None = None
+    routing_prefix_weight: float = 1.0  # a prompt cached whole is worth weight * (mean load + 8)
+    kv_events_host: str = "127.0.0.1"  # the host whose KV event publishers the workers subscribe to
+    enable_prompt_tokens_details: bool = False  # usage.prompt_tokens_details: the prompt's cached tokens
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

@@ -119,6 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also serve vLLM's gRPC service (vllm.grpc.engine.VllmEngine, as `vllm serve "
                         "--grpc`) on this port, shared by the workers (needs the grpc packages)")
     p.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
+    p.add_argument("--routing-policy", choices=("least-load", "prefix-aware"), default=None,
+                   help="which data parallel engine takes a request: the least loaded, or weighing the "
+                        "prompt's blocks each engine holds in its prefix cache (needs the engines' KV events, "
+                        "--kv-events-config) against load; default: prefix-aware when --kv-events-config "
+                        "enables KV events, else least-load")
+    p.add_argument("--routing-prefix-weight", type=float, default=None, metavar="W",
+                   help="prefix-aware: a prompt an engine holds whole counts as W * (mean load + 8) "
+                        "requests less load there (default 1)")
+    p.add_argument("--kv-events-host", default=None, metavar="HOST",
+                   help="where the workers reach the engines' KV event publishers (default 127.0.0.1)")
+    p.add_argument("--enable-prompt-tokens-details", action="store_true", default=None,
+                   help="report usage.prompt_tokens_details.cached_tokens (prompt tokens the engine "
+                        "found in its prefix cache), as vLLM")
     p.add_argument("--sim-step-time", type=float, default=None, help="simulated engine step time (s)")
     p.add_argument(
         "--shutdown-timeout", type=float, default=30.0,

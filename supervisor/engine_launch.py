@@ -18,7 +18,9 @@ from vllm_pyfrontend.supervisor.vllm_flags import takes_value
 SIM_ENGINE_FLAGS = frozenset(
     {"--max-num-batched-tokens", "--block-size", "--dtype", "--disable-log-stats", "--seed", "--runner",
      # the sim engine's own fault injection (not vLLM flags), for reliability tests
-     "--hang-after-steps", "--die-after-steps"}
+     "--hang-after-steps", "--die-after-steps",
+     # prefix caching and its KV events (supervisor/sim/prefix_cache.py)
+     "--enable-prefix-caching", "--no-enable-prefix-caching", "--kv-events-config", "--num-gpu-blocks-override"}
 )
 
 

@@ -107,7 +107,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--trust-request-mm-kwargs": "implemented by frontend/api/openai/lowering.py (a request's own "
                                  "mm_processor_kwargs and media_io_kwargs are refused without it)",
     "--return-tokens-as-token-ids": "implemented by frontend/serving/formatters.py",
-    "--enable-prompt-tokens-details": "refused: usage.prompt_tokens_details is always null here",
+    "--enable-prompt-tokens-details": "implemented by frontend/serving/formatters.py (cached prompt tokens "
+                                      "in chat and completions usage)",
     "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",
     "--enable-force-include-usage": "implemented by frontend/serving/lowering/options.py",
     "--sse-keep-alive-interval": "implemented by frontend/serving/sse.py (keep-alive comments on a "

@@ -41,6 +41,30 @@ def token_id_text(token_id: int) -> str:
 _ALL = 1 << 62  # a top-k that lists every entry of a row (`-1`, or explicit `logprob_token_ids`)
 
 
+# vLLM's --enable-prompt-tokens-details: the usage's `prompt_tokens_details` reports the prompt
+# tokens the engine found in its prefix cache. One value per worker, set at its start
+# (server/worker.py).
+prompt_tokens_details = False
+
+
+def prompt_details(run: RequestRun) -> dict[str, Any] | None:
+    """`usage.prompt_tokens_details` as vLLM words it (None unless enabled and reported)."""
+    if not prompt_tokens_details or not run.choices:
+        return None
+    gen = run.choices[0].gen
+    cached = gen.num_cached_tokens if gen is not None else None
+    if cached is None:
+        return None
+    return {"cached_tokens": cached, "created_cache_tokens": None, "multimodal_tokens": None}
+
+
+def _usage_with_details(run: RequestRun) -> dict[str, Any]:
+    usage: dict[str, Any] = run.usage()
+    if prompt_tokens_details:
+        usage["prompt_tokens_details"] = prompt_details(run)
+    return usage
+
+
 class ChatFormatter:
     plain_content_chunks = True  # RequestRun may write content chunks itself (SSEWriter.content_chunk_bytes)
     quiet_empty_deltas = True  # an empty running delta writes nothing (ChoiceStep.on_delta)
@@ -117,7 +141,7 @@ class ChatFormatter:
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(run.usage())
+        run.sse.usage_chunk(_usage_with_details(run))
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -155,7 +179,7 @@ class ChatFormatter:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
+            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run), "completion_tokens_details": None},
             "prompt_logprobs": self._prompt_logprobs(run),
             "prompt_token_ids": run.prompt_token_ids if run.return_token_ids else None,
             "prompt_text": None,
@@ -270,7 +294,7 @@ class CompletionFormatter:
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(run.usage())
+        run.sse.usage_chunk(_usage_with_details(run))
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -305,7 +329,7 @@ class CompletionFormatter:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
+            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run), "completion_tokens_details": None},
             "kv_transfer_params": None,
             "ec_transfer_params": None,
             "metrics": None,

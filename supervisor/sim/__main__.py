@@ -16,6 +16,7 @@ import sys
 
 from vllm_pyfrontend.server import log_lines
 from vllm_pyfrontend.supervisor.sim.engine import SimEngine, SimEngineConfig
+from vllm_pyfrontend.supervisor.sim.prefix_cache import attach_prefix_cache
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-model-len", type=int, default=16384)
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--num-gpu-blocks", type=int, default=None)
+    p.add_argument("--num-gpu-blocks", "--num-gpu-blocks-override", type=int, default=None)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                   help="model a prefix cache (default: on with --kv-events-config, else off)")
+    p.add_argument("--kv-events-config", default=None, help="vLLM's KV events config (JSON)")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--vllm-version", default="0.32.0", help="wire layout to speak")
     p.add_argument("--seed", type=int, default=0)
@@ -85,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     fmt = f"%(asctime)s sim-engine[{args.engine_index}] %(levelname)s %(message)s"
     logging.basicConfig(level=args.log_level.upper(), format=fmt)
     log_lines.install(fmt)  # request ids are the client's to choose
-    return SimEngine(config_from_args(args)).run()
+    engine = SimEngine(config_from_args(args))
+    attach_prefix_cache(engine, args)
+    return engine.run()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ id), or at `max_tokens` / `max_model_len` (finish 1), checked in vLLM's order, a
 stopping token is included in `new_token_ids`. EOS and stop ids are never produced before
 `min_tokens` (a real sampler masks them). The first output of a request carries its
 `events` (QUEUED, SCHEDULED) and `prefill_stats`, as vLLM's do with stats logging on.
+
+With a prefix cache (`prefix_cache`, see prefix_cache.py) a request's first token comes once its
+uncached prompt tokens are prefilled, `max_num_batched_tokens` per step shared by all running
+requests (decodes first), and its `prefill_stats` report the cached tokens.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class SimRequest:
         "logprobs",
         "logprob_ids",
         "pool_dim",
+        "prompt",
+        "kv",
     )
 
     def __init__(
@@ -83,6 +89,8 @@ class SimRequest:
         self.logprobs = logprobs  # top-k asked for (None: no logprobs)
         self.logprob_ids = logprob_ids  # `logprob_token_ids`: these ids after the sampled one
         self.pool_dim = pool_dim  # a pooling request: the size of its vector
+        self.prompt: list[int] | None = None  # kept only with a prefix cache
+        self.kv = None  # its prefix_cache.CachedPrompt once admitted
 
     @property
     def scripted(self) -> bool:
@@ -143,6 +151,9 @@ class Scheduler:
         self._step_due = False  # a step owed after aborts (vLLM steps for finished ids)
         self._stats_rr = 0
         self._prefix_reset = False
+        # Off unless prefix caching is on (prefix_cache.py; sim/__main__.py attaches it).
+        self.prefix_cache = None
+        self.max_num_batched_tokens = 8192
 
     # ------------------------------------------------------------------ inputs
 
@@ -197,6 +208,8 @@ class Scheduler:
                       else None if params.logprobs is None else (20 if params.logprobs == -1 else params.logprobs)),
             logprob_ids=list(params.logprob_token_ids) if params.logprob_token_ids else None,
         )
+        if self.prefix_cache is not None:
+            r.prompt = prompt
         self.requests[rid] = r
         self.waiting.append(r)
         self.num_waiting += 1
@@ -233,6 +246,8 @@ class Scheduler:
             r = self.requests.pop(rid, None)
             if r is None:
                 continue
+            if r.kv is not None:
+                self.prefix_cache.release(r.kv)
             if self.running.pop(rid, None) is not None:
                 self.kv_tokens -= r.prompt_len + r.n_out
             else:
@@ -249,6 +264,10 @@ class Scheduler:
             outputs.setdefault(r.client_index, []).append(
                 wire.output_item(self.layout, r.request_id, [], wire.FINISH_ABORT)
             )
+        if self.prefix_cache is not None:
+            for r in self.requests.values():
+                if r.kv is not None:
+                    self.prefix_cache.release(r.kv)
         self.requests.clear()
         self.running.clear()
         self.waiting.clear()
@@ -258,7 +277,12 @@ class Scheduler:
 
     def reset_prefix_cache(self) -> bool:
         self._prefix_reset = True
+        if self.prefix_cache is not None:
+            self.prefix_cache.reset()
         return True
+
+    def _prefill(self) -> set[str]:
+        return _prefill_step(self)
 
     def _note_finished(self, r: SimRequest) -> None:
         if self.include_finished_set:
@@ -275,8 +299,10 @@ class Scheduler:
 
         new_requests = 0
         new_queries = 0
+        new_hits = 0
         running = self.running
         waiting = self.waiting
+        cache = self.prefix_cache
         while waiting and len(running) < self.max_num_seqs:
             r = waiting.popleft()
             if r.aborted:
@@ -286,12 +312,17 @@ class Scheduler:
             new_requests += 1
             new_queries += r.prompt_len
             self.kv_tokens += r.prompt_len
+            if cache is not None and r.prompt is not None:
+                r.kv = cache.admit(r.prompt)
+                r.prompt = None
+                new_hits += r.kv.cached_tokens
+        prefilling = self._prefill() if cache is not None else None
 
         stream = self.tokens.stream
         mask = self.tokens.mask
         outputs: dict[int, list[list[Any]]] = {}
         done: list[SimRequest] = []
-        for r in running.values():
+        for r in running.values() if not prefilling else [r for r in running.values() if r.request_id not in prefilling]:
             if r.pool_dim is not None:
                 r.n_out = 1
                 item = wire.output_item(
@@ -337,6 +368,9 @@ class Scheduler:
                     else None,
                     wire.prefill_stats(r.prompt_len, self.block_size),
                 )
+                if r.kv is not None:
+                    item[11]["num_cached_tokens"] = item[11]["num_local_cached_tokens"] = r.kv.cached_tokens
+                    item[11]["num_computed_tokens"] = r.prompt_len - r.kv.cached_tokens
             else:
                 # The common case, spelled out: one list literal per token.
                 item = [
@@ -362,7 +396,11 @@ class Scheduler:
             del running[r.request_id]
             del self.requests[r.request_id]
             self.kv_tokens -= r.prompt_len + r.n_out
+            if r.kv is not None:
+                cache.release(r.kv)
             self._note_finished(r)
+        if cache is not None:
+            cache.publish()
         if done:
             # vLLM steps once more after requests finish (has_finished_requests), which
             # sends a stats-only batch when stats are on.
@@ -382,6 +420,7 @@ class Scheduler:
                 kv_cache_usage=min(1.0, self.kv_tokens / self.kv_capacity),
                 prefix_requests=new_requests,
                 prefix_queries=new_queries,
+                prefix_hits=new_hits,
                 reset=self._prefix_reset,
             )
             self._prefix_reset = False
@@ -390,6 +429,30 @@ class Scheduler:
                 stats_client = clients[self._stats_rr % len(clients)]
                 self._stats_rr += 1
         return StepResult(outputs, finished, stats, stats_client)
+
+
+def _prefill_step(sched: Scheduler) -> set[str]:
+    """Spend one step's token budget on prompts still prefilling (decodes take one token each
+    first); a prompt done caches its blocks. Returns the ids still prefilling."""
+    budget = sched.max_num_batched_tokens
+    pending = []
+    for r in sched.running.values():
+        kv = r.kv
+        if kv is not None and kv.prefill_left:
+            pending.append(r)
+        else:
+            budget -= 1
+    still: set[str] = set()
+    for r in pending:
+        kv = r.kv
+        take = min(kv.prefill_left, max(budget, 0))
+        kv.prefill_left -= take
+        budget -= take
+        if kv.prefill_left:
+            still.add(r.request_id)
+        else:
+            sched.prefix_cache.prefilled(kv)
+    return still
 
 
 def _scripted_token(r: SimRequest, n: int, stream: list[int], mask: int) -> int:

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from vllm_pyfrontend import __version__
 from vllm_pyfrontend.engine.client import UtilityError
+from vllm_pyfrontend.engine.kv_events import KvEventsConfig
 from vllm_pyfrontend.engine.types import EngineDeadError
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.peer_abort import install as install_peer_abort
@@ -296,8 +297,20 @@ async def _json_body(request: web.Request, message: str = "JSON decode error") -
         raise APIError(400, f"{message}: {e}") from None
 
 
+async def handle_kv_event_sources(request: web.Request) -> web.Response:
+    """Where each engine publishes its KV cache events, for a gateway's cache-aware routing: a
+    bare JSON array, one entry per data parallel rank (`data_parallel_rank`, `endpoint`,
+    `replay_endpoint`, `topic`), as vLLM serves it; empty when the engines publish none."""
+    config = request.app[STATE].config
+    events = KvEventsConfig.from_engine_args(config.engine_args)
+    if events is None:
+        return _ok([])
+    return _ok(events.describe(config.engine_indices, config.policy.kv_events_host))
+
+
 def add_routes(app: web.Application) -> None:
     """Register the operator routes this deployment serves (see the module docstring)."""
+    app.router.add_get("/kv_event_sources", handle_kv_event_sources)
     policy = app[STATE].config.policy
     if getattr(policy, "enable_tokenizer_info_endpoint", False):
         app.router.add_get("/tokenizer_info", handle_tokenizer_info)

@@ -35,6 +35,8 @@ from smg_grpc_proto import vllm_engine_pb2 as pb
 from smg_grpc_proto import vllm_engine_pb2_grpc as pb_grpc
 from smg_grpc_proto.generated import common_pb2
 
+from vllm_pyfrontend.api.grpc import kv_stream
+from vllm_pyfrontend.engine.kv_events import KvEventsConfig
 from vllm_pyfrontend.engine.types import EngineDeadError, Failure, FailureKind, Logprobs
 from vllm_pyfrontend.api.grpc.lowering import Lowered, engine_limits, lower_generate
 from vllm_pyfrontend.errors import InvalidRequestError
@@ -349,6 +351,19 @@ class VllmEngineServicer(pb_grpc.VllmEngineServicer):
             ))
         return pb.GetLoadsResponse(timestamp=datetime.now(timezone.utc).isoformat(), version=engine.vllm_version,
                                    dp_rank_count=len(loads), loads=loads)
+
+    async def SubscribeKvEvents(self, request, context):  # noqa: N802
+        """Every engine's KV cache events (api/grpc/kv_stream.py), for a gateway's cache-aware
+        routing; UNIMPLEMENTED when the engines publish none, as vLLM answers."""
+        config = self.state.config
+        events = KvEventsConfig.from_engine_args(config.engine_args)
+        if events is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                                "KV cache events not enabled. Start the engines with --kv-events-config "
+                                '\'{"enable_kv_cache_events": true, "publisher": "zmq"}\'')
+        sources = events.sources(config.engine_indices, config.policy.kv_events_host)
+        async for batch in kv_stream.relay(sources, request.start_sequence_number, context):
+            yield batch
 
     async def GetTokenizer(self, request, context):  # noqa: N802
         if self._tokenizer_zip is None:

@@ -1,0 +1,104 @@
+"""A worker's KV event subscription (engine/kv_subscriber.py) against the simulated engine's
+publisher (supervisor/sim/kv_publisher.py, vLLM's wire): batches lost on the PUB socket are
+fetched from the replay socket, a gap replay cannot fill and a publisher that starts over
+(an engine restart) drop the engine's entries, so routing never sees a stale hit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tests.stack import free_port
+from vllm_pyfrontend.engine.kv_events import BlockRemoved, BlockStored, KVEventBatch, KvEventsConfig
+from vllm_pyfrontend.engine.kv_index import KvIndex
+from vllm_pyfrontend.engine.kv_subscriber import KvEventSubscriber
+from vllm_pyfrontend.supervisor.sim.kv_publisher import KvEventPublisher
+
+BS = 4
+A = list(range(10, 18))  # two blocks
+B = list(range(50, 58))
+
+
+def stored(hashes, tokens, parent=None):
+    return BlockStored(block_hashes=hashes, parent_block_hash=parent, token_ids=tokens, block_size=BS,
+                       lora_id=None, medium="GPU", lora_name=None, group_idx=0)
+
+
+def batch(*events):
+    return KVEventBatch(ts=time.time(), events=list(events), data_parallel_rank=0)
+
+
+async def until(pred, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.005)
+
+
+def config(replay: bool) -> KvEventsConfig:
+    return KvEventsConfig(endpoint=f"tcp://*:{free_port()}",
+                          replay_endpoint=f"tcp://*:{free_port()}" if replay else None)
+
+
+def test_lost_batches_come_from_replay():
+    async def main():
+        cfg = config(replay=True)
+        pub = KvEventPublisher(cfg, 0)
+        index = KvIndex([0])
+        sub = KvEventSubscriber(index, cfg.sources([0]))
+        sub.start()
+        try:
+            pub.publish(batch(stored([1, 2], A)))
+            await until(lambda: index.match(A) == {0: 8}, "first store")
+            pub.drop = 2  # lost on the PUB socket, kept for replay
+            pub.publish(batch(BlockRemoved(block_hashes=[2], medium="GPU")))
+            pub.publish(batch(stored([3, 4], B)))
+            pub.publish(batch(stored([5], [1, 2, 3, 4])))
+            await until(lambda: sub.expected[0] == 4, "the gap filled")
+            assert sub.gaps == 1 and index.clears == 0
+            assert index.match(A) == {0: 4}  # the lost removal was applied
+            assert index.match(B) == {0: 8}
+        finally:
+            await sub.close()
+            pub.close()
+
+    asyncio.run(main())
+
+
+def test_gap_without_replay_and_restart_drop_the_engine():
+    async def main():
+        cfg = config(replay=False)
+        pub = KvEventPublisher(cfg, 0)
+        index = KvIndex([0])
+        sub = KvEventSubscriber(index, cfg.sources([0]))
+        sub.start()
+        try:
+            # Until the SUB socket has joined, the first batches may be lost (no replay here):
+            # publish until one arrives.
+            while sub.batches == 0:
+                pub.publish(batch(stored([1, 2], A)))
+                await asyncio.sleep(0.02)
+            await until(lambda: index.match(A) == {0: 8}, "first store")
+            pub.drop = 1
+            pub.publish(batch(BlockRemoved(block_hashes=[1, 2], medium="GPU")))  # lost
+            pub.publish(batch(stored([3, 4], B)))
+            await until(lambda: index.match(B) == {0: 8}, "after the gap")
+            assert index.match(A) == {}  # no stale hit: the engine's entries were dropped
+            assert sub.gaps == 1 and index.clears == 1
+
+            # The engine restarts: a new publisher on the same port counts from 0 again.
+            pub.close()
+            await until(lambda: sub.disconnects == 1, "the publisher's connection dropped")
+            pub = KvEventPublisher(cfg, 0)
+            before = sub.batches
+            while sub.batches == before:
+                pub.publish(batch(stored([1, 2], A)))
+                await asyncio.sleep(0.02)
+            await until(lambda: index.match(A) == {0: 8}, "store after restart")
+            assert index.match(B) == {}  # what the old process held is gone
+            assert sub.disconnects == 1
+        finally:
+            await sub.close()
+            pub.close()
+
+    asyncio.run(main())
