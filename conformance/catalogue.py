@@ -29,10 +29,9 @@ QWEN2 = "Qwen/Qwen2-1.5B-Instruct"
 QWEN3_LORA = "charent/self_cognition_Alice"
 
 # The modules the conformance table reports (completions, chat, logprobs, token ids, deployment
-# surface): the first to run on both frontends.
+# surface): the first to run on both frontends. The largest (test_chat.py, 47 tests) runs last.
 CORE: list[Module] = [
     Module("openai/completion/test_completion.py", ("facebook/opt-125m",)),
-    Module("openai/chat_completion/test_chat.py", ("HuggingFaceH4/zephyr-7b-beta", "typeof/zephyr-7b-beta-lora")),
     Module("openai/chat_completion/test_chat_echo.py", (QWEN2,)),
     Module("openai/chat_completion/test_chat_completion.py", (QWEN25,)),
     Module("openai/chat_completion/test_chat_logit_bias_validation.py", (QWEN25,)),
@@ -48,6 +47,7 @@ CORE: list[Module] = [
                      "embedding model: no `vllm serve` frontend to compare"},
            keyword=("not multimodal", "the multimodal parameter serves SmolVLM (Idefics3 vision): "
                     "no vision stand-in yet")),
+    Module("openai/chat_completion/test_chat.py", ("HuggingFaceH4/zephyr-7b-beta", "typeof/zephyr-7b-beta-lora")),
 ]
 
 # Modules whose models the stand-ins cover too; run with `--modules all`.

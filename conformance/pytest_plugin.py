@@ -100,6 +100,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config._conformance_results = {}  # type: ignore[attr-defined]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """These tests talk to a server in another process: vLLM's per-test global cleanup (torch
+    distributed teardown and a full gc.collect() after every test, for in-process engines) has
+    nothing to clean and costs seconds per test on a small machine. vLLM's own marker opts out."""
+    for item in items:
+        item.add_marker(pytest.mark.skip_global_cleanup)
+
+
 def _first_line(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     message = crash.message if crash is not None else str(report.longrepr)
@@ -121,6 +129,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     elif report.skipped and report.when in ("setup", "call"):
         entry["outcome"] = "skipped"
         entry["message"] = _first_line(report)
+    if report.when == "teardown":
+        _write(results, None)  # kept current, so a run cut short still reports what it did
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
@@ -140,8 +150,15 @@ def _results() -> dict | None:
     return getattr(_CONFIG[0], "_conformance_results", None) if _CONFIG else None
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def _write(results: dict, exitstatus: int | None) -> None:
     path = os.environ.get(REPORT_ENV)
+    if path:
+        tmp = Path(path + ".part")
+        tmp.write_text(json.dumps({"exitstatus": exitstatus, "tests": results}, indent=1))
+        tmp.replace(path)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     results = _results()
-    if path and results is not None:
-        Path(path).write_text(json.dumps({"exitstatus": int(exitstatus), "tests": results}, indent=1))
+    if results is not None:
+        _write(results, int(exitstatus))
