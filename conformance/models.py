@@ -23,12 +23,13 @@ from pathlib import Path
 from conformance import tokenizer_families as tf
 from conformance.sources import CACHE_DIR
 
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"
 HUB_DIR = CACHE_DIR / f"hub-{BUILD_VERSION}"
 _DONE = ".complete"
 
 HIDDEN, HEADS, HEAD_DIM, LAYERS, INTERMEDIATE = 128, 2, 64, 2, 256
 MAX_POSITIONS = 32768
+DEFAULT_MAX_NEW_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -134,9 +135,28 @@ def _write_model(dest: Path, spec: StandIn) -> None:
     config.dtype = "bfloat16"
     torch.manual_seed(0)
     model = cls(config).to(torch.bfloat16)
+    _silence_non_text_tokens(model, dest)
     model.save_pretrained(str(dest), safe_serialization=True)
-    transformers.GenerationConfig(bos_token_id=ids["bos_token_id"], eos_token_id=ids["eos_token_id"]).save_pretrained(
-        str(dest))
+    # Random weights almost never sample EOS: a request without max_tokens would run to the
+    # context limit (minutes on a CPU). The generation config's default bounds it, as a model's
+    # own generation_config.json may (vLLM and this frontend both apply it).
+    transformers.GenerationConfig(bos_token_id=ids["bos_token_id"], eos_token_id=ids["eos_token_id"],
+                                  max_new_tokens=DEFAULT_MAX_NEW_TOKENS).save_pretrained(str(dest))
+
+
+def _silence_non_text_tokens(model, dest: Path) -> None:
+    """Zero the (tied) embedding rows of special tokens and of the padding ids past the
+    tokenizer's vocabulary: their logits are then 0 among random ones, so greedy decoding picks
+    tokens that decode to text, as a trained model's would, rather than tokens that print nothing."""
+    import torch
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(dest / "tokenizer.json"))
+    specials = [i for i, t in tok.get_added_tokens_decoder().items() if t.special]
+    weight = model.get_input_embeddings().weight
+    with torch.no_grad():
+        weight[specials] = 0
+        weight[tok.get_vocab_size(with_added_tokens=True):] = 0
 
 
 def _write_lora(dest: Path, base_dir: Path, base_name: str, rank: int = 8) -> None:

@@ -3,16 +3,16 @@
 
 One pytest process per frontend runs the selected modules one after another (each module starts
 its own `vllm serve`, so one engine per frontend at a time), inside vLLM's extracted source tree
-with conformance/pytest_plugin.py loaded. Each frontend's raw outcomes are kept in
-`<out>/<frontend>/report.json`; a later run of one frontend alone is compared with the other's
-kept report (vLLM's own baseline seldom changes).
+with conformance/pytest_plugin.py loaded. Each frontend's outcomes are kept in
+`<out>/<frontend>/report.json`, module by module: a later run of some modules, or of one
+frontend alone, replaces only those and is compared with the rest (vLLM's own baseline seldom
+changes).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -67,13 +67,17 @@ class FrontendRun:
     out_dir: Path
     started: float
     log: object
+    modules: list[Module]
 
 
 def start_frontend(frontend: str, modules: list[Module], out: Path, source: Path, workers: int) -> FrontendRun:
+    """Start one frontend's pytest run. Its outcomes go to `<out>/<frontend>/current.json`
+    (kept current test by test), merged into `report.json` when it ends; the server logs of
+    this run go to `logs/<start time>/`."""
     run_dir = out / frontend
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    (run_dir / "logs").mkdir(parents=True)
+    logs = run_dir / "logs" / time.strftime("%Y%m%dT%H%M%S")
+    logs.mkdir(parents=True, exist_ok=True)
+    (run_dir / "current.json").unlink(missing_ok=True)
     env = dict(os.environ)
     env.update(
         PYTHONPATH=os.pathsep.join([str(source), str(REPO_ROOT)]),
@@ -82,20 +86,35 @@ def start_frontend(frontend: str, modules: list[Module], out: Path, source: Path
         TRANSFORMERS_OFFLINE="1",
         HF_HUB_DISABLE_TELEMETRY="1",
         CONFORMANCE_FRONTEND=frontend,
-        CONFORMANCE_REPORT=str(run_dir / "report.json"),
-        CONFORMANCE_LOGS=str(run_dir / "logs"),
+        CONFORMANCE_REPORT=str(run_dir / "current.json"),
+        CONFORMANCE_LOGS=str(logs),
         CONFORMANCE_DROPIN=dropin_executable(),
         CONFORMANCE_WORKERS=str(workers),
         PYTHONUNBUFFERED="1",
     )
     env.pop("HF_HOME", None)
-    log = open(run_dir / "pytest.log", "wb")
+    log = open(logs / "pytest.log", "wb")
     argv = pytest_argv(modules)
     log.write(("$ " + " ".join(argv[1:]) + "\n").encode())
     log.flush()
     proc = subprocess.Popen(argv, cwd=source, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    return FrontendRun(frontend, proc, run_dir, time.monotonic(), log)
+    return FrontendRun(frontend, proc, run_dir, time.monotonic(), log, modules)
+
+
+def merge_current(run: FrontendRun) -> None:
+    """Fold this run's outcomes into `report.json`: the modules it ran replace their earlier
+    outcomes, the other modules' are kept."""
+    current = run.out_dir / "current.json"
+    if not current.is_file():
+        return
+    new = json.loads(current.read_text())["tests"]
+    merged = _read_tests(run.out_dir / "report.json")
+    prefixes = tuple(node_prefix(m) + "::" for m in run.modules)
+    merged = {t: v for t, v in merged.items() if not t.startswith(prefixes)}
+    merged.update(new)
+    (run.out_dir / "report.json").write_text(json.dumps({"tests": merged}, indent=1))
+    current.unlink()
 
 
 def wait_frontend(run: FrontendRun, timeout: float) -> None:
@@ -104,13 +123,16 @@ def wait_frontend(run: FrontendRun, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         import signal
 
-        os.killpg(run.process.pid, signal.SIGTERM)  # pytest's own handler stops its servers
+        # SIGINT: pytest stops the session and tears its fixtures down, so vLLM's test harness
+        # stops the servers it started (they run in sessions of their own).
+        os.killpg(run.process.pid, signal.SIGINT)
         try:
             run.process.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(run.process.pid, signal.SIGKILL)
             run.process.wait()
     run.log.close()
+    merge_current(run)
 
 
 def run(modules: list[Module], frontends: list[str], out: Path = DEFAULT_OUT, jobs: int = 1,
@@ -131,11 +153,15 @@ def run(modules: list[Module], frontends: list[str], out: Path = DEFAULT_OUT, jo
     return summary
 
 
+def _read_tests(path: Path) -> dict[str, dict]:
+    return json.loads(path.read_text())["tests"] if path.is_file() else {}
+
+
 def load_report(out: Path, frontend: str) -> dict[str, dict]:
-    path = out / frontend / "report.json"
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text())["tests"]
+    """A frontend's kept outcomes, with those of a run in progress (or cut short) over them."""
+    tests = _read_tests(out / frontend / "report.json")
+    tests.update(_read_tests(out / frontend / "current.json"))
+    return tests
 
 
 def summarize(modules: list[Module], out: Path) -> dict:

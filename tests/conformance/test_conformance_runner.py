@@ -78,3 +78,21 @@ def test_summary_of_one_frontend_only_compares_nothing(tmp_path):
     row = runner.summarize([module], tmp_path)["modules"][0]
     assert row["ran"] == {"vllm": True, "ours": False} and row["failing_here"] == []
     assert "| 1 | 1 | not run |" in runner.markdown(runner.summarize([module], tmp_path))
+
+
+def test_a_later_run_replaces_only_the_modules_it_ran(tmp_path):
+    models, echo = catalogue.select(["test_models"])[0], catalogue.select(["test_chat_echo"])[0]
+    a = "tests/entrypoints/openai/models/test_models.py::a"
+    b = "tests/entrypoints/openai/chat_completion/test_chat_echo.py::b"
+    stale = "tests/entrypoints/openai/models/test_models.py::gone"
+    _report(tmp_path, "ours", {a: {"outcome": "failed", "message": "x"}, b: {"outcome": "passed", "message": ""},
+                               stale: {"outcome": "passed", "message": ""}})
+    (tmp_path / "ours" / "current.json").write_text(json.dumps({"tests": {a: {"outcome": "passed", "message": ""}}}))
+    # While the run is in progress (or after it was cut short) its outcomes show over the kept ones.
+    assert runner.load_report(tmp_path, "ours")[a]["outcome"] == "passed"
+    run = runner.FrontendRun("ours", None, tmp_path / "ours", 0.0, None, [models])
+    runner.merge_current(run)
+    assert runner.load_report(tmp_path, "ours") == {a: {"outcome": "passed", "message": ""},
+                                                    b: {"outcome": "passed", "message": ""}}
+    assert not (tmp_path / "ours" / "current.json").exists()
+    assert echo.path in b
