@@ -48,4 +48,10 @@ KNOWN_GAPS: dict[str, str] = {
         '--root-path not applied: /llm/v1/chat/completions is 404',
     'tests/entrypoints/openai/models/test_models.py::test_check_models':
         '/v1/models reports the resolved snapshot path as root, vLLM the name given on the command line',
+    'tests/entrypoints/openai/test_return_token_ids.py::test_comparison_with_prompt_logprobs_and_logprobs':
+        "return_tokens_as_token_ids ignored (completions with echo and prompt_logprobs): no token_id:N entries in logprobs.tokens",
+    'tests/entrypoints/openai/test_return_tokens_as_ids.py::test_chat_return_tokens_as_token_ids_completion[True]':
+        '--return-tokens-as-token-ids (server flag) ignored: tokens come back as text (chat)',
+    'tests/entrypoints/openai/test_return_tokens_as_ids.py::test_completion_return_tokens_as_token_ids_completion[True]':
+        '--return-tokens-as-token-ids (server flag) ignored: tokens come back as text (completions)',
 }
