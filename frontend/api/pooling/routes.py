@@ -358,7 +358,10 @@ async def _scores(state: Any, request: web.Request, req: Any, side1: list[str], 
     pm = _model(state)
     kind = pm.score_type
     if kind is None:
-        raise _unsupported("scoring", "classify" if pm.pooling_task == "classify" else "embed", pm)
+        if pm.pooling_task == "classify":  # vLLM scores with a classifier of one label only
+            raise APIError(400, "The model does not support scoring: a classifier scores pairs only with "
+                           f"one label (num_labels == 1), this one has {pm.num_labels}.", "model")
+        raise _unsupported("scoring", "embed", pm)
     if len(side1) > 1 and len(side1) != len(side2):
         raise APIError(400, "Input lengths must be either 1:1, 1:N or N:N")
     if not side1:
