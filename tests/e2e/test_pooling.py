@@ -1,8 +1,9 @@
 """Pooling routes against vLLM's own Python server, each in front of its own real EngineCore on
-CPU: a tiny embedding model (`--runner pooling --convert embed`, Matryoshka dimensions) and a
-tiny cross-encoder (Qwen3ForSequenceClassification, one label). Vectors and scores must be
-allclose to vLLM's, usage and shapes equal; the official `openai` SDK parses our embeddings;
-bad input is a clear 4xx.
+CPU: a tiny embedding model (`--runner pooling --convert embed`, Matryoshka dimensions), a
+tiny cross-encoder (Qwen3ForSequenceClassification, one label), a two-label classifier without
+id2label (Hugging Face's default labels; no scoring), a BERT cross-encoder (WordPiece, token
+type ids) and a ColBERT late-interaction model. Vectors and scores must be allclose to vLLM's,
+usage and shapes equal; the official `openai` SDK parses our embeddings; bad input is a clear 4xx.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import numpy as np
 import openai
 import pytest
 
-from tests.e2e.tiny_model import ENGINE_ARGS, build_tiny_model
+from tests.e2e.tiny_model import ENGINE_ARGS
 from tests.e2e.tiny_pooling_model import (BERT_MAX_LEN, build_tiny_bert_cross_encoder, build_tiny_classifier,
-                                          build_tiny_colbert, build_tiny_embed_model)
+                                          build_tiny_colbert, build_tiny_embed_model,
+                                          build_tiny_unlabelled_classifier)
 from tests.e2e.vllm_pair import MODEL, start_pair
 
 pytestmark = pytest.mark.real_engine
@@ -290,20 +292,20 @@ SCORING_CASES: list[tuple[str, str, dict[str, Any]]] = [
 
 CLASSIFIER_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("classify", "/classify", {"input": TEXTS}),
-    ("classify_ids", "/classify", {"input": [[100, 200, 300]]}),
+    ("classify_ids", "/classify", {"input": [[2, 100, 150]]}),
     ("pooling", "/pooling", {"input": TEXTS[:2]}),
     *SCORING_CASES,
 ]
 
 
-class TestConvertedClassifier:
-    """The tiny Qwen3 chat model served with `--convert classify`: its config.json has no
-    id2label, so vLLM's labels are Hugging Face's defaults (two, `LABEL_0`/`LABEL_1`) and
-    scoring is off (a cross-encoder needs one label)."""
+class TestUnlabelledClassifier:
+    """A Qwen3ForSequenceClassification with two labels and no id2label in config.json: vLLM's
+    labels are Hugging Face's defaults (`LABEL_0`, `LABEL_1`) and scoring is off (a
+    cross-encoder needs one label)."""
 
     @pytest.fixture(scope="class")
     def pair(self):
-        with start_pair(build_tiny_model(), args=engine_args("--convert", "classify"), workers=1) as pair:
+        with start_pair(build_tiny_unlabelled_classifier(), args=engine_args(), workers=1) as pair:
             yield pair
 
     def test_labels_and_scoring_equal_vllms(self, pair):
@@ -314,22 +316,6 @@ class TestConvertedClassifier:
         assert answers["score"] is None and answers["rerank"] is None  # vLLM refuses them too
         msg = post(pair.ours, "/rerank", {"model": MODEL, "query": "a", "documents": ["b"]}).json()["error"]["message"]
         assert "num_labels == 1" in msg and "has 2" in msg, msg
-
-
-class TestConvertedClassifierOneLabel:
-    """The same model with `--hf-overrides '{"num_labels": 1}'`: one `LABEL_0`, and vLLM scores
-    and reranks with it as a cross-encoder."""
-
-    @pytest.fixture(scope="class")
-    def pair(self):
-        args = engine_args("--convert", "classify", "--hf-overrides", '{"num_labels": 1}')
-        with start_pair(build_tiny_model(), args=args, workers=1) as pair:
-            yield pair
-
-    def test_labels_and_scoring_equal_vllms(self, pair):
-        answers = assert_same_answers(pair, CLASSIFIER_CASES)
-        assert {d["label"] for d in answers["classify"]["data"]} == {"LABEL_0"}
-        assert answers["score"] is not None and answers["rerank"] is not None
 
 
 BERT_PAIR_CASES: list[tuple[str, str, dict[str, Any]]] = [
@@ -356,7 +342,7 @@ class TestBertCrossEncoder:
         assert answers["score"] is not None and answers["v2_rerank"] is not None
         a = answers["score"]["data"][1]["score"]
         b = answers["score_swapped"]["data"][0]["score"]
-        assert a != pytest.approx(b, rel=1e-3)  # token types (and order) reach the model
+        assert a != pytest.approx(b, rel=1e-5, abs=1e-6)  # token types (and order) reach the model
 
     def test_errors_equal_vllms(self, pair):
         for name, path, body in (("too_long", "/score", {"text_1": "a", "text_2": "fox " * 600}),
@@ -378,6 +364,9 @@ class TestColBERT:
             yield pair
 
     def test_scores_equal_vllms(self, pair):
-        cases = [*SCORING_CASES, ("pooling", "/pooling", {"input": "hello world"})]
+        cases = [*SCORING_CASES, ("pooling", "/pooling", {"input": "hello world"}),
+                 ("pooling_truncate", "/pooling", {"input": TEXTS[1], "truncate_prompt_tokens": 4}),
+                 ("score_truncate_left", "/score", {"text_1": "a fox", "text_2": TEXTS[1], "truncate_prompt_tokens": 4,
+                                                    "truncation_side": "left"})]
         answers = assert_same_answers(pair, cases)
         assert answers["score"] is not None and answers["rerank"] is not None
