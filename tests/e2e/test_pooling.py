@@ -1,8 +1,9 @@
 """Pooling routes against vLLM's own Python server, each in front of its own real EngineCore on
-CPU: a tiny embedding model (`--runner pooling --convert embed`, Matryoshka dimensions) and a
-tiny cross-encoder (Qwen3ForSequenceClassification, one label). Vectors and scores must be
-allclose to vLLM's, usage and shapes equal; the official `openai` SDK parses our embeddings;
-bad input is a clear 4xx.
+CPU: a tiny embedding model (`--runner pooling --convert embed`, Matryoshka dimensions), a
+tiny cross-encoder (Qwen3ForSequenceClassification, one label), a two-label classifier without
+id2label (Hugging Face's default labels; no scoring), a BERT cross-encoder (WordPiece, token
+type ids) and a ColBERT late-interaction model. Vectors and scores must be allclose to vLLM's,
+usage and shapes equal; the official `openai` SDK parses our embeddings; bad input is a clear 4xx.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import openai
 import pytest
 
 from tests.e2e.tiny_model import ENGINE_ARGS
-from tests.e2e.tiny_pooling_model import build_tiny_classifier, build_tiny_embed_model
+from tests.e2e.tiny_pooling_model import (BERT_MAX_LEN, build_tiny_bert_cross_encoder, build_tiny_classifier,
+                                          build_tiny_colbert, build_tiny_embed_model,
+                                          build_tiny_unlabelled_classifier)
 from tests.e2e.vllm_pair import MODEL, start_pair
 
 pytestmark = pytest.mark.real_engine
@@ -243,3 +246,127 @@ def test_classifier_errors_are_4xx(classifier_pair):
                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
         r = post(classifier_pair.ours, path, {"model": MODEL, **body})
         assert r.status_code == 400 and "classify" in r.json()["error"]["message"], (path, r.text)
+
+
+# --------------------------------------------------------------------------- more pooling models
+# One engine pair per model, class-scoped so that only one pair runs at a time. Both sides must
+# answer every case with the same status, and equal bodies where vLLM serves it.
+
+
+def assert_same_answers(pair, cases: list[tuple[str, str, dict[str, Any]]]) -> dict[str, Any]:
+    """Each case sent to both servers: the same status, and allclose bodies on success.
+    Where vLLM has not registered the route for this model (404) we answer 400 saying why
+    (docs/COMPATIBILITY.md, "Pooling models"). Returns vLLM's bodies by case name (None
+    where it refused)."""
+    answers = {}
+    for name, path, body in cases:
+        ours, theirs = both(pair, path, {"model": MODEL, **body})
+        if theirs.status_code == 404:
+            assert ours.status_code == 400 and ours.json()["error"]["message"], (name, ours.text)
+            answers[name] = None
+            continue
+        assert ours.status_code == theirs.status_code, (name, ours.text, theirs.status_code, theirs.text)
+        if theirs.status_code == 200:
+            assert_close(ours.json(), theirs.json(), name)
+        answers[name] = theirs.json() if theirs.status_code == 200 else None
+    return answers
+
+
+def engine_args(*extra: str, max_model_len: int | None = None) -> list[str]:
+    args = ["--served-model-name", MODEL, *ENGINE_ARGS, "--runner", "pooling", *extra]
+    if max_model_len is not None:
+        args[args.index("--max-model-len") + 1] = str(max_model_len)
+    return args
+
+
+SCORING_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("score", "/score", {"text_1": "what is a fox", "text_2": TEXTS}),
+    ("v1_score_n_n", "/v1/score", {"text_1": TEXTS[:2], "text_2": TEXTS[1:]}),
+    ("score_queries_documents", "/score", {"queries": "a fox", "documents": TEXTS}),
+    ("score_doc_limit", "/score", {"queries": "a fox", "documents": TEXTS, "max_tokens_per_doc": 2}),
+    ("score_truncate", "/score", {"text_1": "a fox", "text_2": TEXTS[1], "truncate_prompt_tokens": 4}),
+    ("rerank", "/rerank", {"query": "a fox", "documents": TEXTS}),
+    ("v1_rerank_top_n", "/v1/rerank", {"query": "a fox", "documents": TEXTS, "top_n": 1}),
+    ("v2_rerank", "/v2/rerank", {"query": "the lazy dog", "documents": TEXTS}),
+]
+
+CLASSIFIER_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("classify", "/classify", {"input": TEXTS}),
+    ("classify_ids", "/classify", {"input": [[2, 100, 150]]}),
+    ("pooling", "/pooling", {"input": TEXTS[:2]}),
+    *SCORING_CASES,
+]
+
+
+class TestUnlabelledClassifier:
+    """A Qwen3ForSequenceClassification with two labels and no id2label in config.json: vLLM's
+    labels are Hugging Face's defaults (`LABEL_0`, `LABEL_1`) and scoring is off (a
+    cross-encoder needs one label)."""
+
+    @pytest.fixture(scope="class")
+    def pair(self):
+        with start_pair(build_tiny_unlabelled_classifier(), args=engine_args(), workers=1) as pair:
+            yield pair
+
+    def test_labels_and_scoring_equal_vllms(self, pair):
+        answers = assert_same_answers(pair, CLASSIFIER_CASES)
+        labels = {d["label"] for d in answers["classify"]["data"]}
+        assert labels <= {"LABEL_0", "LABEL_1"} and labels, labels
+        assert all(len(d["probs"]) == 2 for d in answers["classify"]["data"])
+        assert answers["score"] is None and answers["rerank"] is None  # vLLM refuses them too
+        msg = post(pair.ours, "/rerank", {"model": MODEL, "query": "a", "documents": ["b"]}).json()["error"]["message"]
+        assert "num_labels == 1" in msg and "has 2" in msg, msg
+
+
+BERT_PAIR_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    *CLASSIFIER_CASES,
+    # The pair's segments differ only in token type: swapping them changes the score.
+    ("score_swapped", "/score", {"text_1": TEXTS[1], "text_2": "what is a fox"}),
+    ("score_data", "/score", {"data_1": "paris", "data_2": "the capital of france"}),
+    ("score_no_activation", "/score", {"text_1": "a fox", "text_2": TEXTS, "use_activation": False}),
+]
+
+
+class TestBertCrossEncoder:
+    """A BERT cross-encoder (one label, WordPiece, token type ids 0 for the query and 1 for the
+    document): scores and rankings equal vLLM's."""
+
+    @pytest.fixture(scope="class")
+    def pair(self):
+        with start_pair(build_tiny_bert_cross_encoder(), args=engine_args(max_model_len=BERT_MAX_LEN),
+                        workers=1) as pair:
+            yield pair
+
+    def test_scores_equal_vllms(self, pair):
+        answers = assert_same_answers(pair, BERT_PAIR_CASES)
+        assert answers["score"] is not None and answers["v2_rerank"] is not None
+        a = answers["score"]["data"][1]["score"]
+        b = answers["score_swapped"]["data"][0]["score"]
+        assert a != pytest.approx(b, rel=1e-5, abs=1e-6)  # token types (and order) reach the model
+
+    def test_errors_equal_vllms(self, pair):
+        for name, path, body in (("too_long", "/score", {"text_1": "a", "text_2": "fox " * 600}),
+                                 ("lengths", "/score", {"text_1": TEXTS[:2], "text_2": TEXTS}),
+                                 ("doc_limit", "/rerank", {"query": "a", "documents": ["b"],
+                                                           "max_tokens_per_doc": 600})):
+            ours, theirs = both(pair, path, {"model": MODEL, **body})
+            assert 400 <= theirs.status_code < 500, (name, theirs.text)
+            assert ours.status_code == theirs.status_code, (name, ours.text, theirs.status_code)
+
+
+class TestColBERT:
+    """A late-interaction model (`HF_ColBERT`: BERT + a linear projection of every token): vLLM
+    scores a pair with MaxSim over the two texts' token embeddings."""
+
+    @pytest.fixture(scope="class")
+    def pair(self):
+        with start_pair(build_tiny_colbert(), args=engine_args(max_model_len=BERT_MAX_LEN), workers=1) as pair:
+            yield pair
+
+    def test_scores_equal_vllms(self, pair):
+        cases = [*SCORING_CASES, ("pooling", "/pooling", {"input": "hello world"}),
+                 ("pooling_truncate", "/pooling", {"input": TEXTS[1], "truncate_prompt_tokens": 4}),
+                 ("score_truncate_left", "/score", {"text_1": "a fox", "text_2": TEXTS[1], "truncate_prompt_tokens": 4,
+                                                    "truncation_side": "left"})]
+        answers = assert_same_answers(pair, cases)
+        assert answers["score"] is not None and answers["rerank"] is not None

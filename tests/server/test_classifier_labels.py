@@ -30,3 +30,13 @@ def test_scoring_follows_the_label_count_and_hf_overrides(tmp_path):
     assert two.num_labels == 2 and two.id2label[0] == "LABEL_0" and two.score_type is None
     one = PoolingModel.load(str(tmp_path), tasks, hf_overrides={"num_labels": 1})
     assert one.num_labels == 1 and one.score_type == "cross-encoder"
+
+
+def test_llm_as_reranker_joins_the_pair_without_a_separator(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    tasks = ("classify",)
+    assert PoolingModel.load(str(tmp_path), tasks).use_sep_token
+    method = {"method": "from_2_way_softmax", "classifier_from_token": ["no", "yes"]}
+    assert not PoolingModel.load(str(tmp_path), tasks, hf_overrides=method).use_sep_token
+    assert PoolingModel.load(str(tmp_path), tasks, hf_overrides={**method, "use_sep_token": True}).use_sep_token
+    assert PoolingModel.load(str(tmp_path), tasks, hf_overrides={**method, "use_pad_token": True}).use_sep_token

@@ -51,6 +51,26 @@ def truncate(ids: list[int], truncate_prompt_tokens: int | None, side: str | Non
     return ids[len(ids) - keep:] if side == "left" else ids[:keep]
 
 
+def encode_truncated(state: Any, text: str, add_special: bool, truncate_prompt_tokens: int | None,
+                     side: str | None) -> list[int]:
+    """A text's ids, truncated as vLLM has the tokenizer truncate them when no side is asked
+    for: the special tokens stay (BERT's closing [SEP] too) and the text loses its last tokens.
+    With a side (or none to add), `truncate` cuts the ids afterwards."""
+    full = state.tokenizer.encode(text, add_special_tokens=add_special)
+    if truncate_prompt_tokens is None or side is not None or not add_special:
+        return full
+    max_len = state.max_model_len
+    keep = max_len if truncate_prompt_tokens == -1 else truncate_prompt_tokens
+    if len(full) <= keep or truncate_prompt_tokens > max_len:
+        return full
+    content = state.tokenizer.encode(text, add_special_tokens=False)
+    extra = len(full) - len(content)
+    start = next((k for k in range(extra + 1) if full[k:k + len(content)] == content), None)
+    if start is None or keep < extra:
+        return full
+    return full[:start] + content[:keep - extra] + full[start + len(content):]
+
+
 def check_length(ids: list[int], max_len: int, param: str) -> list[int]:
     if len(ids) > max_len:
         raise APIError(400, f"This model's maximum context length is {max_len} tokens. However, you "
@@ -101,7 +121,7 @@ def _plain_inputs(state: Any, req: Any, data: Any) -> list[list[int]]:
     out = []
     for x in items:
         if isinstance(x, str):
-            ids = state.tokenizer.encode(x, add_special_tokens=add_special)
+            ids = encode_truncated(state, x, add_special, req.truncate_prompt_tokens, req.truncation_side)
         else:
             try:
                 ids = check_prompt_ids(list(x), state.limits.vocab_size, "input")

@@ -57,7 +57,9 @@ class PoolingModel:
         size = config.get("embedding_size") or config.get("hidden_size")
         use_sep = config.get("use_pad_token")
         if use_sep is None:
-            use_sep = config.get("use_sep_token", True)
+            # vLLM's LLM-as-reranker conversion (`method`) joins the pair without a separator
+            # unless the config asks for one.
+            use_sep = config.get("use_sep_token", config.get("method") is None)
         try:
             with open(os.path.join(model_dir, "tokenizer_config.json"), encoding="utf-8") as f:
                 tok_config: Any = json.load(f)

@@ -324,12 +324,18 @@ def _pair_ids(state: Any, pm: PoolingModel, q: str, d: str, req: Any) -> tuple[l
     """A cross-encoder's prompt for one pair, and where the second segment starts when the
     model takes token type ids (vLLM's `compressed_token_type_ids`)."""
     hf = state.tokenizer.hf_tokenizer
+    max_len = state.max_model_len
     if pm.use_sep_token:
-        enc = hf.encode(q, pair=d, add_special_tokens=True)
+        limit = req.truncate_prompt_tokens
+        if limit is not None and req.truncation_side is None:
+            # vLLM has the tokenizer truncate the pair (longest first) unless a side is asked for.
+            enc = _pair_longest_first(hf, q, d, max_len if limit < 0 else limit)
+        else:
+            enc = hf.encode(q, pair=d, add_special_tokens=True)
         ids, type_ids = list(enc.ids), list(enc.type_ids)
     else:
-        ids, type_ids = state.tokenizer.encode(q + d, add_special_tokens=True), None
-    max_len = state.max_model_len
+        ids = inputs.encode_truncated(state, q + d, True, req.truncate_prompt_tokens, req.truncation_side)
+        type_ids = None
     if req.truncate_prompt_tokens is not None:
         ids = inputs.truncate(ids, req.truncate_prompt_tokens, req.truncation_side, max_len)
         if type_ids is not None:
@@ -339,6 +345,32 @@ def _pair_ids(state: Any, pm: PoolingModel, q: str, d: str, req: Any) -> tuple[l
     if type_ids is not None and pm.token_type_ids:
         boundary = next((i for i, t in enumerate(type_ids) if t == 1), len(type_ids))
     return ids, boundary
+
+
+def _pair_longest_first(hf: Any, q: str, d: str, max_length: int) -> Any:
+    """The pair encoded with Hugging Face's `longest_first` truncation to `max_length` tokens
+    (special tokens included): the longer text loses tokens first, from its end. The shared
+    tokenizer's truncation setting is left alone."""
+    a = hf.encode(q, add_special_tokens=False)
+    b = hf.encode(d, add_special_tokens=False)
+    room = max_length - hf.num_special_tokens_to_add(True)
+    if room < 0:
+        raise APIError(400, f"truncate_prompt_tokens ({max_length}) leaves no room for the pair's "
+                       "special tokens.", "truncate_prompt_tokens")
+    n1, n2 = len(a.ids), len(b.ids)
+    if n1 + n2 > room:
+        swap = n1 > n2
+        if swap:
+            n1, n2 = n2, n1
+        n2 = n1 if n1 > room else max(n1, room - n1)
+        if n1 + n2 > room:
+            n1 = room // 2
+            n2 = n1 + room % 2
+        if swap:
+            n1, n2 = n2, n1
+        a.truncate(n1)
+        b.truncate(n2)
+    return hf.post_process(a, b, add_special_tokens=True)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -358,7 +390,10 @@ async def _scores(state: Any, request: web.Request, req: Any, side1: list[str], 
     pm = _model(state)
     kind = pm.score_type
     if kind is None:
-        raise _unsupported("scoring", "classify" if pm.pooling_task == "classify" else "embed", pm)
+        if pm.pooling_task == "classify":  # vLLM scores with a classifier of one label only
+            raise APIError(400, "The model does not support scoring: a classifier scores pairs only with "
+                           f"one label (num_labels == 1), this one has {pm.num_labels}.", "model")
+        raise _unsupported("scoring", "embed", pm)
     if len(side1) > 1 and len(side1) != len(side2):
         raise APIError(400, "Input lengths must be either 1:1, 1:N or N:N")
     if not side1:
@@ -383,7 +418,8 @@ async def _scores(state: Any, request: web.Request, req: Any, side1: list[str], 
     task = "embed" if kind == "bi-encoder" else "token_embed"
     max_len = state.max_model_len
     prompts = [inputs.check_length(
-        inputs.truncate(state.tokenizer.encode(t, add_special_tokens=True), req.truncate_prompt_tokens,
+        inputs.truncate(inputs.encode_truncated(state, t, True, req.truncate_prompt_tokens, req.truncation_side),
+                        req.truncate_prompt_tokens,
                         req.truncation_side, max_len), max_len, "documents") for t in side1 + side2]
     params = pooling_params(task, use_activation=_activation(pm, req))
     outs = await _pool(state, request, prompts, [params] * len(prompts), "score", rid, req)
