@@ -24,13 +24,12 @@ are never touched. Built only when a bound is set: without the flags nothing her
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
 
 from aiohttp import web
 
 from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.serving.worker_slots import map_slots
 
 FILE_NAME = "admission"
 _SLOT = 64  # bytes per worker (one cache line), as vLLM's SharedAdmissionStats
@@ -67,14 +66,7 @@ class Admission:
         self.max_tokens = max_tokens
         self.num_workers = num_workers
         self._on_reject = on_reject  # callable(reason), the Prometheus counter
-        size = max(num_workers, worker_index + 1) * _SLOT
-        fd = os.open(os.path.join(runtime_dir, FILE_NAME), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)
-            self._map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self._map = map_slots(runtime_dir, FILE_NAME, max(num_workers, worker_index + 1), _SLOT)
         self._offset = worker_index * _SLOT
         self.reqs = 0  # this worker's unfinished engine requests
         self.tokens = 0  # this worker's prompt tokens in prefill

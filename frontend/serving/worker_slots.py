@@ -17,17 +17,22 @@ _SLOT = 64  # bytes per worker (one cache line)
 _VALUE = struct.Struct("<q")
 
 
+def map_slots(runtime_dir: str, name: str, slots: int, slot_size: int = _SLOT) -> mmap.mmap:
+    """`<runtime_dir>/<name>`, grown to `slots` slots and mapped shared (every worker maps it)."""
+    size = slots * slot_size
+    fd = os.open(os.path.join(runtime_dir, name), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
 class WorkerSlots:
     def __init__(self, runtime_dir: str, name: str, worker_index: int, num_workers: int):
         self.num_workers = max(num_workers, worker_index + 1)
-        size = self.num_workers * _SLOT
-        fd = os.open(os.path.join(runtime_dir, name), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)
-            self._map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self._map = map_slots(runtime_dir, name, self.num_workers)
         self._offset = worker_index * _SLOT
         self.set(0)
 
