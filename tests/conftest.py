@@ -38,6 +38,19 @@ def pytest_xdist_make_scheduler(config, log):
     return EngineTierScheduling(config, log)
 
 
+def pytest_collection_modifyitems(config, items):
+    """CI (`CI=true`, a 2-core machine, a 40-minute budget) runs the real-engine checks that
+    share engine starts; the long ones marked `on_demand` (several engine starts each: request
+    migration, batches, prefix routing and the extra pooling models on the real engine) run
+    everywhere else, and in CI with `VLLM_PYFRONTEND_FULL=1`."""
+    if os.environ.get("CI", "").lower() not in ("1", "true") or os.environ.get("VLLM_PYFRONTEND_FULL") == "1":
+        return
+    skip = pytest.mark.skip(reason="on demand: VLLM_PYFRONTEND_FULL=1 runs it in CI")
+    for item in items:
+        if item.get_closest_marker("on_demand") is not None:
+            item.add_marker(skip)
+
+
 @functools.cache
 def _real_engine_tests(path: str) -> tuple[bool, frozenset[str]]:
     """Whether the whole module needs a real engine (a module-level `real_engine` mark, or the

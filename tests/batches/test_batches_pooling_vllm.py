@@ -13,7 +13,7 @@ from tests.e2e.tiny_pooling_model import build_tiny_embed_model
 from tests.e2e.vllm_pair import MODEL
 from tests.stack import Stack
 
-pytestmark = pytest.mark.real_engine
+pytestmark = [pytest.mark.real_engine, pytest.mark.on_demand]  # several engine starts: see tests/conftest.py
 
 TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.", "bye"]
 

@@ -14,7 +14,7 @@ from tests.e2e.tiny_model import ENGINE_ARGS, build_tiny_model
 from tests.e2e.vllm_pair import MODEL
 from tests.stack import Stack
 
-pytestmark = pytest.mark.real_engine
+pytestmark = [pytest.mark.real_engine, pytest.mark.on_demand]  # several engine starts: see tests/conftest.py
 
 PROMPTS = ["Write a haiku about the sea.", "What is 2 + 2?", "Name three colours."]
 

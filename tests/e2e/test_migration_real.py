@@ -23,7 +23,7 @@ from tests.reliability.helpers import SERVED, chat_body, open_stream, request
 from tests.reliability.test_dp_faults import _wait
 from tests.stack import REPO, Stack, free_port, newer_stats, stop_process_group
 
-pytestmark = pytest.mark.real_engine
+pytestmark = [pytest.mark.real_engine, pytest.mark.on_demand]  # several engine starts: see tests/conftest.py
 
 ENGINE_TIMEOUT = 10  # the request deadline that declares the killed engine down
 MAX_TOKENS = 600

@@ -298,6 +298,7 @@ CLASSIFIER_CASES: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
+@pytest.mark.on_demand  # an engine pair of its own: see tests/conftest.py
 class TestUnlabelledClassifier:
     """A Qwen3ForSequenceClassification with two labels and no id2label in config.json: vLLM's
     labels are Hugging Face's defaults (`LABEL_0`, `LABEL_1`) and scoring is off (a
@@ -327,6 +328,7 @@ BERT_PAIR_CASES: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
+@pytest.mark.on_demand  # an engine pair of its own: see tests/conftest.py
 class TestBertCrossEncoder:
     """A BERT cross-encoder (one label, WordPiece, token type ids 0 for the query and 1 for the
     document): scores and rankings equal vLLM's."""
@@ -354,6 +356,7 @@ class TestBertCrossEncoder:
             assert ours.status_code == theirs.status_code, (name, ours.text, theirs.status_code)
 
 
+@pytest.mark.on_demand  # an engine pair of its own: see tests/conftest.py
 class TestColBERT:
     """A late-interaction model (`HF_ColBERT`: BERT + a linear projection of every token): vLLM
     scores a pair with MaxSim over the two texts' token embeddings."""

@@ -53,6 +53,7 @@ def _conversation(client: openai.OpenAI, i: int) -> list[bool]:
 
 
 @pytest.mark.real_engine
+@pytest.mark.on_demand  # two engine pairs: see tests/conftest.py
 def test_turns_land_where_their_history_is_cached(deployment):
     policy, stack = deployment
     client = openai.OpenAI(base_url=stack.base_url + "/v1", api_key="none", max_retries=0, timeout=300)
