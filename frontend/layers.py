@@ -66,9 +66,9 @@ LAYERS: tuple[Layer, ...] = (
           "Prometheus families across workers, the shared response store (SQLite or Redis), "
           "request spans, the worker's configuration, the model's config, who a request is "
           "from (tenant and owner scope)"),
-    Layer(("errors",), "-",
+    Layer(("errors", "shared_files"), "-",
           "the errors every layer raises: `APIError` (an HTTP status in OpenAI's shape), "
-          "`InvalidRequestError`, `MediaError`"),
+          "`InvalidRequestError`, `MediaError`; the files workers map shared (per-worker counts)"),
 )
 
 

@@ -13,20 +13,15 @@ import mmap
 import os
 import struct
 
+from vllm_pyfrontend.shared_files import map_shared
+
 _SLOT = 64  # bytes per worker (one cache line)
 _VALUE = struct.Struct("<q")
 
 
 def map_slots(runtime_dir: str, name: str, slots: int, slot_size: int = _SLOT) -> mmap.mmap:
     """`<runtime_dir>/<name>`, grown to `slots` slots and mapped shared (every worker maps it)."""
-    size = slots * slot_size
-    fd = os.open(os.path.join(runtime_dir, name), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        if os.fstat(fd).st_size < size:
-            os.ftruncate(fd, size)
-        return mmap.mmap(fd, size)
-    finally:
-        os.close(fd)
+    return map_shared(os.path.join(runtime_dir, name), slots * slot_size)
 
 
 class WorkerSlots:

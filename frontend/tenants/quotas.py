@@ -39,13 +39,13 @@ Over a limit the answer is a 429 in OpenAI's shape (`type` "requests" or "tokens
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import struct
 import time
 from typing import Any
 
 from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.shared_files import map_shared
 from vllm_pyfrontend.tenants.keys_file import KeyEntry, Limits
 
 FILE_PREFIX = "tenant-quotas."
@@ -110,13 +110,7 @@ class _Board:
         self.worker_index = worker_index
         self.row_bytes = num_workers * RECORD
         size = max(1, num_tenants) * self.row_bytes
-        fd = os.open(quota_file(runtime_dir, generation), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)
-            self.map = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self.map = map_shared(quota_file(runtime_dir, generation), size)
         self.row = struct.Struct(f"<{num_workers * _Q}q")
         self.bases = range(0, num_workers * _Q, _Q)
 
