@@ -34,8 +34,9 @@ def test_vllm_suites_pass_here(tmp_path):
     summary = json.loads(summary_path.read_text())
     rows = {r["module"]: r for r in summary["modules"]}
     assert sorted(rows) == sorted(CI_SUBSET)
+    logs = sorted((out / "vllm" / "logs").glob("*/pytest.log"))
+    log = logs[-1].read_text(errors="replace")[-3000:] if logs else "(no log)"
     for module, row in rows.items():
-        log = (out / "vllm" / "pytest.log").read_text(errors="replace")[-3000:]
         # The harness works: vLLM's own frontend passes the module's tests on the stand-in.
         assert row["ran"]["vllm"] and row["ran"]["ours"], f"{module} did not run:\n{log}"
         assert row["passed"]["vllm"] > 0, f"{module}: vLLM's frontend passed nothing:\n{log}"

@@ -55,7 +55,7 @@ def test_greedy_stream_equals_non_stream(client):
 def test_bad_input_leaves_engine_serving(stack, client):
     bad = [
         {"model": "tiny", "messages": MESSAGES, "max_tokens": -1},
-        {"model": "tiny", "messages": MESSAGES, "max_tokens": "3"},
+        {"model": "tiny", "messages": MESSAGES, "max_tokens": "three"},
         {"model": "tiny", "messages": MESSAGES, "top_p": 0},
         {"model": "tiny", "messages": [{"role": "user", "content": "x " * 5000}]},
     ]

@@ -105,11 +105,10 @@ VALIDATION_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("logprobs_bool_comp", "comp", comp(logprobs=True)),
 ]
 
-# Where vLLM's pydantic models are lax and this frontend's types are strict, on purpose (a
-# client sending "0.5" for a number has a bug it should hear about; the existing differential
-# suite pins the same for a string max_tokens): vLLM answers 200, this frontend 400.
+# Numeric strings ("0.5" for a number) are read as vLLM's lax pydantic models read them. Where
+# pydantic goes further and takes a boolean for a number, this frontend refuses on purpose (a
+# client sending `true` for top_p has a bug it should hear about): vLLM answers 200, this 400.
 STRICTER_THAN_VLLM: dict[str, str] = {
-    "temperature_string": "a string is not a number",
     "top_p_bool": "a boolean is not a number",
     "logprobs_bool_comp": "a boolean is not an integer",
 }

@@ -213,7 +213,7 @@ def test_engine_stops_answering():
     deadline the in-flight stream ends with a 503 error event and `[DONE]`, the non-streaming
     request gets a 503, /health turns 503 on every worker, and new requests get a clear 503."""
     # (--migration-limit 0: with migration the requests would wait for an engine to answer,
-    # tests/reliability/test_migration.py)
+    # tests/reliability/test_migration_faults.py)
     stack = Stack(sim_args("--engine-timeout", "3", "--hang-after-steps", "30", "--migration-limit", "0", step=0.01),
                   ready_timeout=120)
     try:
@@ -243,7 +243,7 @@ def test_engine_killed_restart_policy():
     """`--on-engine-death restart`: the streams in flight end with a 503 error event and
     `[DONE]`, then the supervisor starts the engine and the workers again and serves. (Without
     migration, `--migration-limit 0`; with it the workers serve on and the streams continue:
-    tests/reliability/test_migration.py.)"""
+    tests/reliability/test_migration_faults.py.)"""
     stack = Stack(sim_args("--on-engine-death", "restart", "--migration-limit", "0", step=0.01, max_model_len=8192),
                   ready_timeout=120)
     try:
