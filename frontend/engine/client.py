@@ -122,6 +122,14 @@ class EngineClient:
         self._outputs.start(loop)
         return [self._infos[i] for i in self.engine_indices]
 
+    def start_prefix_routing(self, engine_args: list[str], policy: str | None, weight: float,
+                             host: str = "127.0.0.1"):
+        """Route by where the KV cache is when it applies (engine/kv_subscriber.py): returns the
+        running KV event subscriber (the caller closes it), or None when routing stays by load."""
+        from .kv_subscriber import start_prefix_routing
+
+        return start_prefix_routing(self._router, self.engine_indices, engine_args, policy, weight, host)
+
     async def close(self) -> None:
         """Abort what is still in flight, fail its sinks, close the sockets."""
         health = self._health

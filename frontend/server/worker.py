@@ -26,7 +26,6 @@ from aiohttp import web
 from vllm_pyfrontend.chat.template import load_chat_template
 from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
 from vllm_pyfrontend.engine.client import EngineClient
-from vllm_pyfrontend.engine.kv_subscriber import start_prefix_routing
 from vllm_pyfrontend.engine.types import EngineInfo
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
 from vllm_pyfrontend.metrics import install_stats_tap
@@ -36,7 +35,6 @@ from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.api.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
 from vllm_pyfrontend.server.tls import make_ssl_context
-from vllm_pyfrontend.serving import formatters
 from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -160,10 +158,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     except OSError as e:
         log.warning("could not record engine info: %s", e)
 
-    formatters.prompt_tokens_details = config.policy.enable_prompt_tokens_details
-    kv_events = start_prefix_routing(engine._router, config.engine_indices, config.engine_args,
-                                     config.policy.routing_policy, config.policy.routing_prefix_weight,
-                                     config.policy.kv_events_host)
+    kv_events = engine.start_prefix_routing(config.engine_args, config.policy.routing_policy,
+                                            config.policy.routing_prefix_weight, config.policy.kv_events_host)
     state = ServerState(config, tokenizer, template, engine, defaults, model_config)
     engine.drain_hooks = state.drain.hooks  # one write per stream per drain
     state.supported_tasks = await engine_tasks(engine)

@@ -41,15 +41,10 @@ def token_id_text(token_id: int) -> str:
 _ALL = 1 << 62  # a top-k that lists every entry of a row (`-1`, or explicit `logprob_token_ids`)
 
 
-# vLLM's --enable-prompt-tokens-details: the usage's `prompt_tokens_details` reports the prompt
-# tokens the engine found in its prefix cache. One value per worker, set at its start
-# (server/worker.py).
-prompt_tokens_details = False
-
-
-def prompt_details(run: RequestRun) -> dict[str, Any] | None:
-    """`usage.prompt_tokens_details` as vLLM words it (None unless enabled and reported)."""
-    if not prompt_tokens_details or not run.choices:
+def prompt_details(run: RequestRun, enabled: bool) -> dict[str, Any] | None:
+    """`usage.prompt_tokens_details` as vLLM words it with --enable-prompt-tokens-details: the
+    prompt tokens the engine found in its prefix cache (None unless enabled and reported)."""
+    if not enabled or not run.choices:
         return None
     gen = run.choices[0].gen
     cached = gen.num_cached_tokens if gen is not None else None
@@ -58,10 +53,10 @@ def prompt_details(run: RequestRun) -> dict[str, Any] | None:
     return {"cached_tokens": cached, "created_cache_tokens": None, "multimodal_tokens": None}
 
 
-def _usage_with_details(run: RequestRun) -> dict[str, Any]:
+def _usage_with_details(run: RequestRun, enabled: bool) -> dict[str, Any]:
     usage: dict[str, Any] = run.usage()
-    if prompt_tokens_details:
-        usage["prompt_tokens_details"] = prompt_details(run)
+    if enabled:
+        usage["prompt_tokens_details"] = prompt_details(run, True)
     return usage
 
 
@@ -71,8 +66,10 @@ class ChatFormatter:
 
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int, *, prompt_logprobs: bool = False,
                  decode: Callable[[list[int]], str] | None = None, token_bytes: bool = True,
-                 as_token_ids: bool = False, all_top: bool = False, role: str = "assistant"):
+                 as_token_ids: bool = False, all_top: bool = False, role: str = "assistant",
+                 prompt_tokens_details: bool = False):
         self.token_text = token_text
+        self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
         self.role = role  # of the generated message (vLLM's --response-role, or the continued message's)
         # -1 (or `logprob_token_ids`): every entry the engine returned for a position
         self.top = _ALL if all_top or top_logprobs == -1 else top_logprobs
@@ -141,7 +138,7 @@ class ChatFormatter:
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run))
+        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details))
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -179,7 +176,7 @@ class ChatFormatter:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run), "completion_tokens_details": None},
+            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details), "completion_tokens_details": None},
             "prompt_logprobs": self._prompt_logprobs(run),
             "prompt_token_ids": run.prompt_token_ids if run.return_token_ids else None,
             "prompt_text": None,
@@ -217,9 +214,10 @@ class CompletionFormatter:
                  echo_texts: list[str] | None = None, *, prompt_logprobs: bool = False,
                  decode: Callable[[list[int]], str] | None = None, echo_ids: list[list[int]] | None = None,
                  prompt_ids: list[list[int]] | None = None, stream_prompt_ids: bool = False,
-                 all_top: bool = False):
+                 all_top: bool = False, prompt_tokens_details: bool = False):
         # `return_tokens_as_token_ids`: the caller passes `token_id_text` and no `decode`
         self.token_text = token_text
+        self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
         self.top = _ALL if all_top or top_logprobs == -1 else top_logprobs
         self.echo_texts = echo_texts  # per choice: prompt text to put in front
         self.prompt_logprobs = prompt_logprobs  # the engine computes them: each choice lists them
@@ -294,7 +292,7 @@ class CompletionFormatter:
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run))
+        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details))
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -329,7 +327,7 @@ class CompletionFormatter:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run), "completion_tokens_details": None},
+            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details), "completion_tokens_details": None},
             "kv_transfer_params": None,
             "ec_transfer_params": None,
             "metrics": None,

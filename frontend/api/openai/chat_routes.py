@@ -54,6 +54,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         as_token_ids=chat.return_tokens_as_token_ids or state.config.policy.return_tokens_as_token_ids,
         all_top=bool(chat.logprob_token_ids),
         role=chat_response_role(state.config.policy.response_role, chat),
+        prompt_tokens_details=state.config.policy.enable_prompt_tokens_details,
     )
     sse = new_sse(state, response_id, model, created, "chat.completion.chunk") if chat.stream else None
     run = chat_run(state, chat, low, response_id=response_id, model=model, created=created, formatter=formatter,

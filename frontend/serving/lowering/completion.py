@@ -190,6 +190,7 @@ def completion_run(state, req: TextCompletionRequest, low: LoweredCompletion, *,
         decode=None if beam or as_ids else (lambda ids: tokenizer.decode(ids, skip_special_tokens=False)),
         echo_ids=choice_ids if not beam and req.echo and req.logprobs is not None else None,
         all_top=bool(req.logprob_token_ids),
+        prompt_tokens_details=state.config.policy.enable_prompt_tokens_details,
     )
     return RequestRun(
         response_id=response_id,
