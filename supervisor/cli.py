@@ -341,9 +341,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _json_object(flag: str):
-    from vllm_pyfrontend.media.policy import parse_json_arg
-
     def parse(text: str) -> dict:
+        from vllm_pyfrontend.media.policy import parse_json_arg  # only when the flag is given
+
         try:
             return parse_json_arg(text, flag)
         except ValueError as e:
@@ -650,10 +650,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(options.log_level)
     try:
         options.model = resolve_model(options.model, options.engine)
-        from vllm_pyfrontend.parsers.response_template import check_hf_model_dir
+        if "hf" in (options.policy.tool_call_parser, options.policy.reasoning_parser):
+            # the `hf` parsers' package imports every parser: only when one of them is chosen
+            from vllm_pyfrontend.parsers.response_template import check_hf_model_dir
 
-        check_hf_model_dir(options.policy.tool_call_parser, options.policy.reasoning_parser,  # `hf` parsers
-                           options.tokenizer or options.model)
+            check_hf_model_dir(options.policy.tool_call_parser, options.policy.reasoning_parser,
+                               options.tokenizer or options.model)
     except (ValueError, OSError) as e:
         logging.getLogger("vllm_pyfrontend.supervisor").error("%s", e)
         return 2

@@ -22,8 +22,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 CONFIG_FLAG = "--config"
 
 
@@ -58,6 +56,8 @@ def extract_config_path(argv: Sequence[str]) -> tuple[str | None, list[str]]:
 
 
 def load_config(path: str) -> dict[str, Any]:
+    import yaml  # only with --config
+
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)

@@ -9,7 +9,8 @@ moves candidates that end in EOS to the finished set (unless `ignore_eos`), and 
 and live beams are ranked by `cum_logprob / len ** length_penalty` (EOS not counted) and the best
 `beam_width` returned, best first. Stop strings, `early_stopping` and penalties play no part there,
 and none here: the results are vLLM's. Candidate selection uses numpy's `argpartition` /
-`argsort` exactly as vLLM does, so ties break the same way.
+`argsort` exactly as vLLM does, so ties break the same way (numpy is imported by the first beam
+search, not by every worker at start: ~6 MiB a process that serves none).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from vllm_pyfrontend.engine.types import Failure, Logprobs
 from vllm_pyfrontend.errors import InvalidRequestError
@@ -141,6 +140,8 @@ async def beam_search(
 ) -> list[BeamResult]:
     """Run vLLM's beam search; `step_sampling` is each step's engine sampling map
     (`max_tokens` 1, `logprobs` 2 * beam width, the request's temperature)."""
+    import numpy as np
+
     width = params.beam_width
     prompt_len = len(prompt_ids)
     beams = [Beam(list(prompt_ids))]

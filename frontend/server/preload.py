@@ -71,9 +71,21 @@ def _send(sock: socket.socket, msg: dict, fds: list[int] = ()) -> None:
         sock.send(data)
 
 
+#: Modules every worker imports after it starts (lazily, on its first requests, or while building its
+#: app), loaded here once so that the workers share them: a module a worker imports itself is that
+#: worker's own memory.
+WORKER_MODULES = (
+    "vllm_pyfrontend.parsers.tool", "vllm_pyfrontend.parsers.reasoning", "uvloop",
+    "vllm_pyfrontend.api.speech.routes",  # add_speech_routes imports it when the app is built
+    "vllm_pyfrontend.store.sqlite",  # the default --response-store, opened by every worker
+    "encodings.idna",  # the listening socket's host name, encoded by socket.getaddrinfo
+    "setproctitle",  # the forked worker's title
+)
+
+
 def _import_worker_modules() -> None:
     """Modules a worker imports lazily on its first requests: load them here, once."""
-    for name in ("vllm_pyfrontend.parsers.tool", "vllm_pyfrontend.parsers.reasoning", "uvloop"):
+    for name in WORKER_MODULES:
         try:
             __import__(name)
         except ImportError:

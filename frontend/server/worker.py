@@ -164,6 +164,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     engine.drain_hooks = state.drain.hooks  # one write per stream per drain
     state.supported_tasks = await engine_tasks(engine)
     if any(t in POOLING_TASKS for t in state.supported_tasks):
+        import numpy  # noqa: F401 - the pooling routes' (imported where used), loaded before a request needs it
+
         overrides = config.engine_flag("--hf-overrides")
         state.pooling_model = PoolingModel.load(config.model, state.supported_tasks, config.pooler_config,
                                                 json.loads(overrides) if overrides else None)

@@ -18,11 +18,9 @@ import os
 import secrets
 import time
 from typing import Any
-from unittest import mock
 
 import msgspec
 from aiohttp import streams, web
-from aiohttp.test_utils import make_mocked_request
 
 from vllm_pyfrontend.api.batches.formatter import list_page, new_batch
 from vllm_pyfrontend.api.batches.schemas import CreateBatchRequest, check_create
@@ -108,14 +106,25 @@ def add_batch_routes(app: web.Application) -> None:
 
 
 # -- running a line through the app's own route --------------------------------------------------
-_PROTOCOL = mock.Mock(_reading_paused=False)  # a body fed whole never pauses its protocol
+_protocol: Any = None  # a body fed whole never pauses its protocol: a Mock, made by the first line
+
+
+def _whole_body_protocol() -> Any:
+    global _protocol
+    if _protocol is None:
+        from unittest import mock  # (with aiohttp.test_utils: ~2 MiB a worker that runs no batch need not load)
+
+        _protocol = mock.Mock(_reading_paused=False)
+    return _protocol
 
 
 def route_caller(app: web.Application):
     """call(url, body, tenant): the app's handler for POST `url`, on a request that carries
     `body` and the tenant, answered as the error middleware would answer it."""
     async def call(url: str, body: bytes, tenant: Tenant) -> tuple[int, bytes, str | None]:
-        payload = streams.StreamReader(_PROTOCOL, 1 << 16, loop=asyncio.get_running_loop())
+        from aiohttp.test_utils import make_mocked_request
+
+        payload = streams.StreamReader(_whole_body_protocol(), 1 << 16, loop=asyncio.get_running_loop())
         payload.feed_data(body)
         payload.feed_eof()
         request = make_mocked_request("POST", url, app=app, payload=payload, headers={

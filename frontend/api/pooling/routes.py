@@ -22,8 +22,10 @@ import time
 from typing import Any
 
 import msgspec
-import numpy as np
 from aiohttp import web
+
+# numpy is imported in the functions that use it: only a pooling model's requests need it, and the
+# worker imports it at start when its model pools (server/worker.py), so no request waits for it.
 
 from vllm_pyfrontend.engine.types import EngineDeadError, PooledTensor
 from vllm_pyfrontend.llm.pooling import PoolingBatch, PoolingFailed, pooling_params
@@ -133,6 +135,8 @@ def _floats(t: PooledTensor) -> list:
 
 def _bf16_bits(a: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns, rounding to nearest even (as torch's `.to`)."""
+    import numpy as np
+
     bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
     rounded = (bits + (0x7FFF + ((bits >> 16) & 1))) >> 16
     return rounded.astype(np.uint16)
@@ -140,6 +144,8 @@ def _bf16_bits(a: np.ndarray) -> np.ndarray:
 
 def _binary(t: PooledTensor, embed_dtype: str, endianness: str) -> bytes:
     """vLLM's `tensor2binary`: flattened, in `embed_dtype`, in the given byte order."""
+    import numpy as np
+
     if embed_dtype == "float32" and t.dtype in ("float32", "<f4") and endianness in ("native", "little") \
             and _NATIVE == "little":
         return bytes(t.data)  # the engine's own bytes: no conversion
@@ -185,6 +191,8 @@ async def handle_embeddings(request: web.Request) -> web.Response:
 
 
 def _pack_bits(floats: np.ndarray, signed: bool) -> list:
+    import numpy as np
+
     if floats.shape[-1] % 8:
         raise APIError(400, "Embedding dimension must be a multiple of 8 for binary embedding types, "
                        f"but got {floats.shape[-1]}.", "embedding_types")
@@ -193,6 +201,8 @@ def _pack_bits(floats: np.ndarray, signed: bool) -> list:
 
 
 async def handle_cohere_embed(request: web.Request) -> web.Response:
+    import numpy as np
+
     state = request.app[STATE]
     req: CohereEmbedRequest = await _begin(state, request, CohereEmbedRequest)
     model = state.check_model(req.model)
@@ -251,6 +261,8 @@ async def handle_cohere_embed(request: web.Request) -> web.Response:
 
 
 async def handle_classify(request: web.Request) -> web.Response:
+    import numpy as np
+
     state = request.app[STATE]
     req: ClassificationRequest = await _begin(state, request, ClassificationRequest)
     model = state.check_model(req.model)
@@ -374,6 +386,8 @@ def _pair_longest_first(hf: Any, q: str, d: str, max_length: int) -> Any:
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    import numpy as np
+
     a = a.reshape(-1).astype(np.float32)
     b = b.reshape(-1).astype(np.float32)
     eps = np.float32(1e-8)
@@ -381,6 +395,8 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _maxsim(q: np.ndarray, d: np.ndarray) -> float:
+    import numpy as np
+
     return float((q.astype(np.float32) @ d.astype(np.float32).T).max(axis=-1).sum())
 
 
