@@ -207,8 +207,7 @@ class SectionToolParser:
                 # Most tokens of a call: inside an open section, no partial parse due, no
                 # string value streaming. Unless an end marker may have begun, nothing
                 # changes but the buffer (what _section_step would find, without its work).
-                # Nothing was released or announced since the last step (both happen in
-                # _run only), so there is nothing to take either.
+                # (`_take`'s own check, inline: most tokens have nothing to take.)
                 at = self._search_from
                 if len(ends) == 1:
                     found = buf.find(ends[0], at) != -1
