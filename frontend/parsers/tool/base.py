@@ -180,6 +180,8 @@ class SectionToolParser:
         self.gate = gate if gate is not None else SpecialGate(tokenizer, all_markers)
         self._buf = ""
         self._in_section: str | None = None  # the start marker of the open section
+        # The open section's end markers, when it has any (the per-token check in `feed`).
+        self._ends: tuple[str, ...] | None = None
         self._search_from = 0  # end-marker search resumes here
         self._longest = 0  # the open section's longest end marker
         self._next_check = 0  # buffer length at which to parse the partial body again
@@ -200,15 +202,22 @@ class SectionToolParser:
             self.gate.note_ids(token_ids)
         if text:
             buf = self._buf = self._buf + text
-            marker = self._in_section
-            if marker is not None and self._tail is None and len(buf) < self._next_check:
+            ends = self._ends
+            if ends is not None and self._tail is None and len(buf) < self._next_check:
                 # Most tokens of a call: inside an open section, no partial parse due, no
                 # string value streaming. Unless an end marker may have begun, nothing
                 # changes but the buffer (what _section_step would find, without its work).
-                ends = self.fmt.sections[marker].ends
-                if ends and find_first(buf, ends, self._search_from)[0] == -1:
-                    self._search_from = max(self._search_from, len(buf) - self._longest + 1, 0)
-                    return self._take()
+                # (`_take`'s own check, inline: most tokens have nothing to take.)
+                at = self._search_from
+                if len(ends) == 1:
+                    found = buf.find(ends[0], at) != -1
+                else:
+                    found = find_first(buf, ends, at)[0] != -1
+                if not found:
+                    at2 = len(buf) - self._longest + 1
+                    if at2 > at:
+                        self._search_from = at2
+                    return None if not self._content and not self._calls else self._take()
             self._run(eof=False)
         return self._take()
 
@@ -370,6 +379,7 @@ class SectionToolParser:
 
     def _open(self, marker: str, at: int) -> bool:
         self._in_section = marker
+        self._ends = self.fmt.sections[marker].ends or None
         if self.fmt.sections[marker].keep_start:
             self._buf = self._buf[at:]
         else:
@@ -456,6 +466,7 @@ class SectionToolParser:
         self.gate.passed(self._buf[:consumed])
         self._buf = self._buf[consumed:]
         self._in_section = None
+        self._ends = None
         self._emit_calls(calls)
         self._streamed = []
         self._tail = None
@@ -500,6 +511,7 @@ class SectionToolParser:
         self.gate.passed(self._buf[:consumed])
         self._buf = self._buf[consumed:]
         self._in_section = None
+        self._ends = None
         self._streamed = []
         self._tail = None
         self._ws = ""
@@ -509,6 +521,7 @@ class SectionToolParser:
     def _recover(self, marker: str) -> bool:
         """Malformed section: its start marker is content; rescan the body."""
         self._in_section = None
+        self._ends = None
         self._streamed = []
         self._tail = None
         if self.fmt.sections[marker].keep_start:
