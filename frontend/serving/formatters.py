@@ -15,6 +15,7 @@ import msgspec
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.engine.types import Logprobs
+from vllm_pyfrontend.serving import per_request_metrics
 from vllm_pyfrontend.serving.prompt_logprobs import SampledTexts, echo_logprobs, prompt_logprobs_json
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun, fold_tool_calls
 
@@ -141,7 +142,7 @@ class ChatFormatter:
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run))
+        run.sse.usage_chunk(_usage_with_details(run), per_request_metrics.stream_metrics(run.choices, run.completion_tokens))
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -185,7 +186,7 @@ class ChatFormatter:
             "prompt_text": None,
             "kv_transfer_params": None,
             "ec_transfer_params": None,
-            "metrics": None,
+            "metrics": per_request_metrics.body_metrics(run.choices, run.completion_tokens),
         }
 
 
@@ -294,7 +295,7 @@ class CompletionFormatter:
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run))
+        run.sse.usage_chunk(_usage_with_details(run), per_request_metrics.stream_metrics(run.choices, run.completion_tokens))
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -332,5 +333,5 @@ class CompletionFormatter:
             "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run), "completion_tokens_details": None},
             "kv_transfer_params": None,
             "ec_transfer_params": None,
-            "metrics": None,
+            "metrics": per_request_metrics.body_metrics(run.choices, run.completion_tokens),
         }
