@@ -36,7 +36,7 @@ from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.api.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
 from vllm_pyfrontend.server.tls import make_ssl_context
-from vllm_pyfrontend.serving import formatters, per_request_metrics
+from vllm_pyfrontend.serving import formatters, output_log, per_request_metrics
 from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -162,6 +162,9 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
 
     formatters.prompt_tokens_details = config.policy.enable_prompt_tokens_details
     per_request_metrics.enabled = config.policy.enable_per_request_metrics
+    output_log.enabled = config.policy.enable_log_outputs and config.policy.enable_log_requests
+    output_log.deltas = config.policy.enable_log_deltas
+    output_log.max_log_len = config.policy.max_log_len
     kv_events = start_prefix_routing(engine._router, config.engine_indices, config.engine_args,
                                      config.policy.routing_policy, config.policy.routing_prefix_weight,
                                      config.policy.kv_events_host)
