@@ -124,7 +124,7 @@ class WorkerPolicy:
     # generated outputs in the request log, with --enable-log-requests (serving/output_log.py),
     # streamed deltas too unless enable_log_deltas is off; the reasoning effort of /v1/messages
     # requests with thinking disabled ("auto": probed from the chat template, api/anthropic);
-    # the request head's limits (server/http_limits.py): bytes of a head still incomplete, and
+    # the request head's limits (server/connections.py): bytes of a head still incomplete, and
     # header lines.
     enable_per_request_metrics: bool = False
     enable_log_outputs: bool = False

@@ -352,9 +352,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="/v1/messages: the reasoning_effort of requests with thinking disabled (auto: low "
                    "when the chat template rejects none or renders it like a thinking effort, else none)")
     p.add_argument("--h11-max-incomplete-event-size", type=_non_negative_int, default=4194304, metavar="BYTES",
-                   help="the most bytes of a request head still incomplete (larger: 431)")
+                   help="the most bytes of a request head (vLLM's h11 limit; past it: 400, connection closed)")
     p.add_argument("--h11-max-header-count", type=_non_negative_int, default=256, metavar="N",
-                   help="the most header lines of a request (more: 431)")
+                   help="the most header lines of a request (more: 400)")
     add_media_arguments(p)
 
 
@@ -541,6 +541,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error("--data-parallel-start-rank + local ranks exceed --data-parallel-size")
     if ns.enable_log_outputs and not ns.enable_log_requests:  # vLLM's check, its words
         parser.error("--enable-log-outputs requires --enable-log-requests")
+    if ns.h11_max_incomplete_event_size < 1 or ns.h11_max_header_count < 1:
+        parser.error("--h11-max-incomplete-event-size and --h11-max-header-count must be at least 1")
     if ns.enable_per_request_metrics and "--disable-log-stats" in forwarded:
         parser.error("--enable-per-request-metrics requires engine statistics logging; remove "
                      "--disable-log-stats to enable per-request metrics.")

@@ -198,6 +198,12 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         shutdown_timeout=1.0,
         # Idle connections close after this; 0 closes them after each response (as uvicorn).
         keepalive_timeout=policy.http_timeout_keep_alive,
+        # vLLM's h11 limits: a head of up to --h11-max-incomplete-event-size bytes (the
+        # ConnectionGuard bounds the whole head; aiohttp's per-line limits, 8190 bytes by
+        # default, must not refuse earlier) and --h11-max-header-count header lines.
+        max_line_size=policy.h11_max_incomplete_event_size,
+        max_field_size=policy.h11_max_incomplete_event_size,
+        max_headers=policy.h11_max_header_count,
     )
     await runner.setup()
     if config.listen_fd is not None:
@@ -208,7 +214,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     # The site listen()s again with this backlog (a socket handed over may have a smaller one):
     # bursts of connections (1024 streams opening at once) would overflow it and wait for SYN
     # retransmits.
-    guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker)
+    guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker,
+                            policy.h11_max_incomplete_event_size)
     site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy),
                        shared=config.listen_fd is not None)
     await site.start()
