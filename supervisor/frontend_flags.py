@@ -79,7 +79,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--enable-request-id-headers": f"implemented by {_MW}",
     "--max-log-len": f"implemented by {_MW} (request logs)",
     "--enable-log-outputs": "implemented by frontend/serving/output_log.py (vLLM's \"Generated "
-                            "response\" lines for chat completions and Messages, in the request log)",
+                            "response\" lines for chat completions, Messages and Responses, in the "
+                            "request log)",
     "--enable-log-deltas": "implemented by frontend/serving/output_log.py (streamed deltas logged, "
                            "with --enable-log-outputs)",
     "--log-error-stack": "implemented by frontend/server/app.py (stack traces of error responses in the "
@@ -117,7 +118,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--enable-prompt-tokens-details": "implemented by frontend/serving/formatters.py (cached prompt tokens "
                                       "in chat and completions usage)",
     "--enable-per-request-metrics": "implemented by frontend/serving/per_request_metrics.py (`metrics` "
-                                    "in chat and completion answers, from the engine's timestamps)",
+                                    "in chat, completion and Responses answers, from the engine's "
+                                    "timestamps)",
     "--enable-force-include-usage": "implemented by frontend/serving/lowering/options.py",
     "--sse-keep-alive-interval": "implemented by frontend/serving/sse.py (keep-alive comments on a "
                                  "silent stream)",

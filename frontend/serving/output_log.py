@@ -5,7 +5,9 @@ API, which vLLM serves through its chat code):
 - a streamed choice: each chunk's delta, when it has content, reasoning or tool-call arguments
   (`--enable-log-deltas`, on by default), then, once the stream is over, the choice's whole text
   (the raw generated text, markup of reasoning and tool calls included);
-- an answer in one body: each choice's content, or its tool calls as `[tool_calls: name(args)]`.
+- an answer in one body: each choice's content, or its tool calls as `[tool_calls: name(args)]`;
+- a Responses request: its raw generated text, once, with the engine's finish reason
+  (`attach_final`).
 
 One INFO line each, `Generated response <id>[ (streaming delta)| (streaming complete)]: output:
 '<text>', finish_reason: <reason>` (the text as Python's repr, at most --max-log-len
@@ -125,6 +127,23 @@ def attach(run: RequestRun) -> None:
     if run.stream and deltas:
         run.formatter = _LoggedFormatter(run.formatter)
     run.done.add_done_callback(lambda _: _log_end(run))
+
+
+def attach_final(run: RequestRun, streaming: bool) -> None:
+    """Log `run`'s final output only, as vLLM's Responses serving does: the raw text of its
+    one choice with the engine's finish reason, `(streaming complete)` for a stream."""
+    choice = run.choices[0]
+    choice.fast = False
+    choice.text = _RecordedText(choice.text)
+
+    def end(_) -> None:
+        gen = choice.gen
+        if run.error is not None or gen is None or gen.finish_reason in (None, "abort"):
+            return
+        log_output(run.response_id, "".join(choice.text.parts), gen.output_ids, gen.finish_reason,
+                   streaming=streaming)
+
+    run.done.add_done_callback(end)
 
 
 def _log_end(run: RequestRun) -> None:

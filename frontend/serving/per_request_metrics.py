@@ -1,5 +1,5 @@
 """vLLM's per-request timing metrics (`--enable-per-request-metrics`): the `metrics` object of
-chat and completion responses.
+chat, completion and Responses answers (a Response has the key only with the flag).
 
 vLLM 0.32 builds it from the request's `RequestStateStats` (`build_per_request_timing_metrics`):
 four timestamps on the engine's clock, the QUEUED and first SCHEDULED events and the engine

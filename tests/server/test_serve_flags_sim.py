@@ -1,6 +1,6 @@
 """vLLM serve flags of the answers, the request log and the HTTP parser, end to end on the
-simulated engine (one worker each): `--enable-per-request-metrics` (the `metrics` object of chat
-and completion answers), `--enable-log-outputs` / `--enable-log-deltas` (vLLM's "Generated
+simulated engine (one worker each): `--enable-per-request-metrics` (the `metrics` object of chat,
+completion and Responses answers), `--enable-log-outputs` / `--enable-log-deltas` (vLLM's "Generated
 response" lines in the request log), `--anthropic-disabled-thinking-effort` (the reasoning
 effort of /v1/messages with thinking disabled) and `--h11-max-incomplete-event-size` /
 `--h11-max-header-count` (the request head's bounds). Each against a server without the flag.
@@ -136,6 +136,19 @@ def test_metrics_ride_on_the_streams_usage_chunk(on):
     assert last.usage is not None and set(last.model_extra["metrics"]) == METRIC_FIELDS
 
 
+def test_responses_carry_them_only_with_the_flag(on, off):
+    r = client(on).responses.create(model="dsv4", input="hi", max_output_tokens=6,
+                                    extra_body=script("x</think>one two three four five six seven"))
+    metrics = r.model_extra["metrics"]
+    assert set(metrics) == METRIC_FIELDS | {"speculative_decoding"}
+    check_timing(metrics, r.usage.output_tokens)
+    stream = client(on).responses.create(model="dsv4", input="hi", max_output_tokens=6, stream=True)
+    (done,) = [e for e in stream if e.type in ("response.completed", "response.incomplete")]
+    check_timing(done.response.model_extra["metrics"], done.response.usage.output_tokens)
+    r = client(off).responses.create(model="dsv4", input="hi", max_output_tokens=4)
+    assert "metrics" not in (r.model_extra or {})  # vLLM leaves the key out without the flag
+
+
 def test_metrics_are_null_for_several_choices_or_prompts(on):
     c = client(on)
     r = c.chat.completions.create(model="dsv4", messages=USER, max_tokens=3, n=2)
@@ -215,6 +228,18 @@ def test_completions_and_messages(on):
     (line,) = generated_lines(on, m.id, 1)
     assert logged_output(line) == (repr("Hello there."), "stop")
     assert f"Generated response {r.id}" not in on.logs()
+
+
+def test_responses_log_their_final_output(on):
+    c = client(on)
+    r = c.responses.create(model="dsv4", input="hi", max_output_tokens=50,
+                           extra_body=script("x</think>Final words."))
+    (line,) = generated_lines(on, r.id, 1)
+    assert logged_output(line) == (repr("x</think>Final words."), "stop")  # the raw text, once
+    stream = c.responses.create(model="dsv4", input="hi", max_output_tokens=3, stream=True)
+    rid = [e for e in stream if e.type == "response.incomplete"][0].response.id
+    (line,) = generated_lines(on, rid, 1)
+    assert f"{rid} (streaming complete)" in line and logged_output(line)[1] == "length"
 
 
 def test_no_deltas_logs_the_complete_stream_only(no_deltas):
