@@ -118,7 +118,7 @@ class Generation:
         # sends no events with --disable-log-stats): its QUEUED and first SCHEDULED events, the
         # engine step of the first output (the one carrying those events) and of the last
         # (the finish, or the step a stop string matched in). --enable-per-request-metrics
-        # reports from them; they cost one branch per output that is not a plain token step.
+        # reports from them (kept with the queue time: no work of their own per output).
         self.queued_ts: float | None = None
         self.scheduled_ts: float | None = None
         self.first_ts: float | None = None
@@ -139,9 +139,8 @@ class Generation:
             return
         if self.admission is not None:
             self.admission.on_output(self)
-        if output.queue_time is not None and self.queue_time is None:
+        if output.queue_time is not None and self.queue_time is None:  # the events' output
             self.queue_time = output.queue_time
-        if output.scheduled_ts is not None and self.scheduled_ts is None:
             self.scheduled_ts = output.scheduled_ts
             self.queued_ts = output.queued_ts
             if self.num_output_tokens == 0:  # the first output: vLLM's first_token_ts

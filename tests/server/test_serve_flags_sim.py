@@ -113,6 +113,23 @@ def test_chat_and_completion_bodies_carry_timing_metrics(on):
     assert (m["tokens_per_second"] is None) == (m["time_to_first_token_ms"] == 0.0)
 
 
+@pytest.mark.parametrize("queued, scheduled, first, last, tokens", [
+    (10.0, 10.5, 10.75, 11.75, 5), (10.0, 10.5, 10.75, 10.75, 1), (0.0, 0.0, 10.75, 11.0, 3),
+    (10.0, 10.0, 10.0, 10.0, 1), (10.0, 10.25, 0.0, 0.0, 0)])
+def test_the_fields_are_vllms(queued, scheduled, first, last, tokens):
+    """The same timestamps give vLLM's own `build_per_request_timing_metrics` object."""
+    from vllm.entrypoints.generate.base.serving import build_per_request_timing_metrics
+    from vllm.v1.metrics.stats import RequestStateStats
+
+    from vllm_pyfrontend.llm.generation import ENDED, Generation
+    from vllm_pyfrontend.serving.per_request_metrics import timing_metrics
+
+    gen = Generation("r", 0, ENDED, None, 3)
+    gen.queued_ts, gen.scheduled_ts, gen.first_ts, gen.last_ts = (t or None for t in (queued, scheduled, first, last))
+    stats = RequestStateStats(queued_ts=queued, scheduled_ts=scheduled, first_token_ts=first, last_token_ts=last)
+    assert timing_metrics(gen, tokens) == build_per_request_timing_metrics(stats, tokens).model_dump()
+
+
 def test_metrics_ride_on_the_streams_usage_chunk(on):
     with httpx.Client(base_url=on.base_url, timeout=60) as h:
         for path, body in (("/v1/chat/completions", {"messages": USER}), ("/v1/completions", {"prompt": "hi"})):
