@@ -245,6 +245,12 @@ def test_completions_and_messages(on):
     (line,) = generated_lines(on, m.id, 1)
     assert logged_output(line) == (repr("Hello there."), "stop")
     assert f"Generated response {r.id}" not in on.logs()
+    with anthropic.Anthropic(base_url=on.base_url, api_key="x", max_retries=0, timeout=30).messages.stream(
+            model="dsv4", max_tokens=20, messages=USER, extra_body=script("x</think>Streamed.")) as stream:
+        mid = stream.get_final_message().id
+    lines = generated_lines(on, mid, 2)
+    assert logged_output(lines[-1]) == (repr("x</think>Streamed."), "streaming_complete")
+    assert any(logged_output(line)[0] == repr("Streamed.") for line in lines[:-1])
 
 
 def test_responses_log_their_final_output(on):
