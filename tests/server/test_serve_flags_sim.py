@@ -67,10 +67,16 @@ def script(text: str) -> dict:
 
 
 def generated_lines(stack: Stack, request_id: str, count: int) -> list[str]:
-    """The request log's "Generated response" lines of one request, once `count` are there."""
+    """The request log's "Generated response" lines of one request, once `count` are there
+    (and a stream's complete line, its last)."""
     def lines() -> list[str]:
         return [line for line in stack.logs().splitlines() if f"Generated response {request_id}" in line]
-    stack.wait_for(lambda: len(lines()) >= count, 30, f"{count} output log line(s) of {request_id}")
+
+    def there() -> bool:
+        found = lines()
+        deltas = any("(streaming delta)" in line for line in found)
+        return len(found) >= count and (not deltas or "(streaming complete)" in found[-1])
+    stack.wait_for(there, 30, f"{count} output log line(s) of {request_id}")
     return lines()
 
 
@@ -250,7 +256,8 @@ def test_completions_and_messages(on):
         mid = stream.get_final_message().id
     lines = generated_lines(on, mid, 2)
     assert logged_output(lines[-1]) == (repr("x</think>Streamed."), "streaming_complete")
-    assert any(logged_output(line)[0] == repr("Streamed.") for line in lines[:-1])
+    pieces = [eval(logged_output(line)[0]) for line in lines[:-1]]  # noqa: S307 (string literals)
+    assert "".join(p for p in pieces if not p.startswith("[reasoning: ")) == "Streamed."
 
 
 def test_responses_log_their_final_output(on):
