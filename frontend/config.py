@@ -119,6 +119,19 @@ class WorkerPolicy:
     routing_prefix_weight: float = 1.0  # a prompt cached whole is worth weight * (mean load + 8)
     kv_events_host: str = "127.0.0.1"  # the host whose KV event publishers the workers subscribe to
     enable_prompt_tokens_details: bool = False  # usage.prompt_tokens_details: the prompt's cached tokens
+    # vLLM's answer, output-log and HTTP-parser options (the flags of the same names):
+    # per-request timing `metrics` in chat and completion answers (serving/per_request_metrics.py);
+    # generated outputs in the request log, with --enable-log-requests (serving/output_log.py),
+    # streamed deltas too unless enable_log_deltas is off; the reasoning effort of /v1/messages
+    # requests with thinking disabled ("auto": probed from the chat template, api/anthropic);
+    # the request head's limits (server/connections.py): bytes of a head still incomplete, and
+    # header lines.
+    enable_per_request_metrics: bool = False
+    enable_log_outputs: bool = False
+    enable_log_deltas: bool = True
+    anthropic_disabled_thinking_effort: str = "auto"
+    h11_max_incomplete_event_size: int = 4194304
+    h11_max_header_count: int = 256
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

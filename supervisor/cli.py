@@ -337,6 +337,24 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chat-template-content-format", choices=("auto", "string", "openai"), default="auto",
                    help="message content handed to the chat template: a string (auto, string) or OpenAI's "
                    "list of parts (openai)")
+    p.add_argument("--enable-per-request-metrics", action=bool_flag, default=False,
+                   help="per-request timing metrics (queue, time to first token, decode, mean ITL, "
+                   "tokens/s) in chat and completion answers (`metrics`); needs the engine's stats "
+                   "(not with --disable-log-stats)")
+    p.add_argument("--enable-log-outputs", action=bool_flag, default=False,
+                   help="log generated outputs (text and finish reason at INFO, token ids at DEBUG); "
+                   "requires --enable-log-requests")
+    p.add_argument("--enable-log-deltas", action=bool_flag, default=True,
+                   help="with --enable-log-outputs, log each streamed delta too (--no-enable-log-deltas: "
+                   "only the complete output)")
+    p.add_argument("--anthropic-disabled-thinking-effort", default="auto",
+                   choices=("auto", "none", "low", "medium", "high", "xhigh", "max"),
+                   help="/v1/messages: the reasoning_effort of requests with thinking disabled (auto: low "
+                   "when the chat template rejects none or renders it like a thinking effort, else none)")
+    p.add_argument("--h11-max-incomplete-event-size", type=_non_negative_int, default=4194304, metavar="BYTES",
+                   help="the most bytes of a request head (vLLM's h11 limit; past it: 400, connection closed)")
+    p.add_argument("--h11-max-header-count", type=_non_negative_int, default=256, metavar="N",
+                   help="the most header lines of a request (more: 400)")
     add_media_arguments(p)
 
 
@@ -521,6 +539,13 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error("--data-parallel-size-local must be between 0 and --data-parallel-size")
     if start < 0 or start + (dp if local is None else local) > dp:
         parser.error("--data-parallel-start-rank + local ranks exceed --data-parallel-size")
+    if ns.enable_log_outputs and not ns.enable_log_requests:  # vLLM's check, its words
+        parser.error("--enable-log-outputs requires --enable-log-requests")
+    if ns.h11_max_incomplete_event_size < 1 or ns.h11_max_header_count < 1:
+        parser.error("--h11-max-incomplete-event-size and --h11-max-header-count must be at least 1")
+    if ns.enable_per_request_metrics and "--disable-log-stats" in forwarded:
+        parser.error("--enable-per-request-metrics requires engine statistics logging; remove "
+                     "--disable-log-stats to enable per-request metrics.")
     if ns.collect_detailed_traces and not ns.otlp_traces_endpoint:
         parser.error("--collect-detailed-traces requires --otlp-traces-endpoint")
     if ns.shutdown_timeout < 0:

@@ -48,9 +48,11 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--ssl-cert-reqs": f"implemented by {_TLS}",
     "--ssl-ciphers": f"implemented by {_TLS}",
     "--enable-ssl-refresh": "refused: certificates are read at start; restart to load new ones",
-    "--h11-max-incomplete-event-size": "refused: aiohttp's parser has its own fixed header limits "
-                                       "(8190 bytes per line); the body limit is 32 MiB",
-    "--h11-max-header-count": "refused: aiohttp's parser has its own fixed header limits",
+    "--h11-max-incomplete-event-size": "implemented by frontend/server/connections.py (a request head "
+                                       "still incomplete past it: 400 and the connection closed, as "
+                                       "uvicorn answers h11; aiohttp's per-line limits raised to it)",
+    "--h11-max-header-count": "implemented by frontend/server/worker.py (aiohttp's header count "
+                              "limit: 400 past it)",
     "--uvicorn-log-level": "implemented by frontend/server/worker.py (the level of the HTTP server's "
                            "own loggers, aiohttp's here)",
     "--disable-uvicorn-access-log": "implemented by frontend/server/worker.py (no access log is "
@@ -76,8 +78,11 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--allowed-headers": f"implemented by {_MW} (CORS)",
     "--enable-request-id-headers": f"implemented by {_MW}",
     "--max-log-len": f"implemented by {_MW} (request logs)",
-    "--enable-log-outputs": "refused: request logs carry no outputs here",
-    "--enable-log-deltas": "refused: request logs carry no outputs here",
+    "--enable-log-outputs": "implemented by frontend/serving/output_log.py (vLLM's \"Generated "
+                            "response\" lines for chat completions, Messages and Responses, in the "
+                            "request log)",
+    "--enable-log-deltas": "implemented by frontend/serving/output_log.py (streamed deltas logged, "
+                           "with --enable-log-outputs)",
     "--log-error-stack": "implemented by frontend/server/app.py (stack traces of error responses in the "
                          "worker's log)",
     "--enable-server-load-tracking": "implemented by frontend/server/app.py (/load always reports "
@@ -93,15 +98,18 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--tool-call-parser": "implemented by frontend/parsers/tool (registry)",
     "--tool-parser-plugin": "implemented by frontend/parsers/tool/plugin.py (loaded by the supervisor "
                             "and every worker)",
-    "--tool-strict-level": "refused: not supported (tools are constrained per request's `strict`)",
+    "--tool-strict-level": "refused: vLLM's structural-tag tool calling (a grammar of each tool "
+                           "parser's call markup) is not implemented: a required or named tool "
+                           "choice is constrained by a JSON schema, auto tool calls and a tool's "
+                           "`strict` are not constrained",
     "--tool-server": "refused: built-in tools (Responses API tool servers) are not supported",
     "--exclude-tools-when-tool-choice-none": "implemented by frontend/serving/lowering/chat.py",
     "--cohere-is-reasoning-model": "refused: Cohere's /cohere/v2/chat API is not served (the "
                                    "cohere_command3/4 tool and reasoning parsers are)",
     "--cohere-format": "refused: Cohere's tokenizer mode and prompt formats are not served (pass "
                        "chat_template_kwargs per request to the model's own template)",
-    "--anthropic-disabled-thinking-effort": "refused: thinking disabled in /v1/messages is always "
-                                            "reasoning effort \"none\" (frontend/api/anthropic)",
+    "--anthropic-disabled-thinking-effort": "implemented by frontend/api/anthropic/thinking_effort.py "
+                                            "(auto: vLLM's probe of the chat template)",
     # -- responses -------------------------------------------------------------------------------
     "--lora-modules": "implemented by frontend/serving/lora.py (adapters shared by every worker)",
     "--trust-request-mm-kwargs": "implemented by frontend/api/openai/lowering.py (a request's own "
@@ -109,13 +117,18 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--return-tokens-as-token-ids": "implemented by frontend/serving/formatters.py",
     "--enable-prompt-tokens-details": "implemented by frontend/serving/formatters.py (cached prompt tokens "
                                       "in chat and completions usage)",
-    "--enable-per-request-metrics": "refused: per-request metrics in responses are not supported",
+    "--enable-per-request-metrics": "implemented by frontend/serving/per_request_metrics.py (`metrics` "
+                                    "in chat, completion and Responses answers, from the engine's "
+                                    "timestamps)",
     "--enable-force-include-usage": "implemented by frontend/serving/lowering/options.py",
     "--sse-keep-alive-interval": "implemented by frontend/serving/sse.py (keep-alive comments on a "
                                  "silent stream)",
     "--enable-tokenizer-info-endpoint": "implemented by frontend/api/admin/routes.py (/tokenizer_info)",
-    "--tokens-only": "refused: not implemented: the token-in/token-out routes are served beside the "
-                     "text routes with --enable-scale-out, and outputs are always detokenized",
+    "--tokens-only": "refused: vLLM's tokens-only mode (an engine without a tokenizer, the scale-out "
+                     "routes without --enable-scale-out, outputs never detokenized, stop strings "
+                     "refused, an unauthenticated /abort_requests) is not implemented; "
+                     "--enable-scale-out serves the token-in/token-out routes beside the text "
+                     "routes, detokenizing as each request asks",
     "--fingerprint-mode": "implemented by frontend/serving/state.py",
     "--fingerprint-value": "implemented by frontend/serving/state.py",
     "--enable-flash-late-interaction": "refused: late-interaction scoring is served through the "

@@ -36,11 +36,16 @@ class OutputClock:
 
     A delivery may carry several engine steps of one stream (a backlog drained at once, see
     `OutputReader.drain`): `steps` says how many, `now` is when the first of them arrived and
-    `last` when the last did (`last == now` for one step)."""
+    `last` when the last did (`last == now` for one step).
+
+    `engine` is the engine's own clock (`EngineCoreOutputs.timestamp`, its time.monotonic())
+    of the latest output message handled, kept between deliveries: vLLM's per-request metrics
+    stamp a request's first and last tokens with it (`llm.Generation`)."""
 
     now = 0.0
     last = 0.0
     steps = 1
+    engine = 0.0
 
 
 class Delivery:

@@ -226,6 +226,7 @@ class OutputReader:
             health.mark_dead(f"Undecodable message from the engine: {e}")
             return
         engine = batch.engine_index
+        OutputClock.engine = batch.timestamp
         if engine in health.last_heard:
             health.heard_from(engine)
         if batch.scheduler_stats is not None:

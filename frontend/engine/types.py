@@ -145,6 +145,10 @@ class EngineOutput:
     # Seconds between the engine's QUEUED and SCHEDULED events (vLLM's queue time), when it
     # sends events (stats logging on).
     queue_time: float | None = None
+    # The engine's clock (time.monotonic() there) at those two events: the per-request metrics
+    # (--enable-per-request-metrics) measure from them, as vLLM's RequestStateStats do.
+    queued_ts: float | None = None
+    scheduled_ts: float | None = None
     pooling_output: PooledTensor | None = None  # the final output of a pooling request
     # vLLM's mm_cache_miss_hashes: items sent by hash only that the engine's processor cache
     # no longer held (the request failed; frontend/multimodal sends them in full next time).

@@ -363,9 +363,10 @@ _MM_CACHE_MISS_INDEX = 14  # `mm_cache_miss_hashes`, likewise
 _EVENT_QUEUED, _EVENT_SCHEDULED = 1, 2  # EngineCoreEventType
 
 
-def _queue_time(events: Any) -> float | None:
-    """SCHEDULED - QUEUED from `EngineCoreEvent`s ({type, timestamp} maps; the first
-    SCHEDULED only: later ones are resumptions after preemption, as vLLM ignores them)."""
+def _event_times(out: EngineOutput, events: Any) -> None:
+    """The QUEUED and SCHEDULED timestamps of `EngineCoreEvent`s ({type, timestamp} maps; the
+    first SCHEDULED only: later ones are resumptions after preemption, as vLLM ignores them),
+    and the queue time between them."""
     queued = scheduled = None
     for e in events if isinstance(events, (list, tuple)) else ():
         if not isinstance(e, dict):
@@ -375,9 +376,12 @@ def _queue_time(events: Any) -> float | None:
             queued = ts
         elif kind == _EVENT_SCHEDULED and scheduled is None:
             scheduled = ts
-    if isinstance(queued, (int, float)) and isinstance(scheduled, (int, float)):
-        return max(0.0, scheduled - queued)
-    return None
+    if isinstance(queued, (int, float)):
+        out.queued_ts = float(queued)
+    if isinstance(scheduled, (int, float)):
+        out.scheduled_ts = float(scheduled)
+        if out.queued_ts is not None:
+            out.queue_time = max(0.0, out.scheduled_ts - out.queued_ts)
 
 
 def plain_running(o: list, error_index: int | None) -> bool:
@@ -407,7 +411,7 @@ def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> En
             if n > 6:
                 out.stop_reason = o[6]
                 if n > _EVENTS_INDEX and o[_EVENTS_INDEX]:
-                    out.queue_time = _queue_time(o[_EVENTS_INDEX])
+                    _event_times(out, o[_EVENTS_INDEX])
                 if n > 11 and o[11] is not None:
                     stats = o[11]
                     if isinstance(stats, dict):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from vllm_pyfrontend.engine.delivery import OutputClock
 from vllm_pyfrontend.engine.types import (
     FINISH_ABORT,
     FINISH_ERROR,
@@ -79,6 +80,10 @@ class Generation:
         "admission",
         "quota",
         "queue_time",
+        "queued_ts",
+        "scheduled_ts",
+        "first_ts",
+        "last_ts",
         "prompt_logprobs",
         "output_ids",
         "moves",
@@ -109,6 +114,15 @@ class Generation:
         # completion tokens once, at the end.
         self.quota = None
         self.queue_time: float | None = None  # the engine's QUEUED -> SCHEDULED (seconds)
+        # vLLM's RequestStateStats, on the engine's clock (None: not known, e.g. the engine
+        # sends no events with --disable-log-stats): its QUEUED and first SCHEDULED events, the
+        # engine step of the first output (the one carrying those events) and of the last
+        # (the finish, or the step a stop string matched in). --enable-per-request-metrics
+        # reports from them (kept with the queue time: no work of their own per output).
+        self.queued_ts: float | None = None
+        self.scheduled_ts: float | None = None
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
         # Prompt logprobs (sampling `prompt_logprobs`): the rows of every chunk so far.
         self.prompt_logprobs: Logprobs | None = None
         # The token ids delivered so far, kept when the request may move to another engine
@@ -125,8 +139,12 @@ class Generation:
             return
         if self.admission is not None:
             self.admission.on_output(self)
-        if output.queue_time is not None and self.queue_time is None:
+        if output.queue_time is not None and self.queue_time is None:  # the events' output
             self.queue_time = output.queue_time
+            self.scheduled_ts = output.scheduled_ts
+            self.queued_ts = output.queued_ts
+            if self.num_output_tokens == 0:  # the first output: vLLM's first_token_ts
+                self.first_ts = OutputClock.engine or None
         if output.num_cached_tokens is not None:
             self.num_cached_tokens = output.num_cached_tokens
         if output.new_prompt_logprobs is not None:
@@ -233,6 +251,7 @@ class Generation:
 
     def _finish(self, reason: str, stop_reason: int | str | None) -> None:
         self.finished = True
+        self.last_ts = OutputClock.engine or None
         self.finish_reason = reason
         self.stop_reason = stop_reason
         if self.admission is not None:

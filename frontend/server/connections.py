@@ -11,6 +11,11 @@ but has no bound on how long a request head may take to arrive, and no cap on op
   its idle timer after the response. A timed-out connection is closed.
 - connection cap (`--max-connections-per-worker`): past it, a new connection is answered with a
   503 in the OpenAI error shape and closed; refusals are logged at most every 10 seconds.
+- request head size (`--h11-max-incomplete-event-size`, vLLM's flag for its h11 parser): a
+  head still incomplete after that many bytes is answered as uvicorn answers h11's error, 400
+  "Invalid HTTP request received.", and the connection closed. (aiohttp's own per-line limits
+  are raised to the same size, and its header count limit, a 400 too, is
+  `--h11-max-header-count`: server/worker.py.)
 
 This leans on three aiohttp internals (`Server._kwargs`, `RequestHandler._waiter` and
 `_keepalive_handle`); tests/ops/test_connection_hygiene.py exercises each of them.
@@ -40,9 +45,10 @@ REFUSED_LINGER_S = 2.0  # how long a refused connection may take to read its 503
 class ConnectionGuard:
     """The limits and counters one worker's connections share."""
 
-    def __init__(self, header_timeout: float = 0.0, max_connections: int = 0):
+    def __init__(self, header_timeout: float = 0.0, max_connections: int = 0, max_head_bytes: int = 0):
         self.header_timeout = header_timeout
         self.max_connections = max_connections
+        self.max_head_bytes = max_head_bytes  # 0: no bound on an incomplete head
         self.open = 0
         self.refused = 0  # since the last log line
         self.refused_total = 0
@@ -68,14 +74,20 @@ class ConnectionGuard:
         return False
 
 
+# uvicorn's answer to a request h11 cannot parse (its `send_400_response`), as bytes.
+HEAD_TOO_LARGE = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                  b"Content-Length: 30\r\nConnection: close\r\n\r\nInvalid HTTP request received.")
+
+
 class GuardedRequestHandler(RequestHandler):
-    __slots__ = ("_guard", "_head_timer", "_refused")
+    __slots__ = ("_guard", "_head_timer", "_refused", "_head_bytes")
 
     def __init__(self, guard: ConnectionGuard, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._guard = guard
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused: asyncio.Transport | None = None
+        self._head_bytes = 0  # bytes of the head that is arriving, so far
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
@@ -106,9 +118,18 @@ class GuardedRequestHandler(RequestHandler):
             self._head_timer = self._loop.call_later(timeout, self._head_timed_out)
         heads = self._request_count
         super().data_received(data)
-        if self._request_count > heads and self._head_timer is not None:  # the head is complete
-            self._head_timer.cancel()
-            self._head_timer = None
+        if self._request_count > heads:  # the head is complete
+            self._head_bytes = 0
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            return
+        limit = self._guard.max_head_bytes
+        if limit:
+            self._head_bytes += len(data)
+            if self._head_bytes > limit and self.transport is not None:
+                self.transport.write(HEAD_TOO_LARGE)
+                self.force_close()  # (the transport sends what it holds before it closes)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._refused is not None:

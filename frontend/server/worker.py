@@ -35,6 +35,7 @@ from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.api.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
 from vllm_pyfrontend.server.tls import make_ssl_context
+from vllm_pyfrontend.serving import output_log, per_request_metrics
 from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -158,6 +159,10 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     except OSError as e:
         log.warning("could not record engine info: %s", e)
 
+    per_request_metrics.enabled = config.policy.enable_per_request_metrics
+    output_log.enabled = config.policy.enable_log_outputs and config.policy.enable_log_requests
+    output_log.deltas = config.policy.enable_log_deltas
+    output_log.max_log_len = config.policy.max_log_len
     kv_events = engine.start_prefix_routing(config.engine_args, config.policy.routing_policy,
                                             config.policy.routing_prefix_weight, config.policy.kv_events_host)
     state = ServerState(config, tokenizer, template, engine, defaults, model_config)
@@ -192,6 +197,12 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         shutdown_timeout=1.0,
         # Idle connections close after this; 0 closes them after each response (as uvicorn).
         keepalive_timeout=policy.http_timeout_keep_alive,
+        # vLLM's h11 limits: a head of up to --h11-max-incomplete-event-size bytes (the
+        # ConnectionGuard bounds the whole head; aiohttp's per-line limits, 8190 bytes by
+        # default, must not refuse earlier) and --h11-max-header-count header lines.
+        max_line_size=policy.h11_max_incomplete_event_size,
+        max_field_size=policy.h11_max_incomplete_event_size,
+        max_headers=policy.h11_max_header_count,
     )
     await runner.setup()
     if config.listen_fd is not None:
@@ -202,7 +213,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     # The site listen()s again with this backlog (a socket handed over may have a smaller one):
     # bursts of connections (1024 streams opening at once) would overflow it and wait for SYN
     # retransmits.
-    guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker)
+    guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker,
+                            policy.h11_max_incomplete_event_size)
     site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy),
                        shared=config.listen_fd is not None)
     await site.start()

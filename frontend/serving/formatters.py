@@ -15,6 +15,7 @@ import msgspec
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.engine.types import Logprobs
+from vllm_pyfrontend.serving import per_request_metrics
 from vllm_pyfrontend.serving.prompt_logprobs import SampledTexts, echo_logprobs, prompt_logprobs_json
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun, fold_tool_calls
 
@@ -138,7 +139,8 @@ class ChatFormatter:
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details))
+        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
+                            per_request_metrics.stream_metrics(run.choices, run.completion_tokens))
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -182,7 +184,7 @@ class ChatFormatter:
             "prompt_text": None,
             "kv_transfer_params": None,
             "ec_transfer_params": None,
-            "metrics": None,
+            "metrics": per_request_metrics.body_metrics(run.choices, run.completion_tokens),
         }
 
 
@@ -292,7 +294,8 @@ class CompletionFormatter:
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details))
+        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
+                            per_request_metrics.stream_metrics(run.choices, run.completion_tokens))
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -330,5 +333,5 @@ class CompletionFormatter:
             "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details), "completion_tokens_details": None},
             "kv_transfer_params": None,
             "ec_transfer_params": None,
-            "metrics": None,
+            "metrics": per_request_metrics.body_metrics(run.choices, run.completion_tokens),
         }

@@ -328,5 +328,9 @@ class SSEWriter:
         )
         return data + (b',"usage":' + _enc(usage) + b"}\n\n" if usage else b"}\n\n")
 
-    def usage_chunk(self, usage: dict) -> None:
-        self.write(self.usage_prefix + _enc(usage) + self.usage_suffix)
+    def usage_chunk(self, usage: dict, metrics: dict | None = None) -> None:
+        """The usage chunk; `metrics`: vLLM's per-request metrics, which ride on it."""
+        if metrics is None:
+            self.write(self.usage_prefix + _enc(usage) + self.usage_suffix)
+        else:
+            self.write(self.usage_prefix + _enc(usage) + b',"metrics":' + _enc(metrics) + self.usage_suffix)

@@ -253,11 +253,13 @@ def test_slowloris_headers(stack, baseline):
             for s in socks:
                 s.sendall(b"X-Slow-%d: %s\r\n" % (i, b"a" * 100))
             assert_serves(stack, tries=2)
-        # A header line longer than aiohttp's limit (8190 bytes) is refused with 400, not a
-        # crash. (aiohttp's parser answers this one itself, in text/plain, before any route.)
+        # A header line of 20000 bytes is within the request head's bound (vLLM's
+        # --h11-max-incomplete-event-size, 4 MiB by default; aiohttp's own 8190-byte line limit
+        # is raised to it): served, as vLLM's server serves it. (Heads past the bounds:
+        # tests/server/test_serve_flags_sim.py.)
         s = socket.create_connection(("127.0.0.1", stack.port), timeout=10)
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
-        assert read_until(s, b"\r\n\r\n").split(b" ")[1] == b"400"
+        assert read_until(s, b"\r\n\r\n").split(b" ")[1] == b"200"
         s.close()
     finally:
         for s in socks:

@@ -92,7 +92,7 @@ def test_implemented_flags_are_the_supervisors():
 @pytest.mark.parametrize("argv, reason", [
     (["--enable-offline-docs"], "docs pages"),
     (["--enable-ssl-refresh"], "restart"),
-    (["--no-enable-log-deltas"], "outputs"),
+    (["--tool-strict-level", "function"], "structural-tag"),
     (["--tokens-only"], "token-in/token-out"),
 ])
 def test_refused_flags_stop_the_start_with_the_reason(argv, reason, capsys):
@@ -141,8 +141,9 @@ def test_dropin_reports_only_refused_args_away_from_the_default():
     args = {"cohere_format": "cmd4", "uvicorn_log_level": "info", "enable_log_deltas": True,
             "ssl_keyfile": None, "lora_modules": None, "middleware": [], "api_key": ["k"]}
     assert refused_serve_args(args) == []
-    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False, lora_modules=["a=/x"], cohere_format="cmd3")
-    reasons = refused_serve_args(args)  # (TLS and LoRA modules are served here: not among them)
+    args.update(ssl_keyfile="/k.pem", enable_log_deltas=False, lora_modules=["a=/x"], cohere_format="cmd3",
+                tool_strict_level="parameter")
+    reasons = refused_serve_args(args)  # (TLS, LoRA modules, log deltas are served here: not among them)
     assert len(reasons) == 2 and any(r.startswith("--cohere-format is not supported") for r in reasons)
 
 

@@ -9,8 +9,11 @@ The mapping is vLLM's (`AnthropicServingMessages.to_chat_completion_request`):
 - tools become function tools (`input_schema` -> `parameters`); tool_choice `auto` / `any` /
   `tool` / `none` become "auto" / "required" / a named function / "none";
   `disable_parallel_tool_use` turns parallel tool calls off;
-- `thinking: disabled` is reasoning effort "none" (thinking off in the template), `enabled`
-  leaves the template's default (thinking on for reasoning models);
+- `thinking: disabled` is reasoning effort "none" (thinking off in the template), or the effort
+  --anthropic-disabled-thinking-effort gives (`auto`: "low" for a template that refuses "none"
+  or renders it like a thinking effort, see thinking_effort.py), `enabled` leaves the
+  template's default (thinking on for reasoning models); an effort turns `enable_thinking` on
+  unless it is "none" (and the request did not set it);
 - `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `top_k` are the sampling options.
 
 - `image` blocks (`base64` and `url` sources) become chat `image_url` parts (a base64 source as
@@ -230,27 +233,34 @@ def _lower_tools(req: MessagesRequest | CountTokensRequest) -> tuple[list[dict[s
     return tools, choice, parallel
 
 
-def lower_request(req: MessagesRequest | CountTokensRequest, allow_media: bool = False) -> LoweredChat:
+def lower_request(req: MessagesRequest | CountTokensRequest, allow_media: bool = False,
+                  disabled_thinking_effort: str = "none") -> LoweredChat:
     """Messages, tools, tool choice and template kwargs (and, for a Messages request, the
     sampling options): what the chat pipeline renders and submits. `allow_media`: the model
-    takes images (image blocks become `image_url` parts; else they are refused)."""
+    takes images (image blocks become `image_url` parts; else they are refused).
+    `disabled_thinking_effort`: the reasoning effort of `thinking: disabled`
+    (--anthropic-disabled-thinking-effort, resolved: api/anthropic/thinking_effort.py)."""
     messages = _lower_messages(req, allow_media)
     tools, tool_choice, parallel = _lower_tools(req)
     kwargs = dict(req.chat_template_kwargs or {})
     response_format = None
+    effort = None
     oc = req.output_config
     if oc is not None:
         if oc.format is not None and oc.format.schema is not None:
             response_format = {"type": "json_schema", "json_schema": {"name": "json_schema", "schema": oc.format.schema}}
         if oc.effort is not None:
-            kwargs["reasoning_effort"] = oc.effort
-            kwargs.setdefault("enable_thinking", True)
+            effort = oc.effort
     thinking = req.thinking
+    if thinking is not None and thinking.type == "disabled":
+        effort = disabled_thinking_effort  # (after output_config's, which it overrides: vLLM)
+    if effort is not None:
+        # vLLM's reasoning_effort: to the template, and thinking on unless it is "none" (a
+        # request's own enable_thinking wins).
+        kwargs["reasoning_effort"] = effort
+        kwargs.setdefault("enable_thinking", effort != "none")
     if thinking is not None:
-        if thinking.type == "disabled":
-            kwargs["reasoning_effort"] = "none"
-            kwargs.setdefault("enable_thinking", False)
-        elif thinking.type == "enabled":
+        if thinking.type == "enabled":
             budget = thinking.budget_tokens
             if budget is None:
                 raise InvalidRequestError("thinking.budget_tokens is required when thinking is enabled.",

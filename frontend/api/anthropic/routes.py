@@ -20,12 +20,14 @@ from aiohttp import web
 
 from vllm_pyfrontend.api.anthropic.formatter import AnthropicFormatter, AnthropicRun, AnthropicSSE
 from vllm_pyfrontend.api.anthropic.lowering import LoweredChat, lower_request
+from vllm_pyfrontend.api.anthropic.thinking_effort import disabled_thinking_effort
 from vllm_pyfrontend.api.anthropic.protocol import (
     CountTokensRequest,
     MessagesRequest,
     error_body,
 )
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest, chat_run, lower_chat, lower_chat_prompt, submit_chat
+from vllm_pyfrontend.serving import output_log
 from vllm_pyfrontend.serving.responder import respond
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.state import STATE
@@ -50,6 +52,13 @@ def _chat_request(lowered: LoweredChat, req: MessagesRequest | None = None) -> C
     )
 
 
+async def _disabled_effort(state, req: MessagesRequest | CountTokensRequest) -> str:
+    """The reasoning effort of `thinking: disabled` (probed once per worker with "auto")."""
+    if req.thinking is not None and req.thinking.type == "disabled":
+        return await disabled_thinking_effort(state)
+    return "none"
+
+
 async def handle_messages(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     body = await state.read_body(request)
@@ -57,7 +66,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     model = state.check_model(req.model)
     state.check_generation()
     state.check_engine()
-    chat = _chat_request(lower_request(req, allow_media=accepts_media(state)), req)
+    chat = _chat_request(lower_request(req, allow_media=accepts_media(state),
+                                       disabled_thinking_effort=await _disabled_effort(state, req)), req)
     low = await lower_chat(state, chat)
     prompt_ids = low.prompt.prompt_ids
 
@@ -70,6 +80,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     # usage goes out with message_delta (include_usage stays off)
     run = chat_run(state, chat, low, response_id=message_id, model=model, created=int(time.time()),
                    formatter=formatter, sse=sse, run_class=AnthropicRun)
+    if output_log.enabled:  # vLLM serves Messages through its chat code, which logs them
+        output_log.attach(run)
     return await respond(state, request, run, submit_chat(state, request, chat, low, run), role_chunks=False)
 
 
@@ -78,7 +90,8 @@ async def handle_count_tokens(request: web.Request) -> web.Response:
     body = await state.read_body(request)
     req: CountTokensRequest = decode_body(body, CountTokensRequest)
     state.check_model(req.model)
-    prompt = await lower_chat_prompt(state, _chat_request(lower_request(req, allow_media=accepts_media(state))))
+    prompt = await lower_chat_prompt(state, _chat_request(lower_request(
+        req, allow_media=accepts_media(state), disabled_thinking_effort=await _disabled_effort(state, req))))
     n = len(prompt.prompt_ids)
     # vLLM also reports the count before any context management (none here: the same number).
     return web.Response(body=_json({"input_tokens": n, "context_management": {"original_input_tokens": n}}),

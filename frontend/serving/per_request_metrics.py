@@ -1,0 +1,77 @@
+"""vLLM's per-request timing metrics (`--enable-per-request-metrics`): the `metrics` object of
+chat, completion and Responses answers (a Response has the key only with the flag).
+
+vLLM 0.32 builds it from the request's `RequestStateStats` (`build_per_request_timing_metrics`):
+four timestamps on the engine's clock, the QUEUED and first SCHEDULED events and the engine
+steps of the first and last outputs, which `llm.Generation` keeps (`queued_ts`, `scheduled_ts`,
+`first_ts`, `last_ts`), and the response's completion tokens. The fields, in milliseconds:
+
+- `time_to_first_token_ms`: first output - scheduled (prefill; the queue is not in it),
+- `generation_time_ms`: last output - first output (decode),
+- `queue_time_ms`: scheduled - queued,
+- `mean_itl_ms`: decode time / (tokens - 1), with more than one token,
+- `tokens_per_second`: tokens / (last output - scheduled).
+
+A field whose timestamps are unknown is null. The object describes one generation stream, so
+vLLM gives it only to a request of one choice (one prompt, `n` 1): `metrics` is null
+otherwise. A body lists every field (null ones too); the usage chunk of a stream, the only chunk
+that carries it, lists the known ones. `speculative_decoding` (a draft model's acceptance
+stats, which vLLM adds whenever the engine reports them) is not read from the engine's outputs
+here: it is null.
+
+Each worker sets `enabled` at its start (server/worker.py); off, the formatters write
+`"metrics": null` as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm_pyfrontend.llm.generation import Generation
+
+enabled = False
+
+
+def timing_metrics(gen: Generation | None, num_generation_tokens: int) -> dict[str, Any]:
+    """vLLM's `PerRequestMetrics` of one generation, every field (None: unknown)."""
+    queued = (gen.queued_ts if gen is not None else None) or 0.0
+    scheduled = (gen.scheduled_ts if gen is not None else None) or 0.0
+    first = (gen.first_ts if gen is not None else None) or 0.0
+    last = (gen.last_ts if gen is not None else None) or 0.0
+    ttft = generation = queue = itl = tps = None
+    if scheduled > 0 and first > 0:
+        ttft = (first - scheduled) * 1000
+    if first > 0 and last > 0:
+        generation = (last - first) * 1000
+        if num_generation_tokens > 1:
+            itl = (last - first) / (num_generation_tokens - 1) * 1000
+    if queued > 0 and scheduled > 0:
+        queue = (scheduled - queued) * 1000
+    if scheduled > 0 and last > 0:
+        inference_ms = (last - scheduled) * 1000
+        if inference_ms > 0:
+            tps = num_generation_tokens / inference_ms * 1000
+    return {
+        "time_to_first_token_ms": ttft,
+        "generation_time_ms": generation,
+        "queue_time_ms": queue,
+        "mean_itl_ms": itl,
+        "tokens_per_second": tps,
+        "speculative_decoding": None,
+    }
+
+
+def body_metrics(choices: list, completion_tokens: int) -> dict[str, Any] | None:
+    """A response body's `metrics`: None when off, when the request has several choices, or
+    when its one choice is no engine generation (beam search)."""
+    if not enabled or len(choices) != 1 or choices[0].gen is None:
+        return None
+    return timing_metrics(choices[0].gen, completion_tokens)
+
+
+def stream_metrics(choices: list, completion_tokens: int) -> dict[str, Any] | None:
+    """The usage chunk's `metrics` (vLLM writes it without its null fields), or None."""
+    metrics = body_metrics(choices, completion_tokens)
+    if metrics is None:
+        return None
+    return {k: v for k, v in metrics.items() if v is not None}
