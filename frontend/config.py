@@ -61,6 +61,9 @@ class WorkerPolicy:
     lora_modules: list[str] = field(default_factory=list)
     # vLLM's scale-out routes (render / derender / token-in generate) and /tokenizer_info.
     enable_scale_out: bool = False
+    # vLLM's --tokens-only: the token-in/token-out and render routes without --enable-scale-out,
+    # generate outputs never detokenized, stop strings refused, the legacy /abort_requests.
+    tokens_only: bool = False
     enable_tokenizer_info_endpoint: bool = False
     # OpenAI answers (vLLM's flags of the same names).
     return_tokens_as_token_ids: bool = False  # logprob tokens as "token_id:N" for every request

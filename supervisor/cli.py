@@ -308,6 +308,10 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enable-scale-out", action=bool_flag, default=False,
                    help="serve vLLM's scale-out routes: /inference/v1/generate (token ids in and out), "
                         "render and derender (else they answer 403)")
+    p.add_argument("--tokens-only", action=bool_flag, default=False,
+                   help="vLLM's tokens-only mode: the scale-out routes served without --enable-scale-out, "
+                        "/inference/v1/generate never detokenizes (output_mode 'tokens' only, no stop "
+                        "strings), and /abort_requests is served as well")
     p.add_argument("--enable-tokenizer-info-endpoint", action=bool_flag, default=False,
                    help="serve GET /tokenizer_info (the tokenizer's configuration and chat template)")
     p.add_argument("--return-tokens-as-token-ids", action=bool_flag, default=False,

@@ -124,11 +124,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--sse-keep-alive-interval": "implemented by frontend/serving/sse.py (keep-alive comments on a "
                                  "silent stream)",
     "--enable-tokenizer-info-endpoint": "implemented by frontend/api/admin/routes.py (/tokenizer_info)",
-    "--tokens-only": "refused: vLLM's tokens-only mode (an engine without a tokenizer, the scale-out "
-                     "routes without --enable-scale-out, outputs never detokenized, stop strings "
-                     "refused, an unauthenticated /abort_requests) is not implemented; "
-                     "--enable-scale-out serves the token-in/token-out routes beside the text "
-                     "routes, detokenizing as each request asks",
+    "--tokens-only": "implemented by frontend/api/openai/generate_routes.py (scale-out routes on, "
+                     "generate outputs never detokenized, stop strings refused, /abort_requests)",
     "--fingerprint-mode": "implemented by frontend/serving/state.py",
     "--fingerprint-value": "implemented by frontend/serving/state.py",
     "--enable-flash-late-interaction": "refused: late-interaction scoring is served through the "

@@ -3,7 +3,8 @@ simulated engine (one worker each): `--enable-per-request-metrics` (the `metrics
 completion and Responses answers), `--enable-log-outputs` / `--enable-log-deltas` (vLLM's "Generated
 response" lines in the request log), `--anthropic-disabled-thinking-effort` (the reasoning
 effort of /v1/messages with thinking disabled) and `--h11-max-incomplete-event-size` /
-`--h11-max-header-count` (the request head's bounds). Each against a server without the flag.
+`--h11-max-header-count` (the request head's bounds), `--tokens-only` (the token-in/token-out
+routes without --enable-scale-out, never detokenizing). Each against a server without the flag.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def sim_args(*extra: str) -> list[str]:
 def on():
     s = Stack(sim_args("--enable-per-request-metrics", "--enable-log-requests", "--enable-log-outputs",
                        "--max-log-len", "300", "--anthropic-disabled-thinking-effort", "low",
-                       "--h11-max-incomplete-event-size", "3000", "--h11-max-header-count", "24"))
+                       "--h11-max-incomplete-event-size", "3000", "--h11-max-header-count", "24",
+                       "--tokens-only"))
     yield s
     s.terminate()
 
@@ -371,3 +373,25 @@ def test_request_heads_past_the_bounds_are_400(on, off):
     assert exchange(off, HEAD + b"X-Big: " + b"a" * 20000 + b"\r\n\r\n").startswith(b"HTTP/1.1 200")
     assert exchange(off, HEAD + b"".join(b"X-H%d: v\r\n" % i for i in range(200)) + b"\r\n").startswith(b"HTTP/1.1 200")
     assert exchange(off, HEAD, *lines, b"\r\n").startswith(b"HTTP/1.1 200")
+
+
+def test_tokens_only_serves_the_token_routes_without_text(on, off):
+    body = {"model": "dsv4", "token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 4, "temperature": 0},
+            "output_mode": "tokens"}
+    with httpx.Client(timeout=30) as h:
+        assert h.post(off.base_url + "/inference/v1/generate", json=body).status_code == 403
+        assert h.post(off.base_url + "/abort_requests", json={"request_ids": ["x"]}).status_code == 404
+        r = h.post(on.base_url + "/inference/v1/generate", json=body)
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        assert len(choice["token_ids"]) == 4 and not choice.get("text")
+        # Text output and stop strings need the detokenizer that tokens-only mode turns off.
+        r = h.post(on.base_url + "/inference/v1/generate", json={**body, "output_mode": "text"})
+        assert r.status_code == 400 and "--tokens-only" in r.json()["error"]["message"]
+        stop = {**body, "sampling_params": {**body["sampling_params"], "stop": ["x"]}}
+        r = h.post(on.base_url + "/inference/v1/generate", json=stop)
+        assert r.status_code == 400 and "stop strings are not supported" in r.json()["error"]["message"]
+        # vLLM's legacy abort path is served beside /inference/v1/abort_requests.
+        assert h.post(on.base_url + "/abort_requests", json={"request_ids": ["x"]}).status_code == 200
+        assert h.post(on.base_url + "/v1/completions/render",
+                      json={"model": "dsv4", "prompt": "hi"}).status_code == 200

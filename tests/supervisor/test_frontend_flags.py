@@ -93,7 +93,6 @@ def test_implemented_flags_are_the_supervisors():
     (["--enable-offline-docs"], "docs pages"),
     (["--enable-ssl-refresh"], "restart"),
     (["--tool-strict-level", "function"], "structural-tag"),
-    (["--tokens-only"], "token-in/token-out"),
 ])
 def test_refused_flags_stop_the_start_with_the_reason(argv, reason, capsys):
     with pytest.raises(SystemExit) as e:

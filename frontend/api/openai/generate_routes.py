@@ -205,6 +205,18 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         raise APIError(400, "token_ids must hold at least one token id.", "token_ids")
     if req.features is not None or req.content_parts:
         raise APIError(400, "Multimodal inputs are not supported by this text-only server.", "features")
+    if state.config.policy.tokens_only:
+        # vLLM's --tokens-only: no detokenizing, whatever the request asks (so no stop strings,
+        # which are matched on text, and no text output).
+        if sp.stop:
+            raise APIError(400, "stop strings are not supported on a --tokens-only server because "
+                           "detokenization is disabled. Check stop strings on the coordinator, or use "
+                           "stop_token_ids.", "stop")
+        if req.output_mode != "tokens":
+            raise APIError(400, f"output_mode={req.output_mode!r} requires a tokenizer, but this server "
+                           "does not load one (--tokens-only or --skip-tokenizer-init). Send the request "
+                           "to a server that loads a tokenizer, or use output_mode='tokens'.", "output_mode")
+        sp.detokenize = False
     if req.output_mode != "tokens" and not sp.detokenize:
         raise APIError(400, f"output_mode={req.output_mode!r} requires sampling_params.detokenize to be true",
                        "output_mode")
@@ -288,10 +300,15 @@ def add_routes(app: web.Application) -> None:
     it both answer 403, as vLLM's."""
     from vllm_pyfrontend.serving.peer_abort import install
 
-    if getattr(app[STATE].config.policy, "enable_scale_out", False):
+    policy = app[STATE].config.policy
+    if policy.enable_scale_out or policy.tokens_only:
         install(app)
         app.router.add_post("/inference/v1/generate", handle_generate)
         app.router.add_post("/inference/v1/abort_requests", handle_abort_requests)
+        if policy.tokens_only:
+            # vLLM keeps this path (outside /v1 and /inference, so no API key) for existing
+            # tokens-only deployments.
+            app.router.add_post("/abort_requests", handle_abort_requests)
     else:
         app.router.add_post("/inference/v1/generate", scale_out_disabled)
         app.router.add_post("/inference/v1/abort_requests", scale_out_disabled)

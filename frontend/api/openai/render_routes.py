@@ -168,6 +168,7 @@ RENDER_ROUTES = (
 
 def add_routes(app: web.Application) -> None:
     """The render/derender routes with --enable-scale-out; without it each answers 403 (vLLM)."""
-    enabled = getattr(app[STATE].config.policy, "enable_scale_out", False)
+    policy = app[STATE].config.policy
+    enabled = policy.enable_scale_out or policy.tokens_only
     for path, handler in RENDER_ROUTES:
         app.router.add_post(path, handler if enabled else scale_out_disabled)
