@@ -32,7 +32,9 @@ def pytest_xdist_make_scheduler(config, log):
     class EngineTierScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module, _, rest = nodeid.partition("::")
-            whole, marked = _real_engine_tests(os.path.join(root, module))
+            whole, marked, own = _real_engine_tests(os.path.join(root, module))
+            if own:
+                return module
             return "real-engine" if whole or rest.split("[", 1)[0] in marked else module
 
     return EngineTierScheduling(config, log)
@@ -52,22 +54,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 @functools.cache
-def _real_engine_tests(path: str) -> tuple[bool, frozenset[str]]:
+def _real_engine_tests(path: str) -> tuple[bool, frozenset[str], bool]:
     """Whether the whole module needs a real engine (a module-level `real_engine` mark, or the
-    `tiny_pair` fixture), and the names of its test functions marked `real_engine` one by one."""
+    `tiny_pair` fixture), the names of its test functions marked `real_engine` one by one, and
+    whether it is marked `own_engines` at module level: it starts its engines in processes of
+    its own and shares nothing with the other real-engine tests, so it is a unit of its own that
+    runs beside them (on the worker that is not running the real-engine tier)."""
     try:
         with open(path) as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError):
-        return False, frozenset()
-    whole = "'tiny_pair'" in ast.dump(tree) or any(
-        isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
-        and "'real_engine'" in ast.dump(node.value)
-        for node in tree.body)
+        return False, frozenset(), False
+    module_marks = [ast.dump(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)]
+    whole = "'tiny_pair'" in ast.dump(tree) or any("'real_engine'" in m for m in module_marks)
     marked = frozenset(
         node.name for node in tree.body
         if isinstance(node, ast.FunctionDef) and any("'real_engine'" in ast.dump(d) for d in node.decorator_list))
-    return whole, marked
+    return whole, marked, any("'own_engines'" in m for m in module_marks)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,9 @@ import pytest
 from conformance.catalogue import CI_SUBSET
 from conformance.sources import REPO_ROOT
 
-pytestmark = pytest.mark.real_engine
+# Its engines and servers are its own (the conformance runner's subprocesses): it runs beside the
+# real-engine tier, not after it.
+pytestmark = [pytest.mark.real_engine, pytest.mark.own_engines]
 
 
 def test_vllm_suites_pass_here(tmp_path):
