@@ -8,13 +8,15 @@ openai client), with the counts vLLM's own test expects of them
   `sum = requests * (prompt tokens + max_tokens)`;
 - the request phases on the engine's clock (queue, prefill, decode, inference, time per output
   token, preemptions): one observation per request;
-- `vllm:cache_config_info` with the engine's KV cache size.
+- `vllm:cache_config_info` with the engine's KV cache size;
+- every name of the list that test's `test_metrics_exist` looks for (`EXPECTED_METRICS_V1`).
 """
 
 from __future__ import annotations
 
 import time
 
+import httpx
 import openai
 import pytest
 
@@ -24,6 +26,20 @@ from tests.stack import Stack
 N_REQUESTS = 6
 MAX_TOKENS = 5
 PROMPT = [101, 102, 103, 104, 105, 106, 107, 108, 109]
+
+# vLLM 0.32's tests/entrypoints/serve/instrumentator/test_metrics.py: EXPECTED_METRICS_V1.
+EXPECTED_METRICS_V1 = [
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
+    "vllm:kv_cache_usage_perc", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+    "vllm:num_preemptions_total", "vllm:admission_rejections_total", "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total", "vllm:iteration_tokens_total", "vllm:cache_config_info",
+    "vllm:request_success_total",
+    *(f"vllm:{family}_{suffix}" for family in (
+        "request_prompt_tokens", "request_generation_tokens", "request_params_n", "request_params_max_tokens",
+        "time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
+        "request_queue_time_seconds", "request_inference_time_seconds", "request_prefill_time_seconds",
+        "request_decode_time_seconds", "request_num_preemptions") for suffix in ("sum", "bucket", "count")),
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +63,11 @@ def after_traffic(stack):
         if total(s, "vllm:request_success_total") == N_REQUESTS or time.monotonic() > deadline:
             return s
         time.sleep(0.1)
+
+
+def test_every_family_vllms_test_looks_for_is_there(stack, after_traffic):
+    text = httpx.get(stack.base_url + "/metrics", timeout=10).text
+    assert [name for name in EXPECTED_METRICS_V1 if name not in text] == []
 
 
 def test_iteration_tokens_count_and_sum_are_vllms(after_traffic):
