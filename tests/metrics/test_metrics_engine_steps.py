@@ -101,3 +101,22 @@ def test_cache_config_info_reports_the_engines_kv_cache(after_traffic):
     for i in infos:
         assert int(i["kv_cache_size_tokens"]) == int(i["num_gpu_blocks"]) * int(i["block_size"]) > 0
         assert float(i["kv_cache_max_concurrency"]) > 0
+
+
+def test_a_request_ended_here_by_a_stop_string_has_its_phases(stack, after_traffic):
+    """A stop string matched by the frontend ends the request at that step, as vLLM's output
+    processor ends it: the request has its phases like one the engine finished."""
+    before = scrape(stack.base_url)
+    client = openai.OpenAI(base_url=stack.base_url + "/v1", api_key="none", max_retries=0, timeout=30)
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=200,
+                                       stop=[" "], extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens < 200
+    deadline = time.monotonic() + 20
+    while True:
+        s = scrape(stack.base_url)
+        done = total(s, "vllm:request_success_total") - total(before, "vllm:request_success_total")
+        if done == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for family in ("vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds"):
+        assert total(s, family + "_count") - total(before, family + "_count") == 1, family
