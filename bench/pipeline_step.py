@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pipeline_step.py --streams 512 --steps 400 --repeat 5
     .venv/bin/python bench/pipeline_step.py --stop '###' --stop '</answer>'   # the stop path
+    .venv/bin/python bench/pipeline_step.py --metrics   # with the per-step Prometheus histogram
 
 One worker's path from an engine output message to the bytes a stream writes: `--steps`
 simulated-engine messages (`supervisor.sim.wire.pack_outputs`, one token per stream per step,
@@ -98,6 +99,10 @@ async def run(args) -> dict:
     layout = sim_wire.Layout("0.32.0")
     # The field layout the handshake would pick for this engine version (the installed vLLM's).
     client._connection.layout = layout_for_version(layout.vllm_version)
+    if args.metrics:  # as the worker installs it (metrics.install_stats_tap)
+        from vllm_pyfrontend.metrics import WorkerMetrics
+
+        client.on_iteration = WorkerMetrics("m", [0], 4096).observe_iteration
     best = None
     for _ in range(args.repeat):
         transports = []
@@ -136,6 +141,8 @@ def main() -> int:
     ap.add_argument("--stop", action="append", default=[],
                     help="a stop string every stream carries (repeatable; the words never hold "
                          "one, so every token is checked and none matches): the stop workload's path")
+    ap.add_argument("--metrics", action="store_true",
+                    help="observe vllm:iteration_tokens_total per engine message, as a worker does")
     args = ap.parse_args()
     r = asyncio.run(run(args))
     print(f"{r['us_per_token']:.2f} µs CPU per token (best of {args.repeat}), "

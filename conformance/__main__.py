@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true", help="print the markdown table (else JSON)")
     p.add_argument("--list", action="store_true", help="list runnable and not runnable modules")
     args = p.parse_args(argv)
+    # Absolute: the pytest run writes its outcomes from inside vLLM's source tree (its cwd).
+    args.out = args.out.resolve()
 
     if args.list:
         for m in catalogue.ALL:

@@ -266,6 +266,16 @@ class EngineClient:
     def on_mm_cache_miss(self, callback: Callable[[list[str]], None] | None) -> None:
         self._delivery.on_mm_cache_miss = callback
 
+    @property
+    def on_iteration(self) -> Callable[[int, int], None] | None:
+        """Called once per engine output message with (engine index, the iteration's tokens:
+        new token ids plus prompt tokens computed), for vllm:iteration_tokens_total."""
+        return self._delivery.on_iteration
+
+    @on_iteration.setter
+    def on_iteration(self, callback: Callable[[int, int], None] | None) -> None:
+        self._delivery.on_iteration = callback
+
     def in_flight_by_engine(self) -> dict[int, int]:
         return dict(self._inflight.count)
 

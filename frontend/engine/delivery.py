@@ -13,6 +13,11 @@ While the output reader works through a backlog it passes a `gathering` dict: th
 are then added to their stream's entry instead of being delivered, and come back through the
 same loop at the end of the drain (`deliver_gathered`), one stream's steps as one output. A
 sink that raises fails its request (`_failed`); an output nobody here waits for is an orphan.
+
+Each engine message delivered (not the gathered replays) is also one engine iteration for
+vLLM's `vllm:iteration_tokens_total`: the loop adds up the new token ids and the prompt tokens
+the engine computed (`num_computed_tokens`, sent with a request's first output) of the outputs
+that reach a sink, and `on_iteration(engine, tokens)` is called once at the message's end.
 """
 
 from __future__ import annotations
@@ -36,11 +41,8 @@ class OutputClock:
 
     A delivery may carry several engine steps of one stream (a backlog drained at once, see
     `OutputReader.drain`): `steps` says how many, `now` is when the first of them arrived and
-    `last` when the last did (`last == now` for one step).
-
-    `engine` is the engine's own clock (`EngineCoreOutputs.timestamp`, its time.monotonic())
-    of the latest output message handled, kept between deliveries: vLLM's per-request metrics
-    stamp a request's first and last tokens with it (`llm.Generation`)."""
+    `last` when the last did (`last == now` for one step). `engine` is the message's own
+    timestamp (`EngineCoreOutputs.timestamp`, the engine's clock), 0.0 for gathered steps."""
 
     now = 0.0
     last = 0.0
@@ -61,11 +63,16 @@ class Delivery:
         self._aborts = aborts
         self._mark_dead = mark_dead
         self.on_mm_cache_miss: Callable[[list[str]], None] | None = None
+        # Called once per engine message with outputs: (engine index, tokens of the iteration),
+        # as vLLM's IterationStats counts them (frontend/metrics).
+        self.on_iteration: Callable[[int, int], None] | None = None
 
     def deliver(self, outputs: list, frames: list | None, layout: WireLayout, engine: int | None,
                 gathering: dict[str, list] | None) -> None:
         """Every output of one message (`outputs`, as `wire.decode_message` leaves them; `frames`
         for the out-of-band parts of a full decode) from `engine` (None: steps gathered here).
+        Every output decoded in full carries the message's engine timestamp (`OutputClock.
+        engine`) on as `EngineOutput.engine_time`.
 
         `gathering`, during a backlog: rid -> [token ids, steps, first arrival, last arrival],
         where common steps are added instead of delivered. A stream's gathered steps go to
@@ -76,6 +83,8 @@ class Delivery:
         plain_tail = layout.plain_tail
         error_index = layout.error_index
         now = OutputClock.now
+        engine_time = OutputClock.engine or None
+        tokens = 0  # of this iteration (see the module's docstring)
         for o in outputs:
             # The common step, a running request's new token ids and nothing else (`is_plain`,
             # inlined): straight to its sink, without an EngineOutput.
@@ -84,6 +93,7 @@ class Delivery:
                 ids = o[1]
                 sink = sinks.get(rid)
                 if sink is not None:
+                    tokens += len(ids)
                     if gathering is not None:  # a backlog: delivered at the drain's end
                         entry = gathering.get(rid)
                         if entry is None:
@@ -105,6 +115,7 @@ class Delivery:
                 except ProtocolError as e:
                     self._mark_dead(f"Undecodable message from the engine: {e}")
                     return
+                out.engine_time = engine_time
             rid = out.request_id
             if gathering and rid in gathering:  # its steps gathered so far go first
                 self.deliver_gathered({rid: gathering.pop(rid)}, layout)
@@ -112,6 +123,9 @@ class Delivery:
             if sink is None:
                 self._orphan(engine, out)
                 continue
+            tokens += len(out.new_token_ids)
+            if out.num_computed_tokens:
+                tokens += out.num_computed_tokens
             if out.finish_reason is not None:
                 del sinks[rid]
                 owner = inflight.owner.pop(rid, None)
@@ -125,6 +139,11 @@ class Delivery:
                 sink.on_output(out)
             except Exception as e:
                 self._failed(rid, sink, out, e)
+        if engine is not None and outputs and self.on_iteration is not None:
+            try:
+                self.on_iteration(engine, tokens)
+            except Exception:  # metrics never stop the output path
+                log.exception("iteration metrics failed")
 
     def deliver_gathered(self, gathered: dict[str, list], layout: WireLayout) -> None:
         """Each stream's gathered steps as one common output, through `deliver`: the streams in
@@ -132,7 +151,8 @@ class Delivery:
         streams of one backlog mostly share it), with the OutputClock set to that clock for
         the delivery and put back after it. A stream that ended meanwhile (aborted here, its
         engine down) gets nothing more."""
-        clock = OutputClock.now, OutputClock.last, OutputClock.steps
+        clock = OutputClock.now, OutputClock.last, OutputClock.steps, OutputClock.engine
+        OutputClock.engine = 0.0
         try:
             run: list[list] = []
             steps = first = last = None
@@ -149,7 +169,7 @@ class Delivery:
             if run:
                 self.deliver(run, None, layout, None, None)
         finally:
-            OutputClock.now, OutputClock.last, OutputClock.steps = clock
+            OutputClock.now, OutputClock.last, OutputClock.steps, OutputClock.engine = clock
 
     def _orphan(self, engine: int | None, out: EngineOutput) -> None:
         """An output nobody here waits for: aborted just now, left by a predecessor, or steps

@@ -206,12 +206,13 @@ class OutputReader:
         return False
 
     def handle_message(self, frames: list) -> None:
-        """One output message, with the OutputClock set to its arrival."""
+        """One output message, with the OutputClock set to its arrival (and, once decoded, to
+        its engine timestamp)."""
         OutputClock.now = OutputClock.last = time.monotonic()
         try:
             self._handle_batch(frames)
         finally:
-            OutputClock.now = OutputClock.last = 0.0
+            OutputClock.now = OutputClock.last = OutputClock.engine = 0.0
 
     def _handle_batch(self, frames: list) -> None:
         health = self._health

@@ -145,10 +145,16 @@ class EngineOutput:
     # Seconds between the engine's QUEUED and SCHEDULED events (vLLM's queue time), when it
     # sends events (stats logging on).
     queue_time: float | None = None
-    # The engine's clock (time.monotonic() there) at those two events: the per-request metrics
-    # (--enable-per-request-metrics) measure from them, as vLLM's RequestStateStats do.
-    queued_ts: float | None = None
-    scheduled_ts: float | None = None
+    # The engine's clock (time.monotonic() in the engine process) at its first SCHEDULED event,
+    # and the number of PREEMPTED events this output carries (events: stats logging on).
+    scheduled_at: float | None = None
+    preemptions: int = 0
+    # The prompt tokens the engine computed for this request (its `prefill_stats`, sent with
+    # the first output: the prompt less the cached tokens); None when the output has none.
+    num_computed_tokens: int | None = None
+    # The engine's clock when it sent the step that carried this output (`EngineCoreOutputs.
+    # timestamp`); set on delivery, for every output but the plain token steps.
+    engine_time: float | None = None
     pooling_output: PooledTensor | None = None  # the final output of a pooling request
     # vLLM's mm_cache_miss_hashes: items sent by hash only that the engine's processor cache
     # no longer held (the request failed; frontend/multimodal sends them in full next time).

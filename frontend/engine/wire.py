@@ -360,14 +360,16 @@ def _error_text(err: Any) -> str | None:
 
 _EVENTS_INDEX = 7  # `events` in every supported layout (0.32, 0.33)
 _MM_CACHE_MISS_INDEX = 14  # `mm_cache_miss_hashes`, likewise
-_EVENT_QUEUED, _EVENT_SCHEDULED = 1, 2  # EngineCoreEventType
+_EVENT_QUEUED, _EVENT_SCHEDULED, _EVENT_PREEMPTED = 1, 2, 3  # EngineCoreEventType
 
 
-def _event_times(out: EngineOutput, events: Any) -> None:
-    """The QUEUED and SCHEDULED timestamps of `EngineCoreEvent`s ({type, timestamp} maps; the
-    first SCHEDULED only: later ones are resumptions after preemption, as vLLM ignores them),
-    and the queue time between them."""
+def _read_events(out: EngineOutput, events: Any) -> None:
+    """The request's engine events (`EngineCoreEvent`s, {type, timestamp} maps, engine clock)
+    onto `out`: `queue_time` (SCHEDULED - QUEUED) and `scheduled_at` from the first of each
+    (later SCHEDULED events are resumptions after a preemption, which vLLM ignores there), and
+    `preemptions`, the PREEMPTED events."""
     queued = scheduled = None
+    preempted = 0
     for e in events if isinstance(events, (list, tuple)) else ():
         if not isinstance(e, dict):
             continue
@@ -376,12 +378,14 @@ def _event_times(out: EngineOutput, events: Any) -> None:
             queued = ts
         elif kind == _EVENT_SCHEDULED and scheduled is None:
             scheduled = ts
-    if isinstance(queued, (int, float)):
-        out.queued_ts = float(queued)
+        elif kind == _EVENT_PREEMPTED:
+            preempted += 1
     if isinstance(scheduled, (int, float)):
-        out.scheduled_ts = float(scheduled)
-        if out.queued_ts is not None:
-            out.queue_time = max(0.0, out.scheduled_ts - out.queued_ts)
+        out.scheduled_at = scheduled
+        if isinstance(queued, (int, float)):
+            out.queue_time = max(0.0, scheduled - queued)
+    if preempted:
+        out.preemptions = preempted
 
 
 def plain_running(o: list, error_index: int | None) -> bool:
@@ -411,11 +415,13 @@ def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> En
             if n > 6:
                 out.stop_reason = o[6]
                 if n > _EVENTS_INDEX and o[_EVENTS_INDEX]:
-                    _event_times(out, o[_EVENTS_INDEX])
+                    _read_events(out, o[_EVENTS_INDEX])
                 if n > 11 and o[11] is not None:
                     stats = o[11]
                     if isinstance(stats, dict):
                         out.num_cached_tokens = stats.get("num_cached_tokens")
+                        computed = stats.get("num_computed_tokens")
+                        out.num_computed_tokens = computed if type(computed) is int else 0
                 if n > _MM_CACHE_MISS_INDEX and o[_MM_CACHE_MISS_INDEX]:
                     out.mm_cache_miss_hashes = [str(h) for h in o[_MM_CACHE_MISS_INDEX]]
                 if error_index is not None and n > error_index:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from vllm_pyfrontend.engine.delivery import OutputClock
 from vllm_pyfrontend.engine.types import (
     FINISH_ABORT,
     FINISH_ERROR,
@@ -21,6 +20,8 @@ from vllm_pyfrontend.engine.types import (
     FailureKind,
     Logprobs,
 )
+from vllm_pyfrontend.engine.delivery import OutputClock
+from vllm_pyfrontend.metrics import EngineTiming
 
 
 class GenerationConsumer(Protocol):
@@ -80,10 +81,7 @@ class Generation:
         "admission",
         "quota",
         "queue_time",
-        "queued_ts",
-        "scheduled_ts",
-        "first_ts",
-        "last_ts",
+        "timing",
         "prompt_logprobs",
         "output_ids",
         "moves",
@@ -114,15 +112,9 @@ class Generation:
         # completion tokens once, at the end.
         self.quota = None
         self.queue_time: float | None = None  # the engine's QUEUED -> SCHEDULED (seconds)
-        # vLLM's RequestStateStats, on the engine's clock (None: not known, e.g. the engine
-        # sends no events with --disable-log-stats): its QUEUED and first SCHEDULED events, the
-        # engine step of the first output (the one carrying those events) and of the last
-        # (the finish, or the step a stop string matched in). --enable-per-request-metrics
-        # reports from them (kept with the queue time: no work of their own per output).
-        self.queued_ts: float | None = None
-        self.scheduled_ts: float | None = None
-        self.first_ts: float | None = None
-        self.last_ts: float | None = None
+        # The engine's events and step times of this request (vLLM's request phases), from its
+        # outputs decoded in full (they carry `engine_time`); None until the first of them.
+        self.timing: EngineTiming | None = None
         # Prompt logprobs (sampling `prompt_logprobs`): the rows of every chunk so far.
         self.prompt_logprobs: Logprobs | None = None
         # The token ids delivered so far, kept when the request may move to another engine
@@ -139,12 +131,11 @@ class Generation:
             return
         if self.admission is not None:
             self.admission.on_output(self)
-        if output.queue_time is not None and self.queue_time is None:  # the events' output
+        if output.queue_time is not None and self.queue_time is None:
             self.queue_time = output.queue_time
-            self.scheduled_ts = output.scheduled_ts
-            self.queued_ts = output.queued_ts
-            if self.num_output_tokens == 0:  # the first output: vLLM's first_token_ts
-                self.first_ts = OutputClock.engine or None
+        at = output.engine_time
+        if at is not None:
+            self._timed(output, at)
         if output.num_cached_tokens is not None:
             self.num_cached_tokens = output.num_cached_tokens
         if output.new_prompt_logprobs is not None:
@@ -184,12 +175,31 @@ class Generation:
             kept += token_ids
         self.consumer.on_delta(self, token_ids, None, None, None)
 
+    def _timed(self, output: EngineOutput, at: float) -> None:
+        """An output decoded in full, sent by the engine at `at` (its clock): the first and the
+        last output of a request always are (prefill stats, finish), and so is any carrying
+        events. vLLM's `RequestStateStats`, kept the same way."""
+        t = self.timing
+        if t is None:
+            t = self.timing = EngineTiming()
+        if output.scheduled_at is not None and t.scheduled_at is None:
+            t.scheduled_at = output.scheduled_at
+            t.queue_time = output.queue_time
+        if t.first_token_at is None:
+            t.first_token_at = at
+        t.last_token_at = at
+        if output.preemptions:
+            t.preemptions += output.preemptions
+        if output.finish_reason is not None:
+            t.finished = True
+
     def on_moved(self, request_id: str, engine: int | None, reason: str) -> None:
         """The engine client moved this request off `engine` (it went down) under a new engine
         request id; aborts from here on name that one."""
         if self.admission is not None:
             self.admission.on_output(self)  # (its prefill count is keyed by the old id)
         self.request_id = request_id
+        self.timing = None  # another engine's clock: its phases start over there
         moves = self.moves
         if moves is None:
             moves = self.moves = []
@@ -231,6 +241,11 @@ class Generation:
         self.num_output_tokens -= unused_tokens
         if self.finished:
             return
+        t = self.timing
+        if t is not None:  # finished here, as vLLM's output processor finishes it: at this step
+            if OutputClock.engine:
+                t.last_token_at = OutputClock.engine
+            t.finished = True
         self._finish(finish_reason, stop_reason)
         self.client.abort((self.request_id,))
 
@@ -251,7 +266,6 @@ class Generation:
 
     def _finish(self, reason: str, stop_reason: int | str | None) -> None:
         self.finished = True
-        self.last_ts = OutputClock.engine or None
         self.finish_reason = reason
         self.stop_reason = stop_reason
         if self.admission is not None:

@@ -25,9 +25,21 @@ dashboards and alerts written for `vllm serve` work unchanged. Differences, all 
   flushes first, so a worker's own answer never misses them.
 * Requests the client abandoned are counted under `finished_reason="abort"` (vLLM does not
   count client-side aborts at all).
-* `vllm:request_queue_time_seconds` needs the engine's QUEUED/SCHEDULED events; it is only
-  observed when the caller passes a queue time, so without that the family has no series
-  rather than made-up values.
+* The request phases (`vllm:request_queue_time_seconds`, `..._prefill_time_seconds`,
+  `..._decode_time_seconds`, `..._inference_time_seconds`, `vllm:request_num_preemptions`,
+  `vllm:request_time_per_output_token_seconds`) are computed as vLLM computes them, on the
+  engine's clock: its QUEUED/SCHEDULED/PREEMPTED events and the timestamps of the steps that
+  carried the request's first and last output (`EngineTiming`). They need the engine's events
+  (stats logging on) and an engine-finished request; without them the families have no series
+  rather than made-up values. `vllm:num_preemptions_total` adds each request's preemptions when
+  it ends (vLLM: per step).
+* `vllm:iteration_tokens_total` is observed once per engine output message a worker receives
+  (vLLM: once per `EngineCoreOutputs`), with the same count: the new token ids plus the prompt
+  tokens computed by the requests whose first output it carries (engine/delivery.py). With
+  several workers each observes the part of a step sent to it, as vLLM's API servers do.
+* `vllm:cache_config_info` carries the cache fields the engine's ready response reports
+  (`block_size`, `num_gpu_blocks`, `kv_cache_size_tokens`, `kv_cache_max_concurrency`, ...),
+  not every field of vLLM's `CacheConfig`: the engine's configuration is not sent here.
 * Scheduler stats: the engine sends each step's `SchedulerStats` to one client (worker) only.
   The gauges (`num_requests_running`, `num_requests_waiting`, `kv_cache_usage_perc`) use
   prometheus_client's `mostrecent` multiprocess mode, as vLLM does: each worker writes the
@@ -79,6 +91,12 @@ TIME_TO_FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 
 INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                                1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 REQUEST_PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+REQUEST_NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+# The engine's ready-response fields that are also vLLM's `CacheConfig` fields, for
+# `vllm:cache_config_info` (in vLLM's label order).
+CACHE_CONFIG_FIELDS = ("block_size", "mamba_block_size", "num_gpu_blocks", "effective_attention_block_size",
+                       "kv_cache_size_tokens", "kv_cache_max_concurrency")
 # prometheus-fastapi-instrumentator's `http_request_duration_seconds` buckets.
 HTTP_LATENCY_BUCKETS = (0.1, 0.5, 1.0)
 
@@ -132,13 +150,37 @@ class _Increments:
     shared file, ~20 per request, and the requests that end together (those of one engine
     step) mostly add to the same values (their finish reason, token counters, the sums and
     the few buckets they fall in). Without a running loop (a test, a script) each increment
-    is written at once. `/metrics` flushes before it merges the files."""
+    is written at once. `/metrics` flushes before it merges the files.
 
-    __slots__ = ("pending", "scheduled")
+    Values observed per engine step (`_StepHistogram`) are kept in the process and join the
+    next flush (`later`): the one after a request ends, or one `STEP_FLUSH_SECONDS` after the
+    first step kept, whichever comes first."""
+
+    __slots__ = ("pending", "scheduled", "kept", "timer")
 
     def __init__(self) -> None:
         self.pending: dict[Any, float] = {}
         self.scheduled = False
+        self.kept: list[_StepHistogram] = []  # with observations not in `pending` yet
+        self.timer = False  # a flush is due within STEP_FLUSH_SECONDS
+
+    def later(self, kept: "_StepHistogram") -> None:
+        """`kept` has observations to write with the next flush, at the latest in
+        STEP_FLUSH_SECONDS."""
+        self.kept.append(kept)
+        if self.timer:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self.timer = True
+        loop.call_later(STEP_FLUSH_SECONDS, self._timed_flush)
+
+    def _timed_flush(self) -> None:
+        self.timer = False
+        self.flush()
 
     def add(self, value: Any, amount: float) -> None:
         pending = self.pending
@@ -158,11 +200,18 @@ class _Increments:
 
     def flush(self) -> None:
         self.scheduled = False
+        if self.kept:
+            kept, self.kept = self.kept, []
+            for k in kept:
+                k.move_to(self)
         pending, self.pending = self.pending, {}
         for value, amount in pending.items():
             value.inc(amount)
 
 
+# How long an engine step's observations may wait in the worker before they are written (they
+# are written earlier when a request ends): what `/metrics` from another worker may lag by.
+STEP_FLUSH_SECONDS = 0.5
 INCREMENTS = _Increments()
 
 
@@ -187,6 +236,42 @@ class _HistogramChild:
         add = INCREMENTS.add
         add(self.sum, amount)
         add(self.buckets[bisect_left(self.bounds, amount)], 1)
+
+
+class _StepHistogram:
+    """A histogram child observed once per engine step (`vllm:iteration_tokens_total`): an
+    observation is a bisect and two additions in this process (`observe`, inlined by its
+    caller), moved into `INCREMENTS` when it flushes. Writing each step's observation to the
+    shared values would cost its two value writes per step, several µs: more than the rest of
+    a one-stream step's path."""
+
+    __slots__ = ("child", "bounds", "counts", "sum", "queued")
+
+    def __init__(self, child: Any):
+        self.child = _HistogramChild(child)
+        self.bounds = self.child.bounds
+        self.counts = [0] * len(self.bounds)
+        self.sum = 0.0
+        self.queued = False  # in INCREMENTS.kept
+
+    def observe(self, amount: float) -> None:
+        self.counts[bisect_left(self.bounds, amount)] += 1
+        self.sum += amount
+        if not self.queued:
+            self.queued = True
+            INCREMENTS.later(self)
+
+    def move_to(self, increments: _Increments) -> None:
+        self.queued = False
+        add = increments.add
+        buckets = self.child.buckets
+        counts = self.counts
+        for i, k in enumerate(counts):
+            if k:
+                add(buckets[i], k)
+                counts[i] = 0
+        add(self.child.sum, self.sum)
+        self.sum = 0.0
 
 
 class WorkerMetrics:
@@ -241,6 +326,24 @@ class WorkerMetrics:
         self.queue_time = histogram(
             "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
             REQUEST_LATENCY_BUCKETS)
+        self.inference_time = histogram(
+            "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_LATENCY_BUCKETS)
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS)
+        self.decode_time = histogram(
+            "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+            REQUEST_LATENCY_BUCKETS)
+        self.time_per_output_token = histogram(
+            "vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
+            INTER_TOKEN_LATENCY_BUCKETS)
+        self.request_num_preemptions = histogram(
+            "vllm:request_num_preemptions", "Histogram of the number of times a request was preempted.",
+            REQUEST_NUM_PREEMPTIONS_BUCKETS)
+        self.num_preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKENS_BUCKETS)
         # -- engine scheduler stats ----------------------------------------------------------
         self.num_requests_running = gauge(
             "vllm:num_requests_running", "Number of requests in model execution batches.", "mostrecent")
@@ -295,6 +398,9 @@ class WorkerMetrics:
         # Children bound per engine: the hot path does no label lookups.
         self._per_engine: dict[str, _EngineChildren] = {e: _EngineChildren(self, e) for e in engines}
         self._http_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        # `vllm:iteration_tokens_total` per engine index (an int: read once per engine message).
+        self._iteration: dict[int, _StepHistogram] = {}
+        self._cache_config_info: Gauge | None = None
 
     # -- requests -------------------------------------------------------------------------------
     def start_request(self, engine: int | str = 0, arrival: float | None = None) -> "RequestMetrics":
@@ -336,6 +442,32 @@ class WorkerMetrics:
                 c.prefix_queries.inc(queries)
             if hits:
                 c.prefix_hits.inc(hits)
+
+    def observe_iteration(self, engine: int, tokens: int) -> None:
+        """One engine output message received (one step's outputs for this worker): its tokens,
+        as vLLM's `vllm:iteration_tokens_total` counts them (engine/delivery.py). Once per
+        message, kept in the worker until the next flush (`_StepHistogram`)."""
+        h = self._iteration.get(engine)
+        if h is None:
+            h = self._iteration[engine] = _StepHistogram(self.iteration_tokens.labels(self.model_name, str(engine)))
+        h.counts[bisect_left(h.bounds, tokens)] += 1
+        h.sum += tokens
+        if not h.queued:
+            h.queued = True
+            INCREMENTS.later(h)
+
+    def record_cache_config(self, engine_infos: list[Any]) -> None:
+        """`vllm:cache_config_info` (a gauge at 1, the configuration in its labels, as vLLM
+        emulates an info metric) from each engine's ready response (`EngineInfo.raw`)."""
+        for info in engine_infos:
+            raw = getattr(info, "raw", None) or {}
+            labels = {k: str(raw.get(k)) for k in CACHE_CONFIG_FIELDS}
+            labels["engine"] = str(info.engine_index)
+            if self._cache_config_info is None:
+                self._cache_config_info = Gauge(
+                    "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", list(labels),
+                    multiprocess_mode="mostrecent", registry=self.registry)
+            self._cache_config_info.labels(**labels).set(1)
 
     def record_admission_rejection(self, reason: str) -> None:
         self.admission_rejections.labels(self.model_name, reason).inc()
@@ -433,9 +565,9 @@ class _EngineChildren:
 
     __slots__ = (
         "prompt_tokens", "generation_tokens", "success", "prompt_hist", "generation_hist",
-        "n_hist", "max_tokens_hist", "ttft", "itl", "e2e", "queue_time", "_queue_family",
+        "n_hist", "max_tokens_hist", "ttft", "itl", "e2e", "queue_time", "_m",
         "_labels", "running", "waiting", "kv_cache_usage", "prefix_queries", "prefix_hits",
-        "waiting_capacity", "waiting_deferred",
+        "waiting_capacity", "waiting_deferred", "preemptions", "phases",
     )
 
     def __init__(self, m: WorkerMetrics, engine: str):
@@ -453,9 +585,11 @@ class _EngineChildren:
         self.ttft = _HistogramChild(m.time_to_first_token.labels(*lv))
         self.itl = _HistogramChild(m.inter_token_latency.labels(*lv))
         self.e2e = _HistogramChild(m.e2e_latency.labels(*lv))
-        # Bound on first use: no queue-time series until a queue time is known.
+        # Bound on first use: no queue-time or phase series until the engine's events are known.
         self.queue_time = None
-        self._queue_family = m.queue_time
+        self.phases: tuple[_HistogramChild, ...] | None = None
+        self._m = m
+        self.preemptions = m.num_preemptions.labels(*lv)
         self.running = m.num_requests_running.labels(*lv)
         self.waiting = m.num_requests_waiting.labels(*lv)
         self.waiting_capacity = m.num_requests_waiting_by_reason.labels(*lv, "capacity")
@@ -466,8 +600,43 @@ class _EngineChildren:
 
     def observe_queue_time(self, seconds: float) -> None:
         if self.queue_time is None:
-            self.queue_time = self._queue_family.labels(*self._labels)
+            self.queue_time = _HistogramChild(self._m.queue_time.labels(*self._labels))
         self.queue_time.observe(seconds)
+
+    def phase_children(self) -> tuple[_HistogramChild, ...]:
+        """(prefill, decode, inference, time per output token, preemptions), bound on first use."""
+        if self.phases is None:
+            m, lv = self._m, self._labels
+            self.phases = tuple(_HistogramChild(h.labels(*lv)) for h in (
+                m.prefill_time, m.decode_time, m.inference_time, m.time_per_output_token,
+                m.request_num_preemptions))
+        return self.phases
+
+
+class EngineTiming:
+    """What the engine's events and step timestamps say about one engine request, on the
+    engine's clock (vLLM's `RequestStateStats`): kept by the request's `Generation` from the
+    outputs decoded in full (the first, the last, any carrying events), read at its end."""
+
+    __slots__ = ("queue_time", "scheduled_at", "first_token_at", "last_token_at", "preemptions", "finished")
+
+    def __init__(self) -> None:
+        self.queue_time: float | None = None  # SCHEDULED - QUEUED (the first of each)
+        self.scheduled_at: float | None = None  # the first SCHEDULED event
+        self.first_token_at: float | None = None  # the step of the first output
+        self.last_token_at: float | None = None  # the step of the latest output seen
+        self.preemptions = 0
+        self.finished = False  # the engine's final output arrived
+
+    def phases(self, generation_tokens: int) -> tuple[float, float, float, float] | None:
+        """(prefill, decode, inference, mean time per output token) as vLLM computes them, or
+        None when the engine's events or the final output are missing."""
+        scheduled, first, last = self.scheduled_at, self.first_token_at, self.last_token_at
+        if not self.finished or scheduled is None or first is None or last is None:
+            return None
+        decode = last - first
+        tpot = decode / (generation_tokens - 1) if generation_tokens > 1 else 0.0
+        return first - scheduled, decode, last - scheduled, tpot
 
 
 _ITL_BOUNDS = INTER_TOKEN_LATENCY_BUCKETS
@@ -530,13 +699,15 @@ class RequestMetrics:
         n: int | None = 1,
         queue_time_s: float | None = None,
         now: float | None = None,
+        timing: EngineTiming | None = None,
     ) -> None:
         """Record the finished request (idempotent: only the first call counts).
 
         `finish_reason`: stop | length | abort | error | repetition (anything else counts as
         stop: `tool_calls` is a stop). `max_tokens`: the request's own max_tokens parameter if
         it gave one (vLLM observes only explicit values). `n`: the request's n, observed once
-        per request — pass None for the 2nd..nth choice of an n > 1 request."""
+        per request — pass None for the 2nd..nth choice of an n > 1 request. `timing`: the
+        engine's view of the request (queue time, phases, preemptions), when it sent one."""
         if self.finished:
             return
         self.finished = True
@@ -561,6 +732,19 @@ class RequestMetrics:
         if self.first_token_at is not None:
             c.ttft.observe(self.first_token_at - self.arrival)
         c.e2e.observe(now - self.arrival)
+        if timing is not None:
+            if queue_time_s is None:
+                queue_time_s = timing.queue_time
+            if timing.preemptions:
+                add(c.preemptions, timing.preemptions)
+            phases = timing.phases(generation_tokens)
+            if phases is not None:
+                prefill, decode, inference, tpot, preempted = c.phase_children()
+                prefill.observe(max(0.0, phases[0]))
+                decode.observe(max(0.0, phases[1]))
+                inference.observe(max(0.0, phases[2]))
+                tpot.observe(max(0.0, phases[3]))
+                preempted.observe(timing.preemptions)
         if queue_time_s is not None:
             c.observe_queue_time(queue_time_s)
         counts = self._itl_counts
@@ -574,13 +758,20 @@ class RequestMetrics:
 
 
 def install_stats_tap(engine: Any, metrics: WorkerMetrics) -> None:
-    """Feed every `SchedulerStats` sample the engine client receives into `metrics`.
+    """Feed every `SchedulerStats` sample the engine client receives into `metrics`; also its
+    iterations (`on_iteration`: vllm:iteration_tokens_total) and its engines' cache
+    configuration (`engine_infos`: vllm:cache_config_info) when the client has them.
 
     Uses the client's `stats_listeners` list when it has one. Otherwise (today's EngineClient)
     the client's latest-stats dict is replaced by one that reports each assignment: the client
     stores every received sample there (`self._stats[engine] = stats`) as it decodes it, so
     this sees each sample exactly once, at receipt.
     """
+    if hasattr(engine, "on_iteration"):  # vllm:iteration_tokens_total
+        engine.on_iteration = metrics.observe_iteration
+    infos = getattr(engine, "engine_infos", None)
+    if isinstance(infos, list) and infos:
+        metrics.record_cache_config(infos)
     listeners = getattr(engine, "stats_listeners", None)
     if isinstance(listeners, list):
         listeners.append(metrics.record_scheduler_stats)

@@ -3,8 +3,9 @@ chat, completion and Responses answers (a Response has the key only with the fla
 
 vLLM 0.32 builds it from the request's `RequestStateStats` (`build_per_request_timing_metrics`):
 four timestamps on the engine's clock, the QUEUED and first SCHEDULED events and the engine
-steps of the first and last outputs, which `llm.Generation` keeps (`queued_ts`, `scheduled_ts`,
-`first_ts`, `last_ts`), and the response's completion tokens. The fields, in milliseconds:
+steps of the first and last outputs, which `llm.Generation` keeps in its `timing`
+(`metrics.EngineTiming`: the queue time, the SCHEDULED event, the first and last output steps),
+and the response's completion tokens. The fields, in milliseconds:
 
 - `time_to_first_token_ms`: first output - scheduled (prefill; the queue is not in it),
 - `generation_time_ms`: last output - first output (decode),
@@ -34,10 +35,12 @@ enabled = False
 
 def timing_metrics(gen: Generation | None, num_generation_tokens: int) -> dict[str, Any]:
     """vLLM's `PerRequestMetrics` of one generation, every field (None: unknown)."""
-    queued = (gen.queued_ts if gen is not None else None) or 0.0
-    scheduled = (gen.scheduled_ts if gen is not None else None) or 0.0
-    first = (gen.first_ts if gen is not None else None) or 0.0
-    last = (gen.last_ts if gen is not None else None) or 0.0
+    t = gen.timing if gen is not None else None
+    if t is None:
+        queue_s, scheduled, first, last = None, 0.0, 0.0, 0.0
+    else:
+        queue_s, scheduled = t.queue_time, t.scheduled_at or 0.0
+        first, last = t.first_token_at or 0.0, t.last_token_at or 0.0
     ttft = generation = queue = itl = tps = None
     if scheduled > 0 and first > 0:
         ttft = (first - scheduled) * 1000
@@ -45,8 +48,8 @@ def timing_metrics(gen: Generation | None, num_generation_tokens: int) -> dict[s
         generation = (last - first) * 1000
         if num_generation_tokens > 1:
             itl = (last - first) / (num_generation_tokens - 1) * 1000
-    if queued > 0 and scheduled > 0:
-        queue = (scheduled - queued) * 1000
+    if queue_s is not None and scheduled > 0:  # (the engine's SCHEDULED - QUEUED)
+        queue = queue_s * 1000
     if scheduled > 0 and last > 0:
         inference_ms = (last - scheduled) * 1000
         if inference_ms > 0:

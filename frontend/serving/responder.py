@@ -216,7 +216,7 @@ def _record_metrics(run: RequestRun, sub: Submission) -> None:
         reason = "error" if run.error is not None else (gen.finish_reason or "abort")
         m.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
                       max_tokens=req.sampling_params.get("max_tokens"),
-                      n=len(sub.requests) if i == 0 else None)
+                      n=len(sub.requests) if i == 0 else None, timing=gen.timing)
 
 
 def _note_engines(request: web.Request, sub: Submission) -> None:

@@ -101,8 +101,8 @@ class ServerState:
             self.admission = Admission(config.runtime_dir, config.worker_index, config.num_workers,
                                        policy.max_num_queued_reqs, policy.max_num_queued_tokens,
                                        on_reject=self.metrics.record_admission_rejection)
-            for reason in ADMISSION_REASONS:  # both series from the start, at 0 (as vLLM)
-                self.metrics.admission_rejections.labels(self.metrics.model_name, reason)
+        for reason in ADMISSION_REASONS:  # both series from the start, at 0, bounds set or not (as vLLM)
+            self.metrics.admission_rejections.labels(self.metrics.model_name, reason)
         # Named API keys and their quotas (frontend/tenants), with --api-keys-file: the auth
         # middleware looks keys up in it; the worker reloads it on SIGHUP.
         self.tenants: TenantKeys | None = None

@@ -96,3 +96,22 @@ def test_a_later_run_replaces_only_the_modules_it_ran(tmp_path):
                                                     b: {"outcome": "passed", "message": ""}}
     assert not (tmp_path / "ours" / "current.json").exists()
     assert echo.path in b
+
+
+def test_a_relative_out_is_made_absolute(tmp_path, monkeypatch):
+    """The pytest run writes its outcomes from inside vLLM's source tree (its working directory):
+    a relative --out must name the caller's folder, not one in there."""
+    from conformance import __main__ as cli
+
+    seen = {}
+
+    def fake_run(modules, frontends, out, **kw):
+        seen["out"] = out
+        out.mkdir(parents=True, exist_ok=True)
+        return runner.summarize(modules, out)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(runner, "installed_vllm_version", lambda: "0.32.0")
+    assert cli.main(["--modules", "test_models", "--frontend", "ours", "--out", "rel"]) == 0
+    assert seen["out"] == tmp_path / "rel" and (tmp_path / "rel" / "summary.md").is_file()

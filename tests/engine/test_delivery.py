@@ -124,3 +124,36 @@ def test_a_sink_that_raises_fails_its_request(client, sink_type, fail_on):
 def test_an_output_nobody_waits_for_is_aborted_unless_it_is_final(client):
     client._delivery.deliver(*_message(("x", [1]), ("y", [1], sim_wire.FINISH_STOP)), LAYOUT, 0, None)
     assert client._aborts.pending == {0: ["x"]}
+
+
+def test_each_engine_message_is_one_iteration_of_its_tokens(client):
+    """vLLM's `vllm:iteration_tokens_total` counts, per EngineCoreOutputs, the new token ids plus
+    the prompt tokens computed by the requests whose first output it carries (their
+    prefill_stats), for requests someone waits for: one `on_iteration` call per message, none
+    for a backlog's gathered replays; outputs decoded in full carry the message's engine time."""
+    calls: list[tuple[int, int]] = []
+    client.on_iteration = lambda engine, tokens: calls.append((engine, tokens))
+    a, b = WithTokens(), OutputsOnly()
+    times: list = []
+    b.on_output = lambda o: times.append(o.engine_time)
+    client._inflight.track("a", a, 0)
+    client._inflight.track("b", b, 0)
+    prefill = dict(sim_wire.prefill_stats(12, 16), num_computed_tokens=7, num_cached_tokens=5)
+    items = [sim_wire.output_item(SIM_LAYOUT, "b", [4], prefill_stats=prefill),  # b's first output
+             sim_wire.output_item(SIM_LAYOUT, "a", [1, 2]),  # a plain step of 2 tokens (spec decode)
+             sim_wire.output_item(SIM_LAYOUT, "gone", [9])]  # nobody waits: not counted
+    frames = [sim_wire.pack_outputs(0, items, 1.0)]
+    _, raw = decode_message(frames, LAYOUT)
+    OutputClock.engine = 42.5
+    try:
+        client._delivery.deliver(raw, frames, LAYOUT, 0, None)
+        assert calls == [(0, 7 + 1 + 2)] and times == [42.5]
+        gathering: dict[str, list] = {}
+        client._delivery.deliver(*_message(("a", [3]), ("b", [5])), LAYOUT, 0, gathering)
+        client._delivery.deliver(*_message(("a", [6])), LAYOUT, 0, gathering)
+        client._delivery.deliver_gathered(gathering, LAYOUT)
+        assert calls == [(0, 10), (0, 2), (0, 1)]
+        client._delivery.deliver(*_message(), LAYOUT, 0, None)  # no outputs: no iteration
+        assert len(calls) == 3
+    finally:
+        OutputClock.engine = 0.0

@@ -354,3 +354,21 @@ def test_vllms_own_running_output_is_plain():
         EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput(request_id="r", new_token_ids=[1, 2])]))
     _, raw = wire.decode_message(frames, wire.layout_for_version("0.32.0"))
     assert [wire.is_plain(o, wire.layout_for_version("0.32.0")) for o in raw] == [True]
+
+
+def test_decode_request_timing_from_vllm_events_and_prefill_stats():
+    """The first SCHEDULED event's engine time, the PREEMPTED events and the prompt tokens the
+    engine computed (prefill_stats), as vLLM's output processor reads them."""
+    from vllm.v1.engine import EngineCoreEvent, EngineCoreEventType as T
+    from vllm.v1.metrics.stats import PrefillStats
+
+    events = [EngineCoreEvent(T.QUEUED, 10.0), EngineCoreEvent(T.SCHEDULED, 10.25),
+              EngineCoreEvent(T.PREEMPTED, 11.0), EngineCoreEvent(T.SCHEDULED, 12.0),
+              EngineCoreEvent(T.PREEMPTED, 13.0)]
+    stats = PrefillStats()
+    stats.set(num_prompt_tokens=20, num_local_cached_tokens=16, num_external_cached_tokens=0)
+    eco = EngineCoreOutputs(outputs=[EngineCoreOutput("a", [1], events=events, prefill_stats=stats),
+                                     EngineCoreOutput("b", [2], events=[EngineCoreEvent(T.PREEMPTED, 1.0)])])
+    a, b = wire.decode_outputs(MsgpackEncoder().encode(eco)).outputs
+    assert (a.scheduled_at, a.preemptions, a.num_computed_tokens, a.num_cached_tokens) == (10.25, 2, 4, 16)
+    assert (b.scheduled_at, b.queue_time, b.preemptions, b.num_computed_tokens) == (None, None, 1, None)

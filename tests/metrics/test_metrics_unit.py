@@ -378,3 +378,68 @@ def test_steps_delivered_at_once_count_as_steps():
     assert value(s, "vllm:inter_token_latency_seconds_count", **lbl) == 5
     assert value(s, "vllm:inter_token_latency_seconds_sum", **lbl) == pytest.approx(0.1)
     assert value(s, "vllm:inter_token_latency_seconds_bucket", le="0.01", **lbl) == 4
+
+
+def test_buckets_of_the_engine_step_families_are_vllms():
+    from vllm.v1.metrics.buckets import histogram_buckets
+
+    from vllm_pyfrontend.metrics import ITERATION_TOKENS_BUCKETS, REQUEST_NUM_PREEMPTIONS_BUCKETS
+
+    assert list(ITERATION_TOKENS_BUCKETS) == list(histogram_buckets("iteration_tokens"))
+    assert list(REQUEST_NUM_PREEMPTIONS_BUCKETS) == list(histogram_buckets("request_num_preemptions"))
+
+
+def test_request_phases_are_vllms_on_the_engine_clock():
+    """Queue, prefill, decode and inference time, time per output token and preemptions from
+    the engine's events and step times (vLLM's RequestStateStats -> FinishedRequestStats); a
+    request the engine never finished (a client abort) or without events gets no phases."""
+    from vllm_pyfrontend.metrics import EngineTiming
+
+    m = WorkerMetrics("m", [0], 128)
+    lbl = {"model_name": "m", "engine": "0"}
+    t = EngineTiming()
+    t.queue_time, t.scheduled_at, t.first_token_at, t.last_token_at = 0.5, 100.0, 100.25, 101.25
+    t.preemptions, t.finished = 2, True
+    m.start_request(arrival=0.0).on_finished("length", 3, 5, now=2.0, timing=t)
+    unfinished = EngineTiming()
+    unfinished.scheduled_at, unfinished.first_token_at, unfinished.last_token_at = 1.0, 2.0, 3.0
+    m.start_request(arrival=0.0).on_finished("abort", 3, 2, now=2.0, timing=unfinished)
+    m.start_request(arrival=0.0).on_finished("stop", 3, 1, now=2.0)
+    s = samples(m.render())
+    for name, want in (("queue_time", 0.5), ("prefill_time", 0.25), ("decode_time", 1.0),
+                       ("inference_time", 1.25)):
+        assert value(s, f"vllm:request_{name}_seconds_count", **lbl) == 1, name
+        assert value(s, f"vllm:request_{name}_seconds_sum", **lbl) == pytest.approx(want), name
+    assert value(s, "vllm:request_time_per_output_token_seconds_sum", **lbl) == pytest.approx(0.25)
+    assert value(s, "vllm:request_num_preemptions_count", **lbl) == 1
+    assert value(s, "vllm:request_num_preemptions_sum", **lbl) == 2
+    assert value(s, "vllm:num_preemptions_total", **lbl) == 2
+    assert value(s, "vllm:request_success_total", **lbl) == 3
+
+
+def test_iteration_tokens_one_observation_per_engine_message():
+    m = WorkerMetrics("m", [0, 1], 128)
+    for tokens in (12, 1, 1, 300):
+        m.observe_iteration(0, tokens)
+    m.observe_iteration(1, 8)
+    s = samples(m.render())
+    e0 = {"model_name": "m", "engine": "0"}
+    assert value(s, "vllm:iteration_tokens_total_count", **e0) == 4
+    assert value(s, "vllm:iteration_tokens_total_sum", **e0) == 314
+    assert value(s, "vllm:iteration_tokens_total_bucket", le="1.0", **e0) == 2
+    assert value(s, "vllm:iteration_tokens_total_bucket", le="16.0", **e0) == 3
+    assert value(s, "vllm:iteration_tokens_total_count", model_name="m", engine="1") == 1
+
+
+def test_cache_config_info_from_the_engines_ready_response():
+    from vllm_pyfrontend.engine.types import EngineInfo
+
+    m = WorkerMetrics("m", [0], 128)
+    raw = {"block_size": 16, "num_gpu_blocks": 1024, "kv_cache_size_tokens": 16384,
+           "kv_cache_max_concurrency": 8.0, "effective_attention_block_size": 16}
+    m.record_cache_config([EngineInfo(engine_index=0, max_model_len=2048, vllm_version="0.32.0", raw=raw)])
+    (labels, v), = [(dict(k[1]), v) for k, v in samples(m.render()).items() if k[0] == "vllm:cache_config_info"]
+    assert v == 1
+    assert labels == {"engine": "0", "block_size": "16", "num_gpu_blocks": "1024", "kv_cache_size_tokens": "16384",
+                      "kv_cache_max_concurrency": "8.0", "effective_attention_block_size": "16",
+                      "mamba_block_size": "None"}

@@ -130,10 +130,13 @@ def test_the_fields_are_vllms(queued, scheduled, first, last, tokens):
     from vllm.v1.metrics.stats import RequestStateStats
 
     from vllm_pyfrontend.llm.generation import ENDED, Generation
+    from vllm_pyfrontend.metrics import EngineTiming
     from vllm_pyfrontend.serving.per_request_metrics import timing_metrics
 
     gen = Generation("r", 0, ENDED, None, 3)
-    gen.queued_ts, gen.scheduled_ts, gen.first_ts, gen.last_ts = (t or None for t in (queued, scheduled, first, last))
+    t = gen.timing = EngineTiming()
+    t.scheduled_at, t.first_token_at, t.last_token_at = (v or None for v in (scheduled, first, last))
+    t.queue_time = scheduled - queued if queued and scheduled else None
     stats = RequestStateStats(queued_ts=queued, scheduled_ts=scheduled, first_token_ts=first, last_token_ts=last)
     assert timing_metrics(gen, tokens) == build_per_request_timing_metrics(stats, tokens).model_dump()
 

@@ -226,7 +226,7 @@ class VllmEngineServicer(pb_grpc.VllmEngineServicer):
                 m.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
                               max_tokens=request.sampling_params.max_tokens
                               if request.sampling_params.HasField("max_tokens") else None,
-                              n=len(sub.requests) if i == 0 else None)
+                              n=len(sub.requests) if i == 0 else None, timing=gen.timing)
         if error is not None:
             await context.abort(_status_for(error), error.message)
 

@@ -429,7 +429,7 @@ class _Turn:
             if m is not None:
                 m.on_finished("error" if run.error is not None else (gen.finish_reason or "abort"),
                               gen.num_prompt_tokens, gen.num_output_tokens,
-                              max_tokens=req.sampling_params.get("max_tokens"), n=1)
+                              max_tokens=req.sampling_params.get("max_tokens"), n=1, timing=gen.timing)
         run.release()
 
 

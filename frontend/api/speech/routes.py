@@ -244,7 +244,7 @@ def _end(chunks: list[_Chunk], failed: bool) -> None:
         if c.metrics is not None:
             reason = "error" if failed else (gen.finish_reason or "abort")
             c.metrics.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
-                                  max_tokens=None, n=1 if c.index == 0 else None)
+                                  max_tokens=None, n=1 if c.index == 0 else None, timing=gen.timing)
 
 
 def _sampling(state: Any, req: SpeechRequest, *, logprobs: bool) -> dict[str, Any]:
