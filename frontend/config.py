@@ -57,6 +57,7 @@ class WorkerPolicy:
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0
     ssl_ciphers: str | None = None
+    enable_ssl_refresh: bool = False  # reload the certificate files when they change
     # LoRA adapters served from the start (vLLM's --lora-modules: name=path or JSON objects).
     lora_modules: list[str] = field(default_factory=list)
     # vLLM's scale-out routes (render / derender / token-in generate) and /tokenizer_info.

@@ -302,6 +302,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssl-cert-reqs", type=int, default=0,
                    help="client certificates: 0 not asked, 1 optional, 2 required (ssl.VerifyMode)")
     p.add_argument("--ssl-ciphers", default=None, help="TLS cipher suites (TLS 1.2 and below), OpenSSL syntax")
+    p.add_argument("--enable-ssl-refresh", action=bool_flag, default=False,
+                   help="reload the certificate chain and client CA files when they change (new "
+                        "connections get them; open ones keep theirs)")
     p.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH",
                    help="LoRA adapters to serve: name=path, or JSON {\"name\", \"path\", \"base_model_name\"} "
                         "(the engine needs --enable-lora)")

@@ -47,7 +47,8 @@ FRONTEND_FLAGS: dict[str, str] = {
     "--ssl-ca-certs": f"implemented by {_TLS}",
     "--ssl-cert-reqs": f"implemented by {_TLS}",
     "--ssl-ciphers": f"implemented by {_TLS}",
-    "--enable-ssl-refresh": "refused: certificates are read at start; restart to load new ones",
+    "--enable-ssl-refresh": "implemented by frontend/server/tls_refresh.py (the files watched; the "
+                            "context updated in place)",
     "--h11-max-incomplete-event-size": "implemented by frontend/server/connections.py (a request head "
                                        "still incomplete past it: 400 and the connection closed, as "
                                        "uvicorn answers h11; aiohttp's per-line limits raised to it)",

@@ -215,9 +215,15 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     # retransmits.
     guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker,
                             policy.h11_max_incomplete_event_size)
-    site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=make_ssl_context(policy),
+    ssl_context = make_ssl_context(policy)
+    site = GuardedSite(runner, sock, guard, backlog=LISTEN_BACKLOG, ssl_context=ssl_context,
                        shared=config.listen_fd is not None)
     await site.start()
+    cert_refresher = None
+    if ssl_context is not None and policy.enable_ssl_refresh:
+        from vllm_pyfrontend.server.tls_refresh import CertRefresher
+
+        cert_refresher = CertRefresher(ssl_context, policy.ssl_keyfile, policy.ssl_certfile, policy.ssl_ca_certs)
     grpc_frontend = None
     if config.grpc_port is not None:
         from vllm_pyfrontend.api.grpc.server import GrpcFrontend  # grpcio only with --grpc-port
@@ -282,6 +288,8 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     if grpc_frontend is not None:
         await grpc_frontend.stop(1.0)
     await site.stop()
+    if cert_refresher is not None:
+        await cert_refresher.stop()
     await runner.cleanup()
     if kv_events is not None:
         await kv_events.close()

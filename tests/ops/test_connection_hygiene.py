@@ -386,6 +386,38 @@ def test_https_without_client_certificates(certs):
         assert [m.id for m in client.models.list()] == [SERVED]
 
 
+def _served_certificate(port: int) -> bytes:
+    """The certificate a new TLS connection to the server is shown (DER), not verified."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw) as conn:
+            return conn.getpeercert(binary_form=True)
+
+
+def _der(pem_path: str) -> bytes:
+    with open(pem_path) as f:
+        return ssl.PEM_cert_to_DER_cert(f.read())
+
+
+def test_ssl_refresh_serves_replaced_certificate_files(certs, tmp_path):
+    key, cert = tmp_path / "server.key", tmp_path / "server.pem"
+    key.write_bytes(open(certs["server_key"], "rb").read())
+    cert.write_bytes(open(certs["server_cert"], "rb").read())
+    args = sim("--ssl-keyfile", str(key), "--ssl-certfile", str(cert), "--enable-ssl-refresh", workers=1)
+    with NetStack(args, verify=certs["ca"]) as stack:
+        assert _served_certificate(stack.port) == _der(certs["server_cert"])
+        # The files are replaced (another key pair: the client's); new connections get it.
+        cert.write_bytes(open(certs["client_cert"], "rb").read())
+        key.write_bytes(open(certs["client_key"], "rb").read())
+        deadline = time.monotonic() + 20
+        while _served_certificate(stack.port) != _der(certs["client_cert"]):
+            assert time.monotonic() < deadline, "the replaced certificate was not served\n" + stack.logs()[-2000:]
+            time.sleep(0.2)
+        wait_log(stack, "reloaded the TLS certificate chain")
+
+
 def test_unreadable_tls_files_fail_fast(certs, tmp_path, capsys):
     from vllm_pyfrontend.supervisor.cli import parse_args
 

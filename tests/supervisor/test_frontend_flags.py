@@ -91,7 +91,6 @@ def test_implemented_flags_are_the_supervisors():
 
 @pytest.mark.parametrize("argv, reason", [
     (["--enable-offline-docs"], "docs pages"),
-    (["--enable-ssl-refresh"], "restart"),
     (["--tool-strict-level", "function"], "structural-tag"),
 ])
 def test_refused_flags_stop_the_start_with_the_reason(argv, reason, capsys):
