@@ -30,12 +30,25 @@ def pytest_xdist_make_scheduler(config, log):
     root = str(config.rootpath)  # node ids are relative to it
 
     class EngineTierScheduling(LoadScopeScheduling):
+        own_scopes: set[str] = set()
+        reordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             module, _, rest = nodeid.partition("::")
             whole, marked, own = _real_engine_tests(os.path.join(root, module))
             if own:
+                self.own_scopes.add(module)
                 return module
             return "real-engine" if whole or rest.split("[", 1)[0] in marked else module
+
+        def _assign_work_unit(self, node) -> None:
+            # xdist queues the largest units first; an `own_engines` module (one long test) would
+            # come last and run alone at the end: it goes first, beside the real-engine tier.
+            if not self.reordered:
+                self.reordered = True
+                for scope in [s for s in self.workqueue if s in self.own_scopes]:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
 
     return EngineTierScheduling(config, log)
 
