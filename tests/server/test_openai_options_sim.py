@@ -262,9 +262,12 @@ def test_fingerprint_mode_content_format_and_error_stacks():
         assert r.usage.prompt_tokens > short.usage.prompt_tokens  # the text reached the template
         with pytest.raises(openai.BadRequestError):
             c.chat.completions.create(model="dsv4", messages=HELLO, max_tokens=-3)
+        # The log line and its stack trace reach the supervisor's log as they are relayed
+        # (possibly in several reads): wait for the trace after the line.
+        marker = "error response 400 on POST /v1/chat/completions"
         deadline = time.monotonic() + 10
-        while "error response 400 on POST /v1/chat/completions" not in s.logs() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and "Traceback" not in s.logs().partition(marker)[2]:
             time.sleep(0.1)
-        assert "Traceback" in s.logs().split("error response 400 on POST /v1/chat/completions", 1)[1]
+        assert "Traceback" in s.logs().partition(marker)[2], s.logs()[-2000:]
     finally:
         assert s.terminate() == 0, s.logs()
