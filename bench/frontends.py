@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,8 +56,15 @@ class FrontendSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def frontend_spec(name: str, model: str, workers: int) -> FrontendSpec:
-    """Command line for frontend `name` with `workers` processes (or threads, for Rust)."""
+def frontend_spec(name: str, model: str, workers: int, extra: Sequence[str] = ()) -> FrontendSpec:
+    """Command line for frontend `name` with `workers` processes (or threads, for Rust); `extra`
+    flags go to every frontend alike (e.g. `--stream-interval 4`, which all three take)."""
+    spec = _frontend_spec(name, model, workers)
+    spec.argv += list(extra)
+    return spec
+
+
+def _frontend_spec(name: str, model: str, workers: int) -> FrontendSpec:
     http, rpc = free_tcp_port(), free_tcp_port()
     join = ["--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
             "--data-parallel-rpc-port", str(rpc)]

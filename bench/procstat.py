@@ -95,6 +95,29 @@ def sys_delta(before: CpuSample, after: CpuSample) -> float:
     return sum(t - b.get(pid, 0.0) for pid, t in a.items())
 
 
+def _io_calls(pid: int) -> tuple[int, int]:
+    """(read, write) system calls of one process so far, its threads included (/proc/PID/io's
+    syscr/syscw: read/write/readv/writev and the like; socket sendto/recvfrom are not counted)."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f.read().splitlines())
+        return int(fields[b"syscr"]), int(fields[b"syscw"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
+def tree_io_calls(root: int) -> dict[int, tuple[int, int]]:
+    """`_io_calls` of each process of the tree."""
+    return {pid: _io_calls(pid) for pid in tree_pids(root)}
+
+
+def io_calls_delta(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """(read, write) system calls the tree made between two samples."""
+    r = sum(a[0] - before.get(pid, (0, 0))[0] for pid, a in after.items())
+    w = sum(a[1] - before.get(pid, (0, 0))[1] for pid, a in after.items())
+    return r, w
+
+
 def tree_rss(root: int) -> int:
     return sum(_rss_bytes(pid) for pid in tree_pids(root))
 

@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def _summarise_profile(raw: Path) -> None:
 
 
 def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
-    spec = frontend_spec(name, model, args.workers)
+    spec = frontend_spec(name, model, args.workers, shlex.split(args.frontend_args))
     base = f"http://127.0.0.1:{spec.http_port}"
     tag = f"{wl.name}-{name}"
     fe = spawn(spec.argv, logs / f"{tag}.frontend.log", spec.env)
@@ -134,6 +135,7 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
             n = max(int(rate * args.duration),
                     min(int(args.min_waves * args.concurrency), int(rate * args.max_duration)), 32)
             before = procstat.sample_cpu(fe.pid)
+            io_before = procstat.tree_io_calls(fe.pid)
             sim_before, kids_before = procstat.sample_cpu(sim.pid), _children_cpu()
             busy_before, load_before = procstat.machine_busy(), os.getloadavg()[0]
             overflows_before = procstat.listen_overflows()
@@ -144,6 +146,7 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
                                    RESULTS / f"profile-{wl.name}{args.py_spy_tag}.txt")
             result = bench_serve(base, model, wl, n, args.concurrency, bench_log, timeout=args.bench_timeout)
             after = procstat.sample_cpu(fe.pid)
+            io_reads, io_writes = procstat.io_calls_delta(io_before, procstat.tree_io_calls(fe.pid))
             sim_cpu = procstat.cpu_delta(sim_before, procstat.sample_cpu(sim.pid))
             loadgen_cpu = _children_cpu() - kids_before  # the finished bench serve process
             busy_after = procstat.machine_busy()
@@ -173,6 +176,10 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
             "cpu_us_per_out_token": cpu / out_tokens * 1e6 if out_tokens else None,
             "cpu_ms_per_request": cpu / done * 1e3 if done else None,
             "cpu_util_cores": cpu / result["duration"],
+            # read/write-family system calls (socket writes of SSE, eventfd wake-ups; not ZMQ's
+            # sendto/recvfrom) per request
+            "read_calls_per_request": io_reads / done if done else None,
+            "write_calls_per_request": io_writes / done if done else None,
             "peak_rss_mib": rss.peak / 2**20,
             "peak_pss_mib": rss.peak_pss / 2**20,
             "idle_pss_mib": sum(idle_pss.values()) / 2**20,
@@ -388,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                          "--max-duration at the warm-up rate), to reach a steady state past the "
                          "first all-at-once wave")
     ap.add_argument("--max-duration", type=float, default=60.0)
+    ap.add_argument("--frontend-args", default="",
+                    help="flags added to every frontend's command line, e.g. '--stream-interval 4'")
     ap.add_argument("--workers", type=int, default=os.cpu_count(),
                     help="frontend processes (ours, vllm-python) / runtime threads (vllm-rust)")
     ap.add_argument("--step-time", type=float, default=0.01,

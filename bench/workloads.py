@@ -99,6 +99,10 @@ WORKLOADS: dict[str, Workload] = {
         Workload("stop", f"stop string: 32 in, scripted text hits stop {STOP_STRING!r} at ~250 tokens "
                  "(max 512)", 32, 512, False,
                  {"stop": [STOP_STRING, "</answer>"], "vllm_xargs": {"sim_text": STOP_SCRIPT}}),
+        Workload("req1", "per-request floor: 32 in / 1 out, ignore_eos (what a request costs "
+                 "besides its tokens)", 32, 1, True),
+        Workload("plain61", "the toolcall workload's length without tools: 32 in / 61 out, ignore_eos",
+                 32, 61, True),
         Workload("toolcall", "tool call: 32 in + 1 tool, scripted DSML tool call (~60 tokens) then EOS",
                  32, 128, False,
                  {"tools": TOOLS, "tool_choice": "auto",

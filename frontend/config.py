@@ -165,6 +165,18 @@ class WorkerPolicy:
         return cls(**kwargs)
 
 
+def engine_flag_value(args: list[str], name: str) -> str | None:
+    """The value of engine flag `name` in `args` (`--name V` or `--name=V`; the last one given),
+    or None."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1:]
+    return value
+
+
 @dataclass
 class WorkerConfig:
     worker_index: int
@@ -220,14 +232,7 @@ class WorkerConfig:
 
     def engine_flag(self, name: str) -> str | None:
         """The value of an engine flag (`--max-logprobs`) as forwarded to the engine, or None."""
-        value = None
-        args = self.engine_args
-        for i, arg in enumerate(args):
-            if arg == name and i + 1 < len(args):
-                value = args[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg[len(name) + 1:]
-        return value
+        return engine_flag_value(self.engine_args, name)
 
     def to_json(self) -> str:
         d = asdict(self)

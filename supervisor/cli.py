@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vllm_pyfrontend.config import WorkerPolicy
+from vllm_pyfrontend.config import WorkerPolicy, engine_flag_value
 from vllm_pyfrontend.server.tls import check_tls_files
 from vllm_pyfrontend.supervisor.config_file import split_with_config
 from vllm_pyfrontend.llm.lora import parse_lora_modules
@@ -579,6 +579,9 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
     except ValueError as e:
         parser.error(f"--allowed-private-media-networks: {e}")
     ns.profiler_enabled = profiler_configured(forwarded)  # the engine's flag: /start_profile exists
+    interval = engine_flag_value(forwarded, "--stream-interval")  # the engine's flag, the workers' effect
+    if interval is not None and not (interval.isdigit() and int(interval) >= 1):
+        parser.error(f"--stream-interval must be an integer >= 1, got {interval!r}")
     policy = WorkerPolicy.from_mapping(vars(ns))
     if policy.reasoning_parser_plugin:  # fail at start, as the workers would
         from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin

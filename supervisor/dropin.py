@@ -170,13 +170,14 @@ class ServeSettings:
 # `vllm serve` args that shape the multimodal processor and its model config: the workers build
 # vLLM's ModelConfig from them (frontend/multimodal/model.py), as vLLM's API server does from
 # the same flags (--model and --tokenizer go as the local directories resolved here); and
-# `max_logprobs`, the bound the workers check logprobs requests against.
+# `max_logprobs`, the bound the workers check logprobs requests against; `stream_interval`, the
+# tokens a streamed chunk waits for.
 PROCESSOR_SERVE_ARGS = (
     "limit_mm_per_prompt", "mm_processor_kwargs", "media_io_kwargs", "allowed_local_media_path",
     "allowed_media_domains", "mm_processor_cache_gb", "mm_processor_cache_type",
     "mm_shm_cache_max_object_size_mb", "enable_mm_embeds", "interleave_mm_strings", "trust_remote_code",
     "tokenizer_mode", "hf_overrides", "hf_config_path", "config_format", "max_model_len", "dtype",
-    "max_logprobs",
+    "max_logprobs", "stream_interval",
 )
 
 

@@ -130,6 +130,13 @@ class Logprobs:
         """The rows of the first n positions."""
         return Logprobs(self.token_ids[:n], self.logprobs[:n], self.sampled_ranks[:n])
 
+    def then(self, after: "Logprobs | None") -> "Logprobs":
+        """These rows followed by `after`'s (a new object; None: a copy of these)."""
+        if after is None:
+            return Logprobs(list(self.token_ids), list(self.logprobs), list(self.sampled_ranks))
+        return Logprobs(self.token_ids + after.token_ids, self.logprobs + after.logprobs,
+                        self.sampled_ranks + after.sampled_ranks)
+
 
 @dataclass(slots=True)
 class EngineOutput:

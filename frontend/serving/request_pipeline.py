@@ -92,6 +92,7 @@ class RequestRun:
         parallel_tool_calls: bool = True,
         named_tool_choice: bool = False,
         echo_text: str | None = None,
+        stream_interval: int = 1,
     ):
         self.response_id = response_id
         self.model = model
@@ -109,6 +110,9 @@ class RequestRun:
         self.named_tool_choice = named_tool_choice  # vLLM: a named tool choice finishes with "stop"
         self.want_logprobs = want_logprobs
         self.return_token_ids = return_token_ids
+        # vLLM's stream interval: a streamed choice's running chunk waits for this many tokens
+        # (its first and its last do not wait); 1: every step goes out.
+        self.stream_interval = stream_interval if stream else 1
         self.prompt_token_ids = prompt_token_ids  # the body's `prompt_token_ids` (vLLM: with return_token_ids)
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.error: APIError | None = None
@@ -304,9 +308,15 @@ class ChoiceStep:
     step's text has one tail: plain streamed content (`Choice.fast`) straight to the writer,
     anything else through the assistant stream to the formatter (`RequestRun._send_delta`),
     skipped when the delta is empty and the API writes nothing for that
-    (`Formatter.quiet_empty_deltas`)."""
+    (`Formatter.quiet_empty_deltas`).
 
-    __slots__ = ("run", "choice", "text", "assistant", "index", "sse", "quiet")
+    With a stream interval above 1 (vLLM's `--stream-interval` / `stream_interval`), a running
+    step's text, token ids and logprobs wait (`held`) until that many tokens have gathered since
+    the last step that went out, and then go out together; the first step and the last never
+    wait. The text stream still takes every step as it comes, so a stop string ends the request
+    (and aborts it in the engine) at the step that completes it, as in vLLM's output processor."""
+
+    __slots__ = ("run", "choice", "text", "assistant", "index", "sse", "quiet", "interval", "held", "started")
 
     def __init__(self, run: RequestRun, choice: Choice):
         self.run = run
@@ -318,6 +328,9 @@ class ChoiceStep:
         self.sse = run.sse if choice.fast else None
         # A running step's empty delta needs no formatter call (see RequestRun.__init__).
         self.quiet = run._skip_empty
+        self.interval = run.stream_interval
+        self.held: list | None = None  # [text, token ids, logprobs] waiting for the interval
+        self.started = False  # a step with tokens went out (vLLM's first step never waits)
 
     def on_delta(
         self,
@@ -347,6 +360,11 @@ class ChoiceStep:
             if matched is not None:
                 self._last(gen, token_ids, logprobs, None, None, text, matched)
                 return
+        if self.interval != 1:
+            out = self._hold(text, token_ids, logprobs)
+            if out is None:
+                return
+            text, token_ids, logprobs = out
         sse = self.sse
         if sse is not None:
             if text:
@@ -384,12 +402,42 @@ class ChoiceStep:
                     logprobs = logprobs.head(kept)
         elif finish_reason != "stop":
             text += self.text.finish()
+        held = self.held
+        if held is not None:  # the steps waiting for the stream interval go out with the last
+            self.held = None
+            text = held[0] + text
+            token_ids = held[1] + token_ids
+            if held[2] is not None:
+                logprobs = held[2].then(logprobs)
         assistant = self.assistant
         delta = assistant.feed(text, token_ids)
         tail = assistant.finish()
         if tail is not None:
             delta = _merge(delta, tail)
         self.run._send_delta(gen, self.choice, token_ids, logprobs, finish_reason, stop_reason, delta)
+
+    def _hold(
+        self, text: str, token_ids: list[int], logprobs: Logprobs | None,
+    ) -> tuple[str, list[int], Logprobs | None] | None:
+        """A running step under the stream interval: None while it waits, else what goes out now
+        (the waiting steps, then this one). vLLM's rule: out when no token went out yet, or
+        when the tokens since the last step that went out reach the interval."""
+        held = self.held
+        if held is None:
+            if not self.started or len(token_ids) >= self.interval:
+                if token_ids:
+                    self.started = True
+                return text, token_ids, logprobs
+            self.held = [text, list(token_ids), logprobs]
+            return None
+        held[0] += text
+        held[1] += token_ids
+        if logprobs is not None:
+            held[2] = logprobs if held[2] is None else held[2].then(logprobs)
+        if len(held[1]) < self.interval:
+            return None
+        self.held = None
+        return held[0], held[1], held[2]
 
     def on_error(self, gen: Generation, failure: Failure) -> None:
         self.run.on_error(gen, failure)

@@ -47,6 +47,14 @@ def system_fingerprint(config: WorkerConfig, vllm_version: str, max_model_len: i
             parts.append(f"dp{len(config.engine_indices)}")
     return "-".join([*parts, digest])
 
+def _stream_interval(value: str | None) -> int:
+    """`--stream-interval` as forwarded to the engine (the supervisor refuses a value below 1)."""
+    try:
+        return max(int(value), 1) if value else 1
+    except ValueError:
+        return 1
+
+
 class ServerState:
     def __init__(
         self,
@@ -80,6 +88,10 @@ class ServerState:
             template_source=template.source if template is not None else None, tokenizer=tokenizer,
         )
         self.draining = False
+        # vLLM's `--stream-interval` (an engine flag whose effect is the frontend's): a running
+        # stream's chunk waits for this many tokens (the first and the last never wait); a
+        # request's own `stream_interval` can raise it, not lower it.
+        self.stream_interval = _stream_interval(config.engine_flag("--stream-interval"))
         # Gathers the streams' writes of one drain of the engine's output into one write per
         # stream; the worker registers it with the engine client (`StreamDrain.hooks`), each
         # submitted request's writer joins it (serving/responder.py).

@@ -304,3 +304,37 @@ def test_continuous_usage_is_per_choice(servers, route, body):
         assert ours[i][-1] == theirs[i][-1], (i, ours[i], theirs[i])
         assert {p for p, _ in ours[i]} == {theirs[i][-1][0]}
         assert [c for _, c in ours[i]] == sorted(c for _, c in ours[i])
+
+
+@pytest.mark.parametrize("route,body", [
+    ("chat", chat(max_tokens=14, ignore_eos=True, stream_interval=4, return_token_ids=True, logprobs=True)),
+    ("comp", comp(max_tokens=14, ignore_eos=True, stream_interval=3, return_token_ids=True, logprobs=1)),
+], ids=["chat", "comp"])
+def test_stream_interval_as_vllm(servers, route, body):
+    """A request's `stream_interval`: the first step goes out at once, each later running chunk
+    carries at least that many tokens (a busy server may merge more, on either side), the last
+    the rest, with their logprobs; the same tokens and text as vLLM's."""
+    interval = body["stream_interval"]
+
+    def chunks(base: str) -> list[tuple[list[int], str, int]]:
+        _, evs = _call(base, route, body, True)
+        out = []
+        for ev in evs:
+            for c in ev.get("choices") or []:
+                ids = c.get("token_ids") or []
+                text = c["delta"].get("content") if route == "chat" else c["text"]
+                lp = c.get("logprobs") or {}
+                rows = len(lp.get("content") or []) if route == "chat" else len(lp.get("tokens") or [])
+                if ids or c.get("finish_reason"):
+                    out.append((ids, text or "", rows))
+        return out
+
+    ours_url, vllm_url = servers
+    ours, theirs = chunks(ours_url), chunks(vllm_url)
+    for got in (ours, theirs):
+        sizes = [len(ids) for ids, _, _ in got]
+        assert sum(sizes) == 14 and sizes[0] >= 1, sizes
+        assert all(s >= interval for s in sizes[1:-1]), sizes
+        assert [rows for _, _, rows in got] == sizes  # logprobs rows travel with their tokens
+    assert [t for ids, _, _ in ours for t in ids] == [t for ids, _, _ in theirs for t in ids]
+    assert "".join(t for _, t, _ in ours) == "".join(t for _, t, _ in theirs)

@@ -266,7 +266,8 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
                      num_prompt_tokens=len(prompt_ids), stream=stream, include_usage=include_usage,
                      continuous_usage=continuous, formatter=formatter, want_logprobs=sp.logprobs is not None,
                      return_token_ids=True,
-                     sse=new_sse(state, response_id, model, created, "generate") if stream else None)
+                     sse=new_sse(state, response_id, model, created, "generate") if stream else None,
+                     stream_interval=max(sp.stream_interval or 1, state.stream_interval))
     sub = submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(choices, samplings)],
                          priority=req.priority, cache_salt=req.cache_salt, requested_max_tokens=opts.max_tokens)
     peers = request.app.get(PEER_ABORT)

@@ -84,6 +84,7 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
         req.logprob_token_ids,
         req.truncation_side,
         req.media_io_kwargs,
+        req.stream_interval,
     )
 
 
@@ -148,4 +149,5 @@ def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any
         bool(req.return_tokens_as_token_ids),
         req.logprob_token_ids,
         req.truncation_side,
+        req.stream_interval,
     )

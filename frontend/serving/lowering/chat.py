@@ -121,6 +121,7 @@ class ChatRequest(msgspec.Struct):
     logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position (not a top-k)
     truncation_side: str | None = None  # "right": truncation keeps the first tokens
     media_io_kwargs: dict[str, Any] | None = None  # per modality, over the server's (trusted requests)
+    stream_interval: int | None = None  # tokens per streamed chunk (vLLM's; at least the server's)
 
 
 class ChatPrompt(msgspec.Struct):
@@ -295,6 +296,7 @@ def chat_run(state, req: ChatRequest, low: LoweredChat, *, response_id: str, mod
         parallel_tool_calls=plan.parallel,
         named_tool_choice=plan.mode == "named",
         echo_text=low.echo_text,
+        stream_interval=max(req.stream_interval or 1, state.stream_interval),
     )
 
 

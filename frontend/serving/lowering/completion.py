@@ -66,6 +66,7 @@ class TextCompletionRequest(msgspec.Struct):
     return_tokens_as_token_ids: bool = False  # tokens written "token_id:N"
     logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position (not a top-k)
     truncation_side: str | None = None  # "right": truncation keeps the first tokens
+    stream_interval: int | None = None  # tokens per streamed chunk (vLLM's; at least the server's)
 
 
 class CompletionPrompts(msgspec.Struct):
@@ -205,6 +206,7 @@ def completion_run(state, req: TextCompletionRequest, low: LoweredCompletion, *,
         want_logprobs=req.logprobs is not None,
         return_token_ids=req.return_token_ids,
         sse=sse,
+        stream_interval=max(req.stream_interval or 1, state.stream_interval),
     )
 
 
