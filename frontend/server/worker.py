@@ -35,7 +35,6 @@ from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.api.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
 from vllm_pyfrontend.server.tls import make_ssl_context
-from vllm_pyfrontend.serving import output_log, per_request_metrics
 from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -159,10 +158,6 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     except OSError as e:
         log.warning("could not record engine info: %s", e)
 
-    per_request_metrics.enabled = config.policy.enable_per_request_metrics
-    output_log.enabled = config.policy.enable_log_outputs and config.policy.enable_log_requests
-    output_log.deltas = config.policy.enable_log_deltas
-    output_log.max_log_len = config.policy.max_log_len
     kv_events = engine.start_prefix_routing(config.engine_args, config.policy.routing_policy,
                                             config.policy.routing_prefix_weight, config.policy.kv_events_host)
     state = ServerState(config, tokenizer, template, engine, defaults, model_config)

@@ -15,7 +15,7 @@ import msgspec
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.engine.types import Logprobs
-from vllm_pyfrontend.serving import per_request_metrics
+from vllm_pyfrontend.serving.per_request_metrics import body_metrics, stream_metrics
 from vllm_pyfrontend.serving.prompt_logprobs import SampledTexts, echo_logprobs, prompt_logprobs_json
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun, fold_tool_calls
 
@@ -68,9 +68,10 @@ class ChatFormatter:
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int, *, prompt_logprobs: bool = False,
                  decode: Callable[[list[int]], str] | None = None, token_bytes: bool = True,
                  as_token_ids: bool = False, all_top: bool = False, role: str = "assistant",
-                 prompt_tokens_details: bool = False):
+                 prompt_tokens_details: bool = False, per_request_metrics: bool = False):
         self.token_text = token_text
         self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
+        self.per_request_metrics = per_request_metrics  # vLLM's --enable-per-request-metrics
         self.role = role  # of the generated message (vLLM's --response-role, or the continued message's)
         # -1 (or `logprob_token_ids`): every entry the engine returned for a position
         self.top = _ALL if all_top or top_logprobs == -1 else top_logprobs
@@ -140,7 +141,7 @@ class ChatFormatter:
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
         run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
-                            per_request_metrics.stream_metrics(run.choices, run.completion_tokens))
+                            stream_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None)
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -184,7 +185,7 @@ class ChatFormatter:
             "prompt_text": None,
             "kv_transfer_params": None,
             "ec_transfer_params": None,
-            "metrics": per_request_metrics.body_metrics(run.choices, run.completion_tokens),
+            "metrics": body_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None,
         }
 
 
@@ -216,10 +217,11 @@ class CompletionFormatter:
                  echo_texts: list[str] | None = None, *, prompt_logprobs: bool = False,
                  decode: Callable[[list[int]], str] | None = None, echo_ids: list[list[int]] | None = None,
                  prompt_ids: list[list[int]] | None = None, stream_prompt_ids: bool = False,
-                 all_top: bool = False, prompt_tokens_details: bool = False):
+                 all_top: bool = False, prompt_tokens_details: bool = False, per_request_metrics: bool = False):
         # `return_tokens_as_token_ids`: the caller passes `token_id_text` and no `decode`
         self.token_text = token_text
         self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
+        self.per_request_metrics = per_request_metrics  # vLLM's --enable-per-request-metrics
         self.top = _ALL if all_top or top_logprobs == -1 else top_logprobs
         self.echo_texts = echo_texts  # per choice: prompt text to put in front
         self.prompt_logprobs = prompt_logprobs  # the engine computes them: each choice lists them
@@ -295,7 +297,7 @@ class CompletionFormatter:
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
         run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
-                            per_request_metrics.stream_metrics(run.choices, run.completion_tokens))
+                            stream_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None)
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
@@ -333,5 +335,5 @@ class CompletionFormatter:
             "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details), "completion_tokens_details": None},
             "kv_transfer_params": None,
             "ec_transfer_params": None,
-            "metrics": per_request_metrics.body_metrics(run.choices, run.completion_tokens),
+            "metrics": body_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None,
         }

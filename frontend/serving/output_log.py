@@ -15,10 +15,12 @@ characters), and at DEBUG the token ids. The lines go to this frontend's request
 (`vllm_pyfrontend.requests`), whose formatter escapes whatever a client could use to forge a
 line (server/log_lines.py).
 
-The per-token path pays nothing when it is off: `attach` is the only entry, called once per
-request, and it swaps in the pieces that record (`_LoggedFormatter` around the API's formatter,
-`_RecordedText` around each choice's text stream) and takes the run off the plain-content fast
-path. Completions are not logged (vLLM's completion serving has no output log).
+A worker with the flag has one `OutputLog` (`ServerState.output_log`, None without it). The
+per-token path pays nothing when it is off: `OutputLog.attach` is the only entry, called once
+per request, and it swaps in the pieces that record (`_LoggedFormatter` around the API's
+formatter, `_RecordedText` around each choice's text stream) and takes the run off the
+plain-content fast path. Completions are not logged (vLLM's completion serving has no output
+log).
 """
 
 from __future__ import annotations
@@ -30,25 +32,80 @@ from vllm_pyfrontend.serving.request_pipeline import RequestRun, fold_tool_calls
 
 log = logging.getLogger("vllm_pyfrontend.requests")
 
-# Set once per worker at its start (server/worker.py): --enable-log-outputs (only together with
-# --enable-log-requests), --enable-log-deltas and --max-log-len.
-enabled = False
-deltas = True
-max_log_len: int | None = None
 
 
-def log_output(request_id: str, text: str, token_ids: list[int] | None, finish_reason: str | None,
-               streaming: bool = False, delta: bool = False) -> None:
-    """vLLM's `RequestLogger.log_outputs`: the text (and finish reason) at INFO, the token ids
-    at DEBUG, each cut to --max-log-len."""
-    limit = max_log_len
-    if limit is not None and text is not None:
-        text = text[:limit]
-    info = (" (streaming delta)" if delta else " (streaming complete)") if streaming else ""
-    if log.isEnabledFor(logging.DEBUG):
-        ids = list(token_ids)[:limit] if limit is not None and token_ids is not None else token_ids
-        log.debug("Generated response %s%s details: output_token_ids: %s", request_id, info, ids)
-    log.info("Generated response %s%s: output: %r, finish_reason: %s", request_id, info, text, finish_reason)
+class OutputLog:
+    """The output log of one worker: `deltas` (--enable-log-deltas: each streamed delta too) and
+    `max_log_len` (--max-log-len: the text and the ids cut to it; None: whole)."""
+
+    def __init__(self, deltas: bool = True, max_log_len: int | None = None):
+        self.deltas = deltas
+        self.max_log_len = max_log_len
+
+    def attach(self, run: RequestRun) -> None:
+        """Log `run`'s outputs (a chat-shaped request that is not a beam search), before it is
+        submitted. Nothing is logged for a request that fails or whose client went away."""
+        for c in run.choices:
+            c.fast = False  # every step through the assistant stream and the formatter
+            c.text = _RecordedText(c.text)
+        if run.stream and self.deltas:
+            run.formatter = _LoggedFormatter(run.formatter, self)
+        run.done.add_done_callback(lambda _: self._log_end(run))
+
+    def attach_final(self, run: RequestRun, streaming: bool) -> None:
+        """Log `run`'s final output only, as vLLM's Responses serving does: the raw text of its
+        one choice with the engine's finish reason, `(streaming complete)` for a stream."""
+        choice = run.choices[0]
+        choice.fast = False
+        choice.text = _RecordedText(choice.text)
+
+        def end(_) -> None:
+            gen = choice.gen
+            if run.error is not None or gen is None or gen.finish_reason in (None, "abort"):
+                return
+            self.log_output(run.response_id, "".join(choice.text.parts), gen.output_ids, gen.finish_reason,
+                            streaming=streaming)
+
+        run.done.add_done_callback(end)
+
+    def log_output(self, request_id: str, text: str, token_ids: list[int] | None, finish_reason: str | None,
+                   streaming: bool = False, delta: bool = False) -> None:
+        """vLLM's `RequestLogger.log_outputs`: the text (and finish reason) at INFO, the token ids
+        at DEBUG, each cut to --max-log-len."""
+        limit = self.max_log_len
+        if limit is not None and text is not None:
+            text = text[:limit]
+        info = (" (streaming delta)" if delta else " (streaming complete)") if streaming else ""
+        if log.isEnabledFor(logging.DEBUG):
+            ids = list(token_ids)[:limit] if limit is not None and token_ids is not None else token_ids
+            log.debug("Generated response %s%s details: output_token_ids: %s", request_id, info, ids)
+        log.info("Generated response %s%s: output: %r, finish_reason: %s", request_id, info, text, finish_reason)
+
+    def _log_end(self, run: RequestRun) -> None:
+        if run.error is not None:
+            return
+        if run.stream:
+            if run.sse is None or not run.sse.alive:
+                return
+            for c in run.choices:  # vLLM: the raw text of each choice, as streamed
+                self.log_output(run.response_id, "".join(c.text.parts), None, "streaming_complete",
+                                streaming=True, delta=False)
+            return
+        for c in run.choices:
+            gen = c.gen
+            if gen is None or gen.finish_reason == "abort":
+                continue
+            text = ""
+            content = (run.echo_text or "") + "".join(c.content) if (c.content or not c.tool_calls) else None
+            if content:
+                text = content
+            elif c.tool_calls:
+                calls = ", ".join(f"{(t.get('function') or {}).get('name')}({(t.get('function') or {}).get('arguments')})"
+                                  for t in fold_tool_calls(c.tool_calls))
+                text = f"[tool_calls: {calls}]"
+            if text:
+                ids = c.token_ids if run.return_token_ids else gen.output_ids
+                self.log_output(run.response_id, text, ids, run.finish_reason_of(c))
 
 
 class _RecordedText:
@@ -92,8 +149,9 @@ class _LoggedFormatter:
     """The API's formatter, with each streamed delta logged first (vLLM logs the delta of a
     chunk it is about to send)."""
 
-    def __init__(self, inner: Any):
+    def __init__(self, inner: Any, output_log: OutputLog):
         self.inner = inner
+        self.output_log = output_log
         self.quiet_empty_deltas = getattr(inner, "quiet_empty_deltas", False)
 
     def stream_delta(self, run: RequestRun, choice: Any, delta: Any, logprobs: Any, token_ids: Any,
@@ -111,63 +169,8 @@ class _LoggedFormatter:
             if parts:
                 recorded = choice.text
                 ids = recorded.ids if isinstance(recorded, _RecordedText) else token_ids
-                log_output(run.response_id, " ".join(parts), ids, finish, streaming=True, delta=True)
+                self.output_log.log_output(run.response_id, " ".join(parts), ids, finish, streaming=True, delta=True)
         self.inner.stream_delta(run, choice, delta, logprobs, token_ids, finish, stop_reason)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-def attach(run: RequestRun) -> None:
-    """Log `run`'s outputs (a chat-shaped request that is not a beam search), before it is
-    submitted. Nothing is logged for a request that fails or whose client went away."""
-    for c in run.choices:
-        c.fast = False  # every step through the assistant stream and the formatter
-        c.text = _RecordedText(c.text)
-    if run.stream and deltas:
-        run.formatter = _LoggedFormatter(run.formatter)
-    run.done.add_done_callback(lambda _: _log_end(run))
-
-
-def attach_final(run: RequestRun, streaming: bool) -> None:
-    """Log `run`'s final output only, as vLLM's Responses serving does: the raw text of its
-    one choice with the engine's finish reason, `(streaming complete)` for a stream."""
-    choice = run.choices[0]
-    choice.fast = False
-    choice.text = _RecordedText(choice.text)
-
-    def end(_) -> None:
-        gen = choice.gen
-        if run.error is not None or gen is None or gen.finish_reason in (None, "abort"):
-            return
-        log_output(run.response_id, "".join(choice.text.parts), gen.output_ids, gen.finish_reason,
-                   streaming=streaming)
-
-    run.done.add_done_callback(end)
-
-
-def _log_end(run: RequestRun) -> None:
-    if run.error is not None:
-        return
-    if run.stream:
-        if run.sse is None or not run.sse.alive:
-            return
-        for c in run.choices:  # vLLM: the raw text of each choice, as streamed
-            log_output(run.response_id, "".join(c.text.parts), None, "streaming_complete",
-                       streaming=True, delta=False)
-        return
-    for c in run.choices:
-        gen = c.gen
-        if gen is None or gen.finish_reason == "abort":
-            continue
-        text = ""
-        content = (run.echo_text or "") + "".join(c.content) if (c.content or not c.tool_calls) else None
-        if content:
-            text = content
-        elif c.tool_calls:
-            calls = ", ".join(f"{(t.get('function') or {}).get('name')}({(t.get('function') or {}).get('arguments')})"
-                              for t in fold_tool_calls(c.tool_calls))
-            text = f"[tool_calls: {calls}]"
-        if text:
-            ids = c.token_ids if run.return_token_ids else gen.output_ids
-            log_output(run.response_id, text, ids, run.finish_reason_of(c))

@@ -20,8 +20,8 @@ that carries it, lists the known ones. `speculative_decoding` (a draft model's a
 stats, which vLLM adds whenever the engine reports them) is not read from the engine's outputs
 here: it is null.
 
-Each worker sets `enabled` at its start (server/worker.py); off, the formatters write
-`"metrics": null` as before.
+The chat and completion formatters write it when made with `per_request_metrics` (the flag,
+per request); off, they write `"metrics": null`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_pyfrontend.llm.generation import Generation
-
-enabled = False
 
 
 def timing_metrics(gen: Generation | None, num_generation_tokens: int) -> dict[str, Any]:
@@ -65,9 +63,9 @@ def timing_metrics(gen: Generation | None, num_generation_tokens: int) -> dict[s
 
 
 def body_metrics(choices: list, completion_tokens: int) -> dict[str, Any] | None:
-    """A response body's `metrics`: None when off, when the request has several choices, or
-    when its one choice is no engine generation (beam search)."""
-    if not enabled or len(choices) != 1 or choices[0].gen is None:
+    """A response body's `metrics`: None when the request has several choices, or when its one
+    choice is no engine generation (beam search)."""
+    if len(choices) != 1 or choices[0].gen is None:
         return None
     return timing_metrics(choices[0].gen, completion_tokens)
 

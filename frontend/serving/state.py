@@ -20,6 +20,7 @@ from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
 from vllm_pyfrontend.serving.worker_slots import WorkerSlots
 from vllm_pyfrontend.serving.admission import REASONS as ADMISSION_REASONS, Admission
 from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.serving.output_log import OutputLog
 from vllm_pyfrontend.serving.sse import StreamDrain
 from vllm_pyfrontend.tenants.key_table import TenantKeys
 from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -92,6 +93,11 @@ class ServerState:
         # stream's chunk waits for this many tokens (the first and the last never wait); a
         # request's own `stream_interval` can raise it, not lower it.
         self.stream_interval = _stream_interval(config.engine_flag("--stream-interval"))
+        # vLLM's --enable-log-outputs (only with --enable-log-requests): generated outputs in the
+        # request log; None: off.
+        policy = config.policy
+        self.output_log = (OutputLog(policy.enable_log_deltas, policy.max_log_len)
+                           if policy.enable_log_outputs and policy.enable_log_requests else None)
         # Gathers the streams' writes of one drain of the engine's output into one write per
         # stream; the worker registers it with the engine client (`StreamDrain.hooks`), each
         # submitted request's writer joins it (serving/responder.py).

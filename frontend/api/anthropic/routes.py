@@ -27,7 +27,6 @@ from vllm_pyfrontend.api.anthropic.protocol import (
     error_body,
 )
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest, chat_run, lower_chat, lower_chat_prompt, submit_chat
-from vllm_pyfrontend.serving import output_log
 from vllm_pyfrontend.serving.responder import respond
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.state import STATE
@@ -80,8 +79,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     # usage goes out with message_delta (include_usage stays off)
     run = chat_run(state, chat, low, response_id=message_id, model=model, created=int(time.time()),
                    formatter=formatter, sse=sse, run_class=AnthropicRun)
-    if output_log.enabled:  # vLLM serves Messages through its chat code, which logs them
-        output_log.attach(run)
+    if state.output_log is not None:  # vLLM serves Messages through its chat code, which logs them
+        state.output_log.attach(run)
     return await respond(state, request, run, submit_chat(state, request, chat, low, run), role_chunks=False)
 
 

@@ -14,7 +14,6 @@ from aiohttp import web
 from vllm_pyfrontend.llm.request_ids import make_request_id
 from vllm_pyfrontend.serving.beam_generation import respond_beam_search, step_sampling
 from vllm_pyfrontend.serving.formatters import ChatFormatter
-from vllm_pyfrontend.serving import output_log
 from vllm_pyfrontend.serving.lora import lora_request_for
 from vllm_pyfrontend.api.openai.lowering import chat_request_from_openai
 from vllm_pyfrontend.serving.lowering.chat import chat_run, lower_chat, submit_chat
@@ -56,6 +55,7 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
         all_top=bool(chat.logprob_token_ids),
         role=chat_response_role(state.config.policy.response_role, chat),
         prompt_tokens_details=state.config.policy.enable_prompt_tokens_details,
+        per_request_metrics=state.config.policy.enable_per_request_metrics,
     )
     sse = new_sse(state, response_id, model, created, "chat.completion.chunk") if chat.stream else None
     run = chat_run(state, chat, low, response_id=response_id, model=model, created=created, formatter=formatter,
@@ -67,6 +67,6 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
             skip_special_tokens=chat.options.skip_special_tokens, lora_request=lora, priority=chat.priority,
             cache_salt=chat.cache_salt, role_chunks=True,
         )
-    if output_log.enabled:
-        output_log.attach(run)
+    if state.output_log is not None:
+        state.output_log.attach(run)
     return await respond(state, request, run, submit_chat(state, request, chat, low, run), role_chunks=True)

@@ -49,7 +49,7 @@ from vllm_pyfrontend.api.responses.lowering import (
     response_format,
 )
 from vllm_pyfrontend.api.responses.schemas import ResponsesRequest
-from vllm_pyfrontend.serving import output_log, per_request_metrics
+from vllm_pyfrontend.serving import per_request_metrics
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.sse import SSEWriter
 from vllm_pyfrontend.store import (
@@ -349,7 +349,7 @@ class _Turn:
             items = [{"id": new_id("msg"), "type": "message", "role": "assistant", "status": "completed",
                       "content": []}]
         response = self.snapshot(status, items, usage_of(run), error)
-        if per_request_metrics.enabled and status in ("completed", "incomplete"):
+        if self.state.config.policy.enable_per_request_metrics and status in ("completed", "incomplete"):
             # vLLM's Responses carry `metrics` only with the flag (no key at all without it)
             response["metrics"] = per_request_metrics.timing_metrics(gen, run.completion_tokens)
         return response
@@ -514,8 +514,8 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         # the run writes its events through the sink, streamed or not (the sink keeps them or drops them)
         run = chat_run(state, chat, low, response_id=response_id, model=model, created=created,
                        formatter=formatter, sse=sink)
-        if output_log.enabled:
-            output_log.attach_final(run, streaming=bool(stream))
+        if state.output_log is not None:
+            state.output_log.attach_final(run, streaming=bool(stream))
         sub = submit_chat(state, request, chat, low, run)
     except BaseException as e:
         if owner is not None:

@@ -192,6 +192,7 @@ def completion_run(state, req: TextCompletionRequest, low: LoweredCompletion, *,
         echo_ids=choice_ids if not beam and req.echo and req.logprobs is not None else None,
         all_top=bool(req.logprob_token_ids),
         prompt_tokens_details=state.config.policy.enable_prompt_tokens_details,
+        per_request_metrics=state.config.policy.enable_per_request_metrics,
     )
     return RequestRun(
         response_id=response_id,
