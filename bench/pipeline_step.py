@@ -66,7 +66,9 @@ def attach_stream(client, rid: str, text, assistant, include_usage: bool, transp
     choice = Choice(0, text, assistant)
     run_ = RequestRun(response_id=rid, model="m", created=1, choices=[choice], num_prompt_tokens=3,
                       stream=True, include_usage=include_usage, continuous_usage=False,
-                      formatter=ChatFormatter(lambda t: "", 0), stream_interval=stream_interval)
+                      formatter=ChatFormatter(lambda t: "", 0),
+                      # (only when set: an earlier build, compared through PYTHONPATH, has no such option)
+                      **({"stream_interval": stream_interval} if stream_interval != 1 else {}))
     run_.sse = sse_mod.SSEWriter(rid, "m", 1)
     if drain is not None:
         run_.sse.drain = drain
