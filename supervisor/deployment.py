@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import logging
 import os
 import signal
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +30,7 @@ from typing import Any, Protocol
 
 from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.supervisor.keys_reload import KeysReloader
+from vllm_pyfrontend.supervisor.listening import bind_unix_socket, example_curl, serving_address
 from vllm_pyfrontend.tenants.keys_file import KeysFileError
 from vllm_pyfrontend.supervisor.engine_launch import EngineLaunch, engine_launches, split_sim_flags
 from vllm_pyfrontend.supervisor.options import SupervisorOptions
@@ -543,63 +542,3 @@ class Supervisor:
 def run(options: SupervisorOptions) -> int:
     """Run the supervisor to completion and return the process exit code."""
     return asyncio.run(Supervisor(options).run())
-
-
-def bind_unix_socket(path: str) -> socket.socket:
-    """A listening Unix socket at `path`. A socket file nobody listens on (left by a killed
-    server) is replaced; a live one, or any other file, is an error."""
-    try:
-        if stat.S_ISSOCK(os.stat(path).st_mode):
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-                try:
-                    probe.connect(path)
-                except ConnectionRefusedError:
-                    os.unlink(path)  # stale
-                else:
-                    raise Fatal(f"--uds {path}: another server is listening there")
-        else:
-            raise Fatal(f"--uds {path}: the path exists and is not a socket")
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise Fatal(f"--uds {path}: {e}") from None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(path)
-        sock.listen(4096)
-    except OSError as e:
-        sock.close()
-        raise Fatal(f"cannot listen on --uds {path}: {e}") from None
-    return sock
-
-
-def serving_address(opts: SupervisorOptions) -> str:
-    if opts.uds:
-        return f"unix:{opts.uds}" + (" (https)" if opts.policy.ssl_certfile else "")
-    host = f"[{opts.host}]" if ":" in opts.host else opts.host
-    return f"{'https' if opts.policy.ssl_certfile else 'http'}://{host}:{opts.port}"
-
-
-def example_curl(opts: SupervisorOptions) -> str:
-    """A chat completion request that works against this server, for the startup log."""
-    policy = opts.policy
-    scheme = "https" if policy.ssl_certfile else "http"
-    options = ""
-    if opts.uds:
-        options, host = f" --unix-socket {opts.uds}", "localhost"
-    else:
-        host = f"[{opts.host}]" if ":" in opts.host else opts.host
-        if host in ("0.0.0.0", "[::]", ""):
-            host = "127.0.0.1"
-        host = f"{host}:{opts.port}"
-    if policy.ssl_certfile:
-        options += " --cacert <CA of the server certificate>"
-        if policy.ssl_cert_reqs:
-            options += " --cert <client.crt> --key <client.key>"
-    body = json.dumps(
-        {"model": opts.served_names[0], "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32}
-    )
-    return (
-        f"curl -s{options} {scheme}://{host}/v1/chat/completions "
-        f"-H 'Content-Type: application/json' -d '{body}'"
-    )

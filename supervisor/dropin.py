@@ -43,7 +43,8 @@ from typing import Any
 
 from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
 from vllm_pyfrontend.server.tls import check_tls_files
-from vllm_pyfrontend.supervisor.cli import default_workers, human_readable_int
+from vllm_pyfrontend.supervisor.cli import default_workers
+from vllm_pyfrontend.supervisor.flag_groups import human_readable_int
 from vllm_pyfrontend.supervisor.frontend_flags import refused_serve_args
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, log_as, wait_all
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir

@@ -56,7 +56,6 @@ labels prometheus-fastapi-instrumentator gives vLLM's server: `handler`, `method
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from bisect import bisect_left
@@ -64,6 +63,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the handler)
+
+# (re-exported: the buckets, the batched writes, one request's timing)
+from vllm_pyfrontend.metrics.increments import (  # noqa: F401
+    INCREMENTS, STEP_FLUSH_SECONDS, _HistogramChild, _Increments, _StepHistogram,
+)
+from vllm_pyfrontend.metrics.buckets import (  # noqa: F401
+    HTTP_LATENCY_BUCKETS, INTER_TOKEN_LATENCY_BUCKETS, ITERATION_TOKENS_BUCKETS, REQUEST_LATENCY_BUCKETS,
+    REQUEST_NUM_PREEMPTIONS_BUCKETS, REQUEST_PARAMS_N_BUCKETS, TIME_TO_FIRST_TOKEN_BUCKETS, build_1_2_5_buckets,
+)
+from vllm_pyfrontend.metrics.request import EngineTiming, RequestMetrics  # noqa: F401
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -83,40 +92,14 @@ def _use_remembered_pid() -> None:
 
 _use_remembered_pid()
 
-# vLLM's bucket families (vllm/v1/metrics/buckets.py).
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-                           50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-TIME_TO_FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-                               1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-                               1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-REQUEST_PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
-ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-REQUEST_NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 # The engine's ready-response fields that are also vLLM's `CacheConfig` fields, for
 # `vllm:cache_config_info` (in vLLM's label order).
 CACHE_CONFIG_FIELDS = ("block_size", "mamba_block_size", "num_gpu_blocks", "effective_attention_block_size",
                        "kv_cache_size_tokens", "kv_cache_max_concurrency")
-# prometheus-fastapi-instrumentator's `http_request_duration_seconds` buckets.
-HTTP_LATENCY_BUCKETS = (0.1, 0.5, 1.0)
-
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 # Routes vLLM's instrumentator leaves out of the HTTP families (plus our /ready).
 UNINSTRUMENTED_ROUTES = frozenset({"/metrics", "/health", "/ready", "/load", "/ping", "/version"})
-
-
-def build_1_2_5_buckets(max_value: int) -> list[float]:
-    """vLLM's `request_tokens` family: 1, 2, 5, 10, 20, 50, ... up to max_model_len."""
-    buckets: list[float] = []
-    exponent = 0
-    while True:
-        for m in (1, 2, 5):
-            value = m * 10**exponent
-            if value > max_value:
-                return buckets
-            buckets.append(value)
-        exponent += 1
 
 
 def multiprocess_dir() -> str | None:
@@ -142,136 +125,6 @@ def mark_worker_dead(pid: int, path: str) -> None:
 
     mark_process_dead(pid, path)
 
-
-class _Increments:
-    """The increments of finished requests' metric values, gathered within one pass of the
-    event loop and written once per value at its end (`flush`, scheduled with `call_soon`
-    when the first arrives): each multiprocess value write takes a lock and packs into the
-    shared file, ~20 per request, and the requests that end together (those of one engine
-    step) mostly add to the same values (their finish reason, token counters, the sums and
-    the few buckets they fall in). Without a running loop (a test, a script) each increment
-    is written at once. `/metrics` flushes before it merges the files.
-
-    Values observed per engine step (`_StepHistogram`) are kept in the process and join the
-    next flush (`later`): the one after a request ends, or one `STEP_FLUSH_SECONDS` after the
-    first step kept, whichever comes first."""
-
-    __slots__ = ("pending", "scheduled", "kept", "timer")
-
-    def __init__(self) -> None:
-        self.pending: dict[Any, float] = {}
-        self.scheduled = False
-        self.kept: list[_StepHistogram] = []  # with observations not in `pending` yet
-        self.timer = False  # a flush is due within STEP_FLUSH_SECONDS
-
-    def later(self, kept: "_StepHistogram") -> None:
-        """`kept` has observations to write with the next flush, at the latest in
-        STEP_FLUSH_SECONDS."""
-        self.kept.append(kept)
-        if self.timer:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.flush()
-            return
-        self.timer = True
-        loop.call_later(STEP_FLUSH_SECONDS, self._timed_flush)
-
-    def _timed_flush(self) -> None:
-        self.timer = False
-        self.flush()
-
-    def add(self, value: Any, amount: float) -> None:
-        pending = self.pending
-        pending[value] = pending.get(value, 0) + amount
-
-    def done(self) -> None:
-        """The increments of one request are added: flush now or at the loop pass's end."""
-        if self.scheduled:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.flush()
-            return
-        self.scheduled = True
-        loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        self.scheduled = False
-        if self.kept:
-            kept, self.kept = self.kept, []
-            for k in kept:
-                k.move_to(self)
-        pending, self.pending = self.pending, {}
-        for value, amount in pending.items():
-            value.inc(amount)
-
-
-# How long an engine step's observations may wait in the worker before they are written (they
-# are written earlier when a request ends): what `/metrics` from another worker may lag by.
-STEP_FLUSH_SECONDS = 0.5
-INCREMENTS = _Increments()
-
-
-class _HistogramChild:
-    """Direct access to one histogram child's bucket and sum values, for batch flushes.
-
-    prometheus_client stores a histogram child as non-cumulative per-bucket values plus a sum
-    (the exposition accumulates them); adding k observations to bucket i is `inc(k)` on it.
-    """
-
-    __slots__ = ("buckets", "sum", "bounds")
-
-    def __init__(self, child: Any):
-        self.buckets = child._buckets
-        self.sum = child._sum
-        self.bounds = child._upper_bounds  # ends with +Inf
-
-    def observe(self, amount: float) -> None:
-        """`Histogram.observe(amount)` (no exemplar) into `INCREMENTS`, with a bisect for
-        prometheus_client's linear scan of the bounds: the first bucket whose bound is >=
-        amount (amounts here are finite: counts and durations)."""
-        add = INCREMENTS.add
-        add(self.sum, amount)
-        add(self.buckets[bisect_left(self.bounds, amount)], 1)
-
-
-class _StepHistogram:
-    """A histogram child observed once per engine step (`vllm:iteration_tokens_total`): an
-    observation is a bisect and two additions in this process (`observe`, inlined by its
-    caller), moved into `INCREMENTS` when it flushes. Writing each step's observation to the
-    shared values would cost its two value writes per step, several µs: more than the rest of
-    a one-stream step's path."""
-
-    __slots__ = ("child", "bounds", "counts", "sum", "queued")
-
-    def __init__(self, child: Any):
-        self.child = _HistogramChild(child)
-        self.bounds = self.child.bounds
-        self.counts = [0] * len(self.bounds)
-        self.sum = 0.0
-        self.queued = False  # in INCREMENTS.kept
-
-    def observe(self, amount: float) -> None:
-        self.counts[bisect_left(self.bounds, amount)] += 1
-        self.sum += amount
-        if not self.queued:
-            self.queued = True
-            INCREMENTS.later(self)
-
-    def move_to(self, increments: _Increments) -> None:
-        self.queued = False
-        add = increments.add
-        buckets = self.child.buckets
-        counts = self.counts
-        for i, k in enumerate(counts):
-            if k:
-                add(buckets[i], k)
-                counts[i] = 0
-        add(self.child.sum, self.sum)
-        self.sum = 0.0
 
 
 class WorkerMetrics:
@@ -611,150 +464,6 @@ class _EngineChildren:
                 m.prefill_time, m.decode_time, m.inference_time, m.time_per_output_token,
                 m.request_num_preemptions))
         return self.phases
-
-
-class EngineTiming:
-    """What the engine's events and step timestamps say about one engine request, on the
-    engine's clock (vLLM's `RequestStateStats`): kept by the request's `Generation` from the
-    outputs decoded in full (the first, the last, any carrying events), read at its end."""
-
-    __slots__ = ("queue_time", "scheduled_at", "first_token_at", "last_token_at", "preemptions", "finished")
-
-    def __init__(self) -> None:
-        self.queue_time: float | None = None  # SCHEDULED - QUEUED (the first of each)
-        self.scheduled_at: float | None = None  # the first SCHEDULED event
-        self.first_token_at: float | None = None  # the step of the first output
-        self.last_token_at: float | None = None  # the step of the latest output seen
-        self.preemptions = 0
-        self.finished = False  # the engine's final output arrived
-
-    def phases(self, generation_tokens: int) -> tuple[float, float, float, float] | None:
-        """(prefill, decode, inference, mean time per output token) as vLLM computes them, or
-        None when the engine's events or the final output are missing."""
-        scheduled, first, last = self.scheduled_at, self.first_token_at, self.last_token_at
-        if not self.finished or scheduled is None or first is None or last is None:
-            return None
-        decode = last - first
-        tpot = decode / (generation_tokens - 1) if generation_tokens > 1 else 0.0
-        return first - scheduled, decode, last - scheduled, tpot
-
-
-_ITL_BOUNDS = INTER_TOKEN_LATENCY_BUCKETS
-
-
-class RequestMetrics:
-    """Timing of one request; created by `WorkerMetrics.start_request` when the request arrives.
-
-    Hot path: `on_output()` once per engine output carrying new tokens (one per engine step, as
-    vLLM measures). Everything else is observed once, in `on_finished()`.
-    """
-
-    __slots__ = ("_c", "arrival", "first_token_at", "last_token_at", "_itl_counts", "_itl_sum", "finished")
-
-    def __init__(self, children: _EngineChildren, arrival: float):
-        self._c = children
-        self.arrival = arrival
-        self.first_token_at: float | None = None
-        self.last_token_at = 0.0
-        self._itl_counts: list[int] | None = None
-        self._itl_sum = 0.0
-        self.finished = False
-
-    def on_output(self, now: float | None = None) -> None:
-        """An engine output with new tokens arrived (`now`: time.monotonic(), default now)."""
-        if now is None:
-            now = time.monotonic()
-        if self.first_token_at is None:
-            self.first_token_at = self.last_token_at = now
-            return
-        itl = now - self.last_token_at
-        self.last_token_at = now
-        counts = self._itl_counts
-        if counts is None:
-            counts = self._itl_counts = [0] * (len(_ITL_BOUNDS) + 1)
-        counts[bisect_left(_ITL_BOUNDS, itl)] += 1
-        self._itl_sum += itl
-
-    def on_steps(self, first: float, last: float, steps: int) -> None:
-        """`steps` engine outputs with new tokens, the first arrived at `first` and the last at
-        `last`, delivered at once (a drained backlog): as many ITL observations as steps, the
-        time between the first and the last spread evenly over them (the sum is exact)."""
-        self.on_output(first)
-        if steps > 1:
-            gap = (last - first) / (steps - 1)
-            counts = self._itl_counts
-            if counts is None:
-                counts = self._itl_counts = [0] * (len(_ITL_BOUNDS) + 1)
-            counts[bisect_left(_ITL_BOUNDS, gap)] += steps - 1
-            self._itl_sum += last - first
-            self.last_token_at = last
-
-    def on_finished(
-        self,
-        finish_reason: str,
-        prompt_tokens: int,
-        generation_tokens: int,
-        *,
-        max_tokens: int | None = None,
-        n: int | None = 1,
-        queue_time_s: float | None = None,
-        now: float | None = None,
-        timing: EngineTiming | None = None,
-    ) -> None:
-        """Record the finished request (idempotent: only the first call counts).
-
-        `finish_reason`: stop | length | abort | error | repetition (anything else counts as
-        stop: `tool_calls` is a stop). `max_tokens`: the request's own max_tokens parameter if
-        it gave one (vLLM observes only explicit values). `n`: the request's n, observed once
-        per request — pass None for the 2nd..nth choice of an n > 1 request. `timing`: the
-        engine's view of the request (queue time, phases, preemptions), when it sent one."""
-        if self.finished:
-            return
-        self.finished = True
-        if now is None:
-            now = time.monotonic()
-        c = self._c
-        add = INCREMENTS.add
-        success = c.success.get(finish_reason)
-        if success is None:
-            success = c.success["stop"]
-        add(success, 1)
-        if prompt_tokens:
-            add(c.prompt_tokens, prompt_tokens)
-        if generation_tokens:
-            add(c.generation_tokens, generation_tokens)
-        c.prompt_hist.observe(prompt_tokens)
-        c.generation_hist.observe(generation_tokens)
-        if n is not None:
-            c.n_hist.observe(n)
-        if max_tokens:
-            c.max_tokens_hist.observe(max_tokens)
-        if self.first_token_at is not None:
-            c.ttft.observe(self.first_token_at - self.arrival)
-        c.e2e.observe(now - self.arrival)
-        if timing is not None:
-            if queue_time_s is None:
-                queue_time_s = timing.queue_time
-            if timing.preemptions:
-                add(c.preemptions, timing.preemptions)
-            phases = timing.phases(generation_tokens)
-            if phases is not None:
-                prefill, decode, inference, tpot, preempted = c.phase_children()
-                prefill.observe(max(0.0, phases[0]))
-                decode.observe(max(0.0, phases[1]))
-                inference.observe(max(0.0, phases[2]))
-                tpot.observe(max(0.0, phases[3]))
-                preempted.observe(timing.preemptions)
-        if queue_time_s is not None:
-            c.observe_queue_time(queue_time_s)
-        counts = self._itl_counts
-        if counts is not None:
-            buckets = c.itl.buckets
-            for i, k in enumerate(counts):
-                if k:
-                    add(buckets[i], k)
-            add(c.itl.sum, self._itl_sum)
-        INCREMENTS.done()
 
 
 def install_stats_tap(engine: Any, metrics: WorkerMetrics) -> None:

@@ -21,7 +21,7 @@ import asyncio
 import msgspec
 from aiohttp import web
 
-from vllm_pyfrontend.api.responses.routes import store_degraded
+from vllm_pyfrontend.api.responses.service import store_degraded
 from vllm_pyfrontend.metrics import CONTENT_TYPE_LATEST
 from vllm_pyfrontend.serving.state import STATE
 

@@ -19,6 +19,7 @@ import msgspec
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.engine.types import Logprobs
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
+from vllm_pyfrontend.api.responses.schemas import ResponsesRequest
 
 _enc = msgspec.json.encode
 
@@ -192,4 +193,45 @@ def usage_of(run: RequestRun) -> dict[str, Any]:
                                   "tool_output_tokens": 0, "output_tokens_per_turn": [],
                                   "tool_output_tokens_per_turn": []},
         "total_tokens": run.num_prompt_tokens + completion,
+    }
+
+
+def response_object(req: ResponsesRequest, *, response_id: str, created_at: int, model: str,
+                    sampling: dict[str, Any], status: str, output: list[dict[str, Any]],
+                    usage: dict[str, Any] | None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Response object, with vLLM's fields (and OpenAI's `error`)."""
+    return {
+        "id": response_id,
+        "created_at": created_at,
+        "error": error,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": req.instructions,
+        "metadata": req.metadata,
+        "model": model,
+        "object": "response",
+        "output": output,
+        "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
+        "temperature": sampling["temperature"],
+        "tool_choice": req.tool_choice if req.tools else "none",
+        "tools": req.tools or [],
+        "top_p": sampling["top_p"],
+        "background": bool(req.background),
+        "max_output_tokens": sampling["max_tokens"],
+        "max_tool_calls": req.max_tool_calls,
+        "previous_response_id": req.previous_response_id,
+        "prompt": None,
+        "reasoning": req.reasoning,
+        "service_tier": req.service_tier,
+        "status": status,
+        "text": req.text,
+        "top_logprobs": sampling.get("logprobs"),
+        "truncation": req.truncation or "disabled",
+        "usage": usage,
+        "user": req.user,
+        "presence_penalty": sampling["presence_penalty"],
+        "frequency_penalty": sampling["frequency_penalty"],
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "input_messages": None,
+        "output_messages": None,
     }

@@ -27,9 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import socket
 import time
 from typing import Any
 
@@ -40,7 +37,7 @@ from vllm_pyfrontend.llm.sampling import SamplingOptions
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest, chat_run, lower_chat, submit_chat
 from vllm_pyfrontend.serving.request_pipeline import RequestRun
-from vllm_pyfrontend.api.responses.formatter import ResponsesFormatter, new_id, usage_of
+from vllm_pyfrontend.api.responses.formatter import ResponsesFormatter, new_id, response_object, usage_of
 from vllm_pyfrontend.api.responses.lowering import (
     build_messages,
     chat_tool_choice,
@@ -53,128 +50,21 @@ from vllm_pyfrontend.serving import per_request_metrics
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.sse import SSEWriter
 from vllm_pyfrontend.store import (
-    HEARTBEAT_S,
     RecordTooLarge,
-    ResponseStore,
     StoreUnavailable,
     open_store,
     store_disabled,
 )
 from vllm_pyfrontend.serving.state import STATE
 from vllm_pyfrontend.tenants import tenant_of
+from vllm_pyfrontend.api.responses.service import RESPONSES, Responses, mark_orphan, store_error
 
 log = logging.getLogger(__name__)
 WORKER_HEADER = "X-Vllm-Pyfrontend-Worker"  # which worker served the request
-CANCEL_POLL_S = 0.2
-ORPHAN_SWEEP_EVERY = 2  # heartbeat periods between two sweeps for records of workers gone
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
-ORPHAN_MESSAGE = ("The worker running this response is gone (it exited or stopped answering); "
-                  "the response did not finish.")
 STORE_OFF_BACKGROUND = ("This vLLM engine does not support `store=True` and therefore does not support the "
                         "background mode. To enable these features, set the environment variable "
                         "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.")
-
-
-def mark_orphan(record: dict[str, Any]) -> dict[str, Any]:
-    """An in-progress record whose worker is gone, as it is stored from then on."""
-    response = record.get("response") or {}
-    return {**record, "response": {**response, "status": "failed",
-                                   "error": {"code": "server_error", "message": ORPHAN_MESSAGE}}}
-
-
-def store_error(e: StoreUnavailable) -> APIError:
-    return APIError(503, f"The response store is unavailable: {e}", None, "ServiceUnavailableError")
-
-
-class Responses:
-    """Per worker: the store (None: storing is off), the background runs this worker owns (for
-    cancels), and the ids it holds in progress in the store (for its heartbeat)."""
-
-    def __init__(self, store: ResponseStore | None):
-        self.store = store
-        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.background: dict[str, RequestRun] = {}
-        self.cancelled: set[str] = set()
-        self.running: set[str] = set()  # ids stored in progress by this worker
-        self.tasks: set[asyncio.Task] = set()
-        self._watcher: asyncio.Task | None = None
-        self._keeper: asyncio.Task | None = None
-
-    def start(self) -> None:
-        if self.store is not None:
-            self._keeper = asyncio.get_running_loop().create_task(self._keep())
-
-    def own(self, response_id: str, run: RequestRun) -> None:
-        self.background[response_id] = run
-        if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.get_running_loop().create_task(self._watch())
-
-    def cancel_local(self, response_id: str) -> bool:
-        run = self.background.get(response_id)
-        if run is None:
-            return False
-        self.cancelled.add(response_id)
-        run.cancel()
-        return True
-
-    async def _watch(self) -> None:
-        """Poll the store's cancel flags of the background runs this worker owns."""
-        assert self.store is not None
-        while self.background:
-            await asyncio.sleep(CANCEL_POLL_S)
-            try:
-                flagged = await self.store.cancel_requested(list(self.background))
-            except Exception:  # noqa: BLE001 - a store hiccup delays a cancel, never fails a run
-                log.warning("could not read cancel flags: %s", self.store.degraded)
-                continue
-            for rid in flagged:
-                self.cancel_local(rid)
-
-    async def _keep(self) -> None:
-        """The store's upkeep in this worker: at once a probe (so /health tells a broken store
-        right after a start), then every HEARTBEAT_S this worker's heartbeat while it holds
-        records in progress (a probe while the store is degraded), and now and then a sweep
-        that fails the in-progress records of workers gone."""
-        store = self.store
-        assert store is not None
-        beats = 0
-        try:
-            await store.probe()
-        except StoreUnavailable as e:
-            log.error("the response store is unavailable: %s (stored responses answer 503; "
-                      "everything else serves)", e)
-        except Exception:  # noqa: BLE001 - upkeep never ends the worker
-            log.exception("response store probe failed")
-        while True:
-            await asyncio.sleep(HEARTBEAT_S)
-            beats += 1
-            try:
-                if self.running:
-                    await store.heartbeat(self.worker_id)
-                elif store.degraded is not None:
-                    await store.probe()
-                if beats % ORPHAN_SWEEP_EVERY == 0:
-                    failed = await store.fail_orphans(mark_orphan)
-                    if failed:
-                        log.warning("marked %d response(s) of workers gone as failed: %s", len(failed),
-                                    ", ".join(failed))
-            except StoreUnavailable:
-                pass  # (store.degraded says why; /health shows it)
-            except Exception:  # noqa: BLE001
-                log.exception("response store upkeep failed")
-
-    async def close(self) -> None:
-        for task in (self._watcher, self._keeper):
-            if task is not None:
-                task.cancel()
-        for task in list(self.tasks):
-            task.cancel()
-        if self.store is not None:
-            await self.store.close()
-
-
-RESPONSES = web.AppKey("responses", Responses)
-"""The worker's stored responses and the background runs it owns."""
 
 
 def add_responses_routes(app: web.Application) -> None:
@@ -201,13 +91,6 @@ def add_responses_routes(app: web.Application) -> None:
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
-
-
-def store_degraded(app: web.Application) -> str | None:
-    """Why the response store's last operation failed (None: fine, or storing is off)."""
-    responses = app.get(RESPONSES)
-    store = responses.store if responses is not None else None
-    return store.degraded if store is not None else None
 
 
 def _json(state, body: dict[str, Any], status: int = 200) -> web.Response:
@@ -238,48 +121,6 @@ async def owned_record(request: web.Request, response_id: str) -> dict[str, Any]
     except StoreUnavailable as e:
         raise store_error(e) from None
     return record
-
-
-# -- the response object ------------------------------------------------------------------------
-def response_object(req: ResponsesRequest, *, response_id: str, created_at: int, model: str,
-                    sampling: dict[str, Any], status: str, output: list[dict[str, Any]],
-                    usage: dict[str, Any] | None, error: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The Response object, with vLLM's fields (and OpenAI's `error`)."""
-    return {
-        "id": response_id,
-        "created_at": created_at,
-        "error": error,
-        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-        "instructions": req.instructions,
-        "metadata": req.metadata,
-        "model": model,
-        "object": "response",
-        "output": output,
-        "parallel_tool_calls": req.parallel_tool_calls if req.parallel_tool_calls is not None else True,
-        "temperature": sampling["temperature"],
-        "tool_choice": req.tool_choice if req.tools else "none",
-        "tools": req.tools or [],
-        "top_p": sampling["top_p"],
-        "background": bool(req.background),
-        "max_output_tokens": sampling["max_tokens"],
-        "max_tool_calls": req.max_tool_calls,
-        "previous_response_id": req.previous_response_id,
-        "prompt": None,
-        "reasoning": req.reasoning,
-        "service_tier": req.service_tier,
-        "status": status,
-        "text": req.text,
-        "top_logprobs": sampling.get("logprobs"),
-        "truncation": req.truncation or "disabled",
-        "usage": usage,
-        "user": req.user,
-        "presence_penalty": sampling["presence_penalty"],
-        "frequency_penalty": sampling["frequency_penalty"],
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "input_messages": None,
-        "output_messages": None,
-    }
 
 
 class _Sink:
