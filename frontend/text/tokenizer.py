@@ -6,6 +6,12 @@ check corpus at load time (it is many times faster on long prompts), else on
 `tokenizers`' semantics (see detokenizer.py), so output text never depends on
 which encoder was picked.
 
+When fastokens encodes and the decoder is pure byte-level (decoding is then the byte
+table of bytelevel.py), nothing on the serving path needs the `tokenizers` object, and it
+is released once loaded: it holds ~31 MiB of the DeepSeek V4 tokenizer that every worker
+would otherwise share. The few routes that read it (offsets for score truncation,
+vLLM's piece-wise derender) load it again on first use.
+
 Special-token metadata comes from ``tokenizer_config.json`` the way
 transformers reads it (strings or serialized ``AddedToken`` dicts), and the
 extra EOS ids from ``generation_config.json`` / ``config.json`` the way vLLM
@@ -139,7 +145,7 @@ class Tokenizer:
         chat_template: str | None,
     ) -> None:
         self.path = path
-        self._hf = hf
+        self._hf: tokenizers.Tokenizer | None = hf
         self._fast = fast
         self.backend: str = "fastokens" if fast is not None else "tokenizers"
         self.tokenizer_config = tokenizer_config
@@ -156,6 +162,8 @@ class Tokenizer:
             for attr in SPECIAL_TOKEN_ATTRIBUTES
         }
         added = hf.get_added_tokens_decoder()
+        self._added_tokens: list[Any] = list(added.values())
+        self._normalizer_identity = _normalizer_is_identity(hf)
         self.added_token_ids: dict[int, str] = {i: t.content for i, t in added.items()}
         self.special_token_ids: frozenset[int] = frozenset(
             i for i, t in added.items() if t.special
@@ -171,7 +179,10 @@ class Tokenizer:
             )
 
         self.detokenizer_vocab = DetokenizerVocab(
-            self.special_token_ids, self.added_token_ids, self.token_bytes, hf
+            self.special_token_ids,
+            self.added_token_ids,
+            self.token_bytes,
+            hf if self.token_bytes is None else None,  # (DecodeStream only without the table)
         )
 
         self._pieces: PieceCache | None = None  # use_prompt_anchors
@@ -183,6 +194,10 @@ class Tokenizer:
             self._encode_impl = lambda text, add: hf.encode(
                 text, add_special_tokens=add
             ).ids
+        # The vocabulary lookups follow fastokens when it has the same table (checked).
+        self._vocab_lookup: Any = fast if fast is not None and _same_vocabulary(fast, hf, self.vocab_size) else hf
+        if self.token_bytes is not None and self._vocab_lookup is fast:
+            self._hf = None  # see the module docstring; `hf_tokenizer` loads it again
 
     # ------------------------------------------------------------------ load
     @classmethod
@@ -292,9 +307,9 @@ class Tokenizer:
         self._pieces = None
         if not template_source:
             return False
-        added = list(self._hf.get_added_tokens_decoder().values())
+        added = self._added_tokens
         present = [t.content for t in added if t.content and t.content in template_source]
-        anchors = safe_anchors(added, present, self._normalizer_is_identity())
+        anchors = safe_anchors(added, present, self._normalizer_identity)
         if not anchors:
             return False
         whole = lambda text: self._encode_impl(text, False)  # noqa: E731
@@ -307,29 +322,37 @@ class Tokenizer:
         self._pieces = cache
         return True
 
-    def _normalizer_is_identity(self) -> bool:
-        norm = self._hf.normalizer
-        if norm is None:
-            return True
-        probe = "Aa \u00c4\u0041\u0308 \ufb01 \u2460 \u3000\t\r\n  x \u00e9\u0301 \uff21"
-        try:
-            return norm.normalize_str(probe) == probe
-        except Exception:
-            return False
-
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        return self._hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        table = self.token_bytes
+        if table is None:
+            return self.hf_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        # `tokenizers`' ByteLevel decode: the tokens' bytes joined, invalid UTF-8 replaced;
+        # ids past the vocabulary are left out, one that is no u32 is refused as it refuses it.
+        skip = self.special_token_ids if skip_special_tokens else ()
+        size = len(table)
+        parts = []
+        for i in ids:
+            if not 0 <= i <= 0xFFFFFFFF:
+                raise OverflowError(f"number too {'small' if i < 0 else 'large'} to fit in target type")
+            if i < size and i not in skip:
+                parts.append(table[i])
+        return b"".join(parts).decode("utf-8", "replace")
 
     def token_to_id(self, token: str) -> int | None:
-        return self._hf.token_to_id(token)
+        return self._vocab_lookup.token_to_id(token)
 
     def id_to_token(self, token_id: int) -> str | None:
-        return self._hf.id_to_token(token_id)
+        return self._vocab_lookup.id_to_token(token_id)
 
     @property
     def hf_tokenizer(self) -> tokenizers.Tokenizer:
-        """The underlying `tokenizers.Tokenizer` (decode reference, DecodeStream)."""
-        return self._hf
+        """The underlying `tokenizers.Tokenizer`, loaded again on first use where it was
+        released (see the module docstring)."""
+        hf = self._hf
+        if hf is None:
+            logger.info("loading the tokenizers library's tokenizer for %s (first use)", self.path)
+            hf = self._hf = tokenizers.Tokenizer.from_file(os.path.join(self.path, "tokenizer.json"))
+        return hf
 
     # --------------------------------------------------------- special tokens
     @property
@@ -351,12 +374,12 @@ class Tokenizer:
     @property
     def bos_token_id(self) -> int | None:
         tok = self.bos_token
-        return None if tok is None else self._hf.token_to_id(tok)
+        return None if tok is None else self.token_to_id(tok)
 
     @property
     def eos_token_id(self) -> int | None:
         tok = self.eos_token
-        return None if tok is None else self._hf.token_to_id(tok)
+        return None if tok is None else self.token_to_id(tok)
 
     def template_vars(self) -> dict[str, Any]:
         """Special tokens as transformers passes them to chat templates."""
@@ -375,3 +398,34 @@ class Tokenizer:
             skip_special_tokens=skip_special_tokens,
             spaces_between_special_tokens=spaces_between_special_tokens,
         )
+
+
+def _normalizer_is_identity(hf: tokenizers.Tokenizer) -> bool:
+    norm = hf.normalizer
+    if norm is None:
+        return True
+    probe = "Aa \u00c4\u0041\u0308 \ufb01 \u2460 \u3000\t\r\n  x \u00e9\u0301 \uff21"
+    try:
+        return norm.normalize_str(probe) == probe
+    except Exception:
+        return False
+
+
+def _same_vocabulary(fast: Any, hf: tokenizers.Tokenizer, size: int) -> bool:
+    """fastokens maps every id to the token `tokenizers` does, and a sample of tokens back
+    (every added token, every 16th id): ~0.1 s for a 129k vocabulary, once per load."""
+    try:
+        for i in range(size + 1):
+            if fast.id_to_token(i) != hf.id_to_token(i):
+                return False
+        for i in range(0, size, 16):
+            token = hf.id_to_token(i)
+            if token is not None and fast.token_to_id(token) != i:
+                return False
+        for i, t in hf.get_added_tokens_decoder().items():
+            if fast.token_to_id(t.content) != hf.token_to_id(t.content):
+                return False
+    except Exception as exc:
+        logger.warning("fastokens vocabulary check failed (%s); using tokenizers", exc)
+        return False
+    return True

@@ -114,6 +114,39 @@ def test_decode_matches_hf(tok: Tokenizer, dsv4_dir: str) -> None:
     assert tok.decode(tok.encode(TEXTS[3])) == TEXTS[3]
 
 
+def test_decode_of_any_ids_matches_hf(tok: Tokenizer, dsv4_dir: str) -> None:
+    """The byte-table decode against `tokenizers`' on ids no text produces: split UTF-8
+    sequences, special and added tokens, ids past the vocabulary, ids that are no u32."""
+    ref = tokenizers.Tokenizer.from_file(os.path.join(dsv4_dir, "tokenizer.json"))
+    rng = random.Random(7)
+    specials = sorted(tok.special_token_ids) + [128803]
+    for _ in range(2000):
+        ids = [rng.choice(specials) if rng.random() < 0.2 else rng.randrange(tok.vocab_size + 8)
+               for _ in range(rng.randint(0, 12))]
+        for skip in (True, False):
+            assert tok.decode(ids, skip_special_tokens=skip) == ref.decode(ids, skip_special_tokens=skip), ids
+    for bad in (-1, 2**32):
+        with pytest.raises(OverflowError):
+            ref.decode([bad])
+        with pytest.raises(OverflowError):
+            tok.decode([bad])
+
+
+def test_tokenizers_object_released_and_loaded_on_use(dsv4_dir: str) -> None:
+    """With fastokens encoding and a byte-level decoder the `tokenizers` object is let go at
+    load (workers share ~31 MiB less); the routes that read it get it loaded again."""
+    tok = Tokenizer.load(dsv4_dir)
+    assert tok.backend == "fastokens" and tok._hf is None
+    assert tok.detokenizer_vocab.hf_tokenizer is None
+    assert tok.decode(tok.encode(TEXTS[4]), skip_special_tokens=False) == TEXTS[4]
+    assert tok.token_to_id("<｜User｜>") == 128803 and tok.id_to_token(1) == "<｜end▁of▁sentence｜>"
+    hf = tok.hf_tokenizer
+    assert isinstance(hf, tokenizers.Tokenizer) and tok.hf_tokenizer is hf
+    assert hf.encode(TEXTS[2], add_special_tokens=False).ids == tok.encode(TEXTS[2])
+    kept = Tokenizer.load(dsv4_dir, backend="tokenizers")
+    assert kept._hf is not None  # it encodes
+
+
 def _copy_min(src: str, dst: str) -> str:
     os.makedirs(dst, exist_ok=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
