@@ -44,8 +44,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("extra", nargs="*")
-    args = ap.parse_args()
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.extra = extra  # the frontend's own flags, after "--"
     port = free_tcp_port("127.0.0.1")
     exe = Path(sys.executable).parent / "frontend-supervisor"
     argv = [str(exe), "--workers", str(args.workers), "--engine", "sim", "--host", "127.0.0.1",
