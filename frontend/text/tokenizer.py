@@ -28,7 +28,7 @@ from typing import Any, Callable
 import msgspec
 import tokenizers
 
-from vllm_pyfrontend.text.bytelevel import build_token_bytes, is_pure_byte_level
+from vllm_pyfrontend.text.bytelevel import build_token_bytes, is_pure_byte_level, token_string_to_bytes
 from vllm_pyfrontend.text.detokenizer import DetokenizerVocab, IncrementalDetokenizer
 from vllm_pyfrontend.text.prompt_pieces import PIECE_MIN_CHARS, TEXT_MAX_CHARS, PieceCache, safe_anchors
 
@@ -337,6 +337,14 @@ class Tokenizer:
             if i < size and i not in skip:
                 parts.append(table[i])
         return b"".join(parts).decode("utf-8", "replace")
+
+    def decode_pieces(self, pieces: list[str]) -> str:
+        """Token strings (as `id_to_token` gives them) to text through the tokenizer's decoder,
+        as transformers' `convert_tokens_to_string` does; " "-joined without a decoder."""
+        if self.token_bytes is not None:  # the ByteLevel decoder (see bytelevel.py)
+            return b"".join(map(token_string_to_bytes, pieces)).decode("utf-8", "replace")
+        decoder = self.hf_tokenizer.decoder
+        return decoder.decode(pieces) if decoder is not None else " ".join(pieces)
 
     def token_to_id(self, token: str) -> int | None:
         return self._vocab_lookup.token_to_id(token)

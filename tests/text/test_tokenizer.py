@@ -132,6 +132,16 @@ def test_decode_of_any_ids_matches_hf(tok: Tokenizer, dsv4_dir: str) -> None:
             tok.decode([bad])
 
 
+def test_decode_pieces_matches_hf_decoder(tok: Tokenizer, dsv4_dir: str) -> None:
+    """What vLLM's derender decodes token strings with (`convert_tokens_to_string`)."""
+    ref = tokenizers.Tokenizer.from_file(os.path.join(dsv4_dir, "tokenizer.json"))
+    rng = random.Random(3)
+    for _ in range(1000):
+        ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(0, 8))]
+        pieces = [tok.id_to_token(i) or "" for i in ids]
+        assert tok.decode_pieces(pieces) == ref.decoder.decode(pieces), ids
+
+
 def test_tokenizers_object_released_and_loaded_on_use(dsv4_dir: str) -> None:
     """With fastokens encoding and a byte-level decoder the `tokenizers` object is let go at
     load (workers share ~31 MiB less); the routes that read it get it loaded again."""
@@ -140,6 +150,8 @@ def test_tokenizers_object_released_and_loaded_on_use(dsv4_dir: str) -> None:
     assert tok.detokenizer_vocab.hf_tokenizer is None
     assert tok.decode(tok.encode(TEXTS[4]), skip_special_tokens=False) == TEXTS[4]
     assert tok.token_to_id("<｜User｜>") == 128803 and tok.id_to_token(1) == "<｜end▁of▁sentence｜>"
+    assert tok.decode_pieces(["Hello", "Ġworld"]) == "Hello world"
+    assert tok._hf is None  # none of these needed it
     hf = tok.hf_tokenizer
     assert isinstance(hf, tokenizers.Tokenizer) and tok.hf_tokenizer is hf
     assert hf.encode(TEXTS[2], add_special_tokens=False).ids == tok.encode(TEXTS[2])

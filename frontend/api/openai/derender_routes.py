@@ -112,14 +112,12 @@ def _named_special_ids(tok) -> frozenset[int]:
 
 def _ids_to_pieces(tok, ids: list[int], skip_special: bool) -> list[str]:
     """transformers' `convert_ids_to_tokens` (None -> "" as vLLM does)."""
-    hf = tok.hf_tokenizer
     skip = _named_special_ids(tok) if skip_special else ()
-    return [hf.id_to_token(int(i)) or "" for i in ids if int(i) not in skip]
+    return [tok.id_to_token(int(i)) or "" for i in ids if int(i) not in skip]
 
 
 def _pieces_to_text(tok, pieces: list[str]) -> str:
-    decoder = tok.hf_tokenizer.decoder
-    return decoder.decode(pieces) if decoder is not None else " ".join(pieces)
+    return tok.decode_pieces(pieces)
 
 
 def _seed_detok(tok, prompt_ids: list[int] | None, skip_special: bool) -> dict[str, Any]:
