@@ -45,9 +45,9 @@ def main() -> int:
     ap.add_argument("model")
     ap.add_argument("--workers", type=int, default=2)
     argv = sys.argv[1:]
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    args.extra = extra  # the frontend's own flags, after "--"
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    args.extra = argv[cut + 1:]  # the frontend's own flags, after "--"
     port = free_tcp_port("127.0.0.1")
     exe = Path(sys.executable).parent / "frontend-supervisor"
     argv = [str(exe), "--workers", str(args.workers), "--engine", "sim", "--host", "127.0.0.1",

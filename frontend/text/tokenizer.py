@@ -194,10 +194,12 @@ class Tokenizer:
             self._encode_impl = lambda text, add: hf.encode(
                 text, add_special_tokens=add
             ).ids
-        # The vocabulary lookups follow fastokens when it has the same table (checked).
-        self._vocab_lookup: Any = fast if fast is not None and _same_vocabulary(fast, hf, self.vocab_size) else hf
-        if self.token_bytes is not None and self._vocab_lookup is fast:
-            self._hf = None  # see the module docstring; `hf_tokenizer` loads it again
+        # Released where nothing else needs it (see the module docstring; `hf_tokenizer` loads
+        # it again): decoding reads the byte table, the vocabulary lookups fastokens (checked).
+        self._vocab_lookup: Any = hf
+        if fast is not None and self.token_bytes is not None and _same_vocabulary(fast, hf, self.vocab_size):
+            self._vocab_lookup = fast
+            self._hf = None
 
     # ------------------------------------------------------------------ load
     @classmethod
@@ -424,11 +426,10 @@ def _same_vocabulary(fast: Any, hf: tokenizers.Tokenizer, size: int) -> bool:
     (every added token, every 16th id): ~0.1 s for a 129k vocabulary, once per load."""
     try:
         for i in range(size + 1):
-            if fast.id_to_token(i) != hf.id_to_token(i):
-                return False
-        for i in range(0, size, 16):
             token = hf.id_to_token(i)
-            if token is not None and fast.token_to_id(token) != i:
+            if fast.id_to_token(i) != token:
+                return False
+            if i % 16 == 0 and token is not None and fast.token_to_id(token) != i:
                 return False
         for i, t in hf.get_added_tokens_decoder().items():
             if fast.token_to_id(t.content) != hf.token_to_id(t.content):
