@@ -22,7 +22,7 @@ import redis
 
 from tests.reliability.helpers import workers_of
 from tests.responses.helpers import client, create_on, http_on
-from tests.stack import Stack, worker_index
+from tests.stack import Stack, proc_alive, worker_index
 
 SIM = ["--engine", "sim", "--workers", "2", "--max-model-len", "8192", "--served-model-name", "dsv4",
        "--shutdown-timeout", "5"]
@@ -74,8 +74,12 @@ def _background_on_killed_worker(stack: Stack) -> None:
                            extra_body={"ignore_eos": True})
     c = client(stack.base_url)
     assert c.responses.retrieve(bg.id).status in ("queued", "in_progress")
-    os.kill(_pid_of(stack, worker), signal.SIGKILL)
+    pid = _pid_of(stack, worker)
+    os.kill(pid, signal.SIGKILL)
     t0 = time.monotonic()
+    # Its listening socket closes with it: until then the kernel may still queue a new connection
+    # on that socket, which the dying worker never accepts (reset: a client error, not a retry).
+    stack.wait_for(lambda: not proc_alive(pid), 5, "the killed worker gone")
     # (a fresh connection each time: the one kept alive may have been the killed worker's)
     got = stack.wait_for(lambda: (r := client(stack.base_url).responses.retrieve(bg.id)).status == "failed" and r,
                          20, "the orphaned background response failed")
