@@ -35,13 +35,15 @@ from vllm_pyfrontend.parsers.tool.schema_values import schema_types, tool_schema
 from vllm_pyfrontend.parsers.tool.streaming import (
     ArgsPrefix,
     ParsedArgs,
+    complete_members,
+    first_wins,
+    open_member_prefix,
     XmlStringTail,
     dumps_value,
     escape,
     min_open,
     probe_name,
     skip_ws,
-    substantive,
     xml_args_text,
 )
 from vllm_pyfrontend.parsers.tool.xml_calls import JsonOrTextTyping, XmlParam, xml_args, xml_call
@@ -80,15 +82,6 @@ def _typed(value: Any, schema: Any) -> Any:
     return value
 
 
-def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object's members: a repeated key keeps its first value (as the
-    arguments do), so that text streamed for it stays valid."""
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        out.setdefault(k, v)
-    return out
-
-
 def _gemma4_values() -> tuple[P, P, P, P]:
     """(object members parser -> dict, value parser, member parser -> (key,
     value), member head parser ``key:`` -> key)."""
@@ -98,7 +91,7 @@ def _gemma4_values() -> tuple[P, P, P, P]:
     value = lazy(lambda: choice(string, obj, arr, bare))
     key = choice(string, chars_while(_ident))
     member = fmap(seq(key, ws(), lit(":"), ws(), value), lambda v: (v[0], v[4]))
-    members = fmap(many(member, sep=sep), _first_wins)
+    members = fmap(many(member, sep=sep), first_wins)
     obj = fmap(seq(lit("{"), ws(), members, ws(), lit("}")), lambda v: v[2])
     arr = fmap(seq(lit("["), ws(), many(value, sep=sep), ws(), lit("]")), lambda v: v[2])
     key_head = fmap(seq(key, ws(), lit(":"), ws()), lambda v: v[0])
@@ -234,36 +227,15 @@ class _Gemma4Args(P):
         if not isinstance(name, str) or not name:
             return None
         least = min_open()
-        parts: list[str] = []
-        seen: set[str] = set()
-        i = pos
-        while True:
-            j = i
-            if parts:
-                r = self._sep.parse(s, i, False)
-                if not isinstance(r, Ok):
-                    break
-                j = r.end
-            r = self.member.parse(s, j, False)
-            if not isinstance(r, Ok):
-                i = j
-                break
-            key, value = r.value
-            if key not in seen:
-                seen.add(key)
-                parts.append(f"{dumps_value(key)}: {dumps_value(self.typed_member(name, key, value))}")
-            i = r.end
-        text = "{" + ", ".join(parts)
-        h = self.head.parse(s, i, False)
-        if isinstance(h, Ok) and h.value not in seen:
-            sub = self.nested.prefix(s, h.end, self.schema_of(name, h.value), least)
-            if sub is not None and (parts or not least or substantive(sub[0])):
-                value, closers, tail = sub
-                sep = ", " if parts else ""
-                return ArgsPrefix(f"{text}{sep}{dumps_value(h.value)}: {value}", closers + "}", tail)
+        parts, seen, i = complete_members(s, pos, self._sep, self.member,
+                                          lambda key, value: self.typed_member(name, key, value))
+        begun = open_member_prefix(parts, seen, self.head.parse(s, i, False), least,
+                                   lambda key, at: self.nested.prefix(s, at, self.schema_of(name, key), least))
+        if begun is not None:
+            return begun
         if not parts and least:
             return ArgsPrefix("", "")
-        return ArgsPrefix(text, "}")
+        return ArgsPrefix("{" + ", ".join(parts), "}")
 
 
 class Gemma4(ToolFormat):

@@ -38,12 +38,14 @@ from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.streaming import (
     ArgsPrefix,
     ParsedArgs,
+    complete_members,
+    first_wins,
+    open_member_prefix,
     dumps_value,
     escape,
     min_open,
     probe_name,
     skip_ws,
-    substantive,
     xml_args_text,
 )
 
@@ -126,7 +128,7 @@ def py_value() -> P:
     tuple_ = fmap(seq(lit("("), ws(), items, ws(), lit(")")), lambda v: v[2])
     pair = fmap(seq(value, ws(), lit(":"), ws(), value), lambda v: (_key(v[0]), v[4]))
     pairs = fmap(seq(many(pair, sep=sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
-    dict_ = fmap(seq(lit("{"), ws(), pairs, ws(), lit("}")), lambda v: _first_wins(v[2]))
+    dict_ = fmap(seq(lit("{"), ws(), pairs, ws(), lit("}")), lambda v: first_wins(v[2]))
     # a set literal becomes a list (JSON has no sets), in the order written
     set_ = fmap(seq(lit("{"), ws(), items, ws(), lit("}")), lambda v: v[2])
     number = fmap(
@@ -136,15 +138,6 @@ def py_value() -> P:
     negative = fmap(seq(lit("-"), ws(), number), lambda v: -v[2])
     word = fmap(chars_while(_ident_char), _constant)
     return choice(_PyString(), list_, tuple_, dict_, set_, negative, number, word)
-
-
-def _first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A dict literal's value: a repeated key keeps its first value (as the
-    arguments do), so that text streamed for it stays valid."""
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        out.setdefault(k, v)
-    return out
 
 
 def _key(k: Any) -> str:
@@ -373,33 +366,11 @@ class _PyArgs(P):
         if probe_name() is None:
             return None
         least = min_open()
-        parts: list[str] = []
-        seen: set[str] = set()
-        i = pos
-        while True:
-            j = i
-            if parts:
-                r = self._sep.parse(s, i, False)
-                if not isinstance(r, Ok):
-                    break
-                j = r.end
-            r = self.kwarg.parse(s, j, False)
-            if not isinstance(r, Ok):
-                i = j
-                break
-            key, value = r.value
-            if key not in seen:
-                seen.add(key)
-                parts.append(f"{dumps_value(key)}: {dumps_value(value)}")
-            i = r.end
-        text = "{" + ", ".join(parts)
+        parts, seen, i = complete_members(s, pos, self._sep, self.kwarg, lambda key, value: value)
         h = self.head.parse(s, i, False)
-        if isinstance(h, Ok) and h.value not in seen:
-            sub = _py_prefix(s, h.end, least)
-            if sub is not None and (parts or not least or substantive(sub[0])):
-                value, closers, tail = sub
-                sep = ", " if parts else ""
-                return ArgsPrefix(f"{text}{sep}{dumps_value(h.value)}: {value}", closers + "}", tail)
+        begun = open_member_prefix(parts, seen, h, least, lambda key, at: _py_prefix(s, at, least))
+        if begun is not None:
+            return begun
         open_str = isinstance(h, Ok) and h.end < len(s) and s[h.end] in "'\""
         if not parts:
             # the arguments have begun (the call is committed) with a complete
@@ -408,7 +379,7 @@ class _PyArgs(P):
                 return None
             if least:
                 return ArgsPrefix("", "")
-        return ArgsPrefix(text, "}")
+        return ArgsPrefix("{" + ", ".join(parts), "}")
 
 
 def py_call() -> P:

@@ -27,9 +27,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from vllm_pyfrontend.parsers.combinators import find_first, partial_tail
+from vllm_pyfrontend.parsers.combinators import Ok, find_first, partial_tail
 
 
 @dataclass(slots=True)
@@ -266,6 +266,57 @@ def substantive(text: str) -> bool:
 
 def dumps_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members: a repeated key keeps its first value (as the arguments text does),
+    so that text streamed for it stays valid."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        out.setdefault(k, v)
+    return out
+
+
+def complete_members(s: str, i: int, sep: Any, member: Any,
+                     typed: Callable[[str, Any], Any]) -> tuple[list[str], set[str], int]:
+    """The complete `key=value` members of an argument list written from `i` (`member` parses
+    one to (key, value), `sep` what stands between two), each as its arguments text
+    ``"key": value`` with the value `typed(key, value)`; a repeated key keeps its first value.
+    Returns the texts, the keys seen and where the next member would begin."""
+    parts: list[str] = []
+    seen: set[str] = set()
+    while True:
+        j = i
+        if parts:
+            r = sep.parse(s, i, False)
+            if not isinstance(r, Ok):
+                break
+            j = r.end
+        r = member.parse(s, j, False)
+        if not isinstance(r, Ok):
+            i = j
+            break
+        key, value = r.value
+        if key not in seen:
+            seen.add(key)
+            parts.append(f"{dumps_value(key)}: {dumps_value(typed(key, value))}")
+        i = r.end
+    return parts, seen, i
+
+
+def open_member_prefix(parts: list[str], seen: set[str], h: Any, least: int,
+                       value_prefix: Callable[[str, int], tuple[str, str, Any] | None]) -> ArgsPrefix | None:
+    """The arguments prefix with the member begun after the complete `parts`, `h` the parse of
+    its ``key=`` head (Ok(value start, key) when there is one): its value's prefix
+    (`value_prefix(key, start)`, (text, closers, tail)) when that is worth sending; None when no
+    member is begun, it repeats a key or its value has nothing to send yet."""
+    if isinstance(h, Ok) and h.value not in seen:
+        sub = value_prefix(h.value, h.end)
+        if sub is not None and (parts or not least or substantive(sub[0])):
+            value, closers, tail = sub
+            sep = ", " if parts else ""
+            return ArgsPrefix(f"{{{', '.join(parts)}{sep}{dumps_value(h.value)}: {value}", closers + "}", tail)
+    return None
 
 
 def xml_args_text(items: list[tuple[str, Any]]) -> str:
