@@ -61,7 +61,21 @@ def _usage_with_details(run: RequestRun, enabled: bool) -> dict[str, Any]:
     return usage
 
 
-class ChatFormatter:
+class _OpenAIFormatter:
+    """The usage chunk of OpenAI's chat and completion streams, with vLLM's
+    --enable-prompt-tokens-details and --enable-per-request-metrics (`prompt_tokens_details`,
+    `per_request_metrics`, set by each formatter)."""
+
+    prompt_tokens_details = False
+    per_request_metrics = False
+
+    def stream_usage(self, run: RequestRun) -> None:
+        assert run.sse is not None
+        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
+                            stream_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None)
+
+
+class ChatFormatter(_OpenAIFormatter):
     plain_content_chunks = True  # RequestRun may write content chunks itself (SSEWriter.content_chunk_bytes)
     quiet_empty_deltas = True  # an empty running delta writes nothing (ChoiceStep.on_delta)
 
@@ -138,11 +152,6 @@ class ChatFormatter:
             data += b',"system_fingerprint":' + _enc(run.system_fingerprint)
         sse.write(data + b"}\n\n")
 
-    def stream_usage(self, run: RequestRun) -> None:
-        assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
-                            stream_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None)
-
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []
         for c in run.choices:
@@ -210,7 +219,7 @@ def _delta_dict(delta: AssistantDelta | None) -> dict[str, Any]:
     return d
 
 
-class CompletionFormatter:
+class CompletionFormatter(_OpenAIFormatter):
     """Text completions (/v1/completions): text deltas, integer logprobs, echo."""
 
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int,
@@ -293,11 +302,6 @@ class CompletionFormatter:
         if run.continuous_usage:
             data += b',"usage":' + _enc(run.choice_usage(choice))
         sse.write(data + b"}\n\n")
-
-    def stream_usage(self, run: RequestRun) -> None:
-        assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
-                            stream_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None)
 
     def body(self, run: RequestRun, system_fingerprint: str | None = None) -> dict[str, Any]:
         choices = []

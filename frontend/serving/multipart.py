@@ -151,17 +151,23 @@ class Part:
             return lim.max_file_size, f"File exceeded maximum size of {lim.max_file_size} bytes."
         return lim.max_part_size, f"Part exceeded maximum size of {int(lim.max_part_size / 1024)}KB."
 
+    async def _next_chunk(self, limit: int | None, message: str) -> bytes | None:
+        """The part's next chunk of data, within the part's limit; None at its end."""
+        if self._done:
+            return None
+        chunk = await self._reader._data_chunk()
+        if chunk is None:
+            self._done = True
+            return None
+        self._size += len(chunk)
+        if limit is not None and self._size > limit:
+            raise _bad(message)
+        return chunk
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """The part's data in chunks, as they arrive, bounded by the part's limit."""
         limit, message = self._limit()
-        while not self._done:
-            chunk = await self._reader._data_chunk()
-            if chunk is None:
-                self._done = True
-                break
-            self._size += len(chunk)
-            if limit is not None and self._size > limit:
-                raise _bad(message)
+        while (chunk := await self._next_chunk(limit, message)) is not None:
             if chunk:
                 yield chunk
 
@@ -170,14 +176,7 @@ class Part:
         async generator per part costs more than parsing a small part.)"""
         limit, message = self._limit()
         out = b""
-        while not self._done:
-            chunk = await self._reader._data_chunk()
-            if chunk is None:
-                self._done = True
-                break
-            self._size += len(chunk)
-            if limit is not None and self._size > limit:
-                raise _bad(message)
+        while (chunk := await self._next_chunk(limit, message)) is not None:
             out = chunk if not out else out + chunk
         return out
 
@@ -189,14 +188,8 @@ class Part:
         """Skip the rest of the part's data (still bounded: a skipped part is no way around
         the limits)."""
         limit, message = self._limit()
-        while not self._done:
-            chunk = await self._reader._data_chunk()
-            if chunk is None:
-                self._done = True
-                break
-            self._size += len(chunk)
-            if limit is not None and self._size > limit:
-                raise _bad(message)
+        while await self._next_chunk(limit, message) is not None:
+            pass
 
 
 class MultipartReader:

@@ -214,23 +214,22 @@ class DerenderStreamState(msgspec.Struct):
     last_tool_call_ids: list[str] = []
 
 
-class DerenderChatStreamRequest(msgspec.Struct):
+class _DerenderStreamRequest(msgspec.Struct):
+    """What the chat and completion derender streams both take: one generate chunk and the
+    state the previous chunk's answer handed the client."""
     generate_chunk: _GenStreamResponse
     stream: bool = True
     model: str | None = None
     stream_state: DerenderStreamState | None = None
     prompt_tokens: int | None = None
     prompt_token_ids: list[int] | None = None
+
+
+class DerenderChatStreamRequest(_DerenderStreamRequest):
     chat_request: dict[str, Any] | None = None
 
 
-class DerenderCompletionStreamRequest(msgspec.Struct):
-    generate_chunk: _GenStreamResponse
-    stream: bool = True
-    model: str | None = None
-    stream_state: DerenderStreamState | None = None
-    prompt_tokens: int | None = None
-    prompt_token_ids: list[int] | None = None
+class DerenderCompletionStreamRequest(_DerenderStreamRequest):
     completion_request: dict[str, Any] | None = None
 
 
