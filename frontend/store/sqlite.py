@@ -60,6 +60,10 @@ CREATE TABLE IF NOT EXISTS workers (
     beat REAL NOT NULL
 );
 """
+# The schema's version, kept in the file's `user_version`: an opener creates the schema only
+# where the file's is older, so opening a file that has it writes nothing and needs no write
+# lock (a worker that opens while another process holds that lock still reads).
+_SCHEMA_VERSION = 1
 _PRUNE_EVERY = 64  # writes between two expiry sweeps
 _EVICT_CHUNK = 64  # oldest records looked at per eviction query
 _WORKER_FORGET_S = 3600.0  # heartbeats older than this are dropped by the expiry sweep
@@ -87,7 +91,8 @@ class SQLiteStore:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
+            if db.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
+                db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
         except BaseException:
             db.close()
             raise

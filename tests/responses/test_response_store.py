@@ -12,7 +12,7 @@ import httpx
 import pytest
 import redis
 
-from vllm_pyfrontend.store import RecordTooLarge, open_store
+from vllm_pyfrontend.store import SQLITE_NAME, RecordTooLarge, StoreUnavailable, open_store
 from tests.responses.helpers import client
 from tests.stack import Stack
 
@@ -68,6 +68,34 @@ def test_store_contract(tmp_path, redis_url, kind):
             assert await short.create("t", "other", {"response": {}})  # an expired id is free again
         finally:
             await short.close()
+
+    asyncio.run(run())
+
+
+def test_sqlite_opened_under_another_writers_lock_reads_and_fails_writes_fast(tmp_path):
+    """A worker whose connection opens while another process holds the file's write lock (a
+    backup, a second deployment, a long write) reads the records and fails its writes in about
+    the busy timeout: opening a file that has the schema writes nothing."""
+    import sqlite3
+
+    async def run():
+        first = open_store(None, str(tmp_path))
+        assert await first.create("r1", "A", {"response": {"id": "r1"}})
+        await first.close()
+        other = sqlite3.connect(str(tmp_path / SQLITE_NAME), isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        late = open_store(None, str(tmp_path))
+        try:
+            assert (await late.get("r1"))["response"] == {"id": "r1"}
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="locked"):
+                await late.create("r2", "A", {"response": {"id": "r2"}})
+            assert time.monotonic() - t0 < 2.0
+            assert (await late.get("r1"))["owner"] == "A"  # and reads go on
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+            await late.close()
 
     asyncio.run(run())
 

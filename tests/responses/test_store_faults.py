@@ -57,7 +57,8 @@ def test_locked_store_fails_fast(sqlite_stack):
             assert r.status_code == 503 and "response store" in r.json()["error"]["message"], r.text
             assert took < 3.0, took
             # reads and everything that does not store still serve
-            assert h.get(f"/v1/responses/{kept.id}").json()["id"] == kept.id
+            got = h.get(f"/v1/responses/{kept.id}")
+            assert got.status_code == 200 and got.json()["id"] == kept.id, got.text
             assert h.post("/v1/responses", json={"model": "dsv4", "input": "x", "max_output_tokens": 5,
                                                  "store": False}).status_code == 200
             assert h.post("/v1/chat/completions", json=CHAT).status_code == 200
