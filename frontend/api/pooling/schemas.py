@@ -34,13 +34,19 @@ class _PoolingBase(msgspec.Struct, omit_defaults=True, kw_only=True):
     task: Any = msgspec.UNSET
 
 
-class EmbeddingRequest(_PoolingBase):
+class _EmbeddingInputs(_PoolingBase):
+    """What /v1/embeddings and /pooling take: texts or messages, and how vectors are written."""
+
     input: Any = None
     messages: Any = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     embed_dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     endianness: Literal["native", "big", "little"] = "native"
+
+
+class EmbeddingRequest(_EmbeddingInputs):
+    pass
 
 
 class ClassificationRequest(_PoolingBase):
@@ -48,15 +54,8 @@ class ClassificationRequest(_PoolingBase):
     messages: Any = None
 
 
-class PoolingRequest(_PoolingBase):
+class PoolingRequest(_EmbeddingInputs):
     """POST /pooling: `task` picks the pooler (default: the model's pooling task)."""
-
-    input: Any = None
-    messages: Any = None
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
-    embed_dtype: Literal["float32", "float16", "bfloat16"] = "float32"
-    endianness: Literal["native", "big", "little"] = "native"
 
 
 class ScoreRequest(_PoolingBase):
