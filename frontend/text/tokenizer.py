@@ -340,6 +340,11 @@ class Tokenizer:
                 parts.append(table[i])
         return b"".join(parts).decode("utf-8", "replace")
 
+    def with_special_tokens(self, ids: list[int]) -> list[int]:
+        """`ids` as vLLM re-encodes a rendered chat prompt asked for `add_special_tokens`: their
+        text (special tokens kept) encoded with the tokenizer's special tokens added."""
+        return self.encode(self.decode(ids, skip_special_tokens=False), add_special_tokens=True)
+
     def decode_pieces(self, pieces: list[str]) -> str:
         """Token strings (as `id_to_token` gives them) to text through the tokenizer's decoder,
         as transformers' `convert_tokens_to_string` does; " "-joined without a decoder."""

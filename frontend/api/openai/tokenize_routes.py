@@ -32,8 +32,7 @@ async def handle_tokenize(request: web.Request) -> web.Response:
             chat_template_kwargs=req.chat_template_kwargs,
         )
         if req.add_special_tokens:
-            ids = state.tokenizer.encode(state.tokenizer.decode(ids, skip_special_tokens=False),
-                                         add_special_tokens=True)
+            ids = state.tokenizer.with_special_tokens(ids)
     body = {
         "count": len(ids),
         "max_model_len": state.max_model_len,

@@ -153,8 +153,7 @@ def _conversations(state: Any, req: Any, data: Any, param: str) -> list[list[int
             chat_template_kwargs=req.chat_template_kwargs,
         )
         if req.add_special_tokens:
-            ids = state.tokenizer.encode(state.tokenizer.decode(ids, skip_special_tokens=False),
-                                         add_special_tokens=True)
+            ids = state.tokenizer.with_special_tokens(ids)
         out.append(check_length(truncate(ids, req.truncate_prompt_tokens, req.truncation_side, max_len),
                                 max_len, param))
     return out
