@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.parsers.combinators import partial_tail
+from vllm_pyfrontend.parsers.joint import JointPipeline
 from vllm_pyfrontend.parsers.reasoning.registry import register_custom_reasoning_parser
 from vllm_pyfrontend.parsers.tool.registry import register_custom_tool_parser
 
@@ -219,7 +220,7 @@ class HarmonyStream:
         self._msg_raw = []
 
 
-class HarmonyPipeline:
+class HarmonyPipeline(JointPipeline):
     """`AssistantPipeline`'s interface over one `HarmonyStream` (both parsers at once).
 
     ``tool``: set by the caller to a forced-call parser (tool_choice required /
@@ -227,17 +228,7 @@ class HarmonyPipeline:
     """
 
     def __init__(self, reasoning: bool, tools: bool) -> None:
-        self.stream = HarmonyStream(reasoning=reasoning, tools=tools)
-        self.reasoning = None
-        self.tool: Any = None
-
-    @property
-    def reasoning_tokens(self) -> int:
-        return self.stream.reasoning_tokens
-
-    @property
-    def n_tool_calls(self) -> int:
-        return self.tool.n_calls if self.tool is not None else self.stream.n_calls
+        super().__init__(HarmonyStream(reasoning=reasoning, tools=tools))
 
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
         return self._forced(self.stream.feed(text, token_ids), final=False)

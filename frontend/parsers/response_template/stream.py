@@ -9,6 +9,7 @@ import secrets
 from typing import Any, Iterable, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
+from vllm_pyfrontend.parsers.joint import JointPipeline
 from vllm_pyfrontend.parsers.reasoning.registry import register_custom_reasoning_parser
 from vllm_pyfrontend.parsers.response_template.casting import calls_of
 from vllm_pyfrontend.parsers.response_template.json_walker import JsonCallWalker, json_call_shape
@@ -258,7 +259,7 @@ def reasoning_stream(
     )
 
 
-class ResponseTemplatePipeline:
+class ResponseTemplatePipeline(JointPipeline):
     """`AssistantPipeline`'s interface over one `ResponseTemplateStream` (both parsers).
 
     ``tool``: set by the caller to a forced-call parser (tool_choice required / named). The
@@ -268,17 +269,7 @@ class ResponseTemplatePipeline:
     """
 
     def __init__(self, stream: ResponseTemplateStream) -> None:
-        self.stream = stream
-        self.reasoning = None
-        self.tool: Any = None
-
-    @property
-    def reasoning_tokens(self) -> int:
-        return self.stream.reasoning_tokens
-
-    @property
-    def n_tool_calls(self) -> int:
-        return self.tool.n_calls if self.tool is not None else self.stream.n_calls
+        super().__init__(stream)
 
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
         if self.tool is not None:  # a forced call: the output is its JSON
