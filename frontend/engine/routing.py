@@ -3,7 +3,10 @@
 A request pinned to a rank (`data_parallel_rank`) goes there. Any other goes to the engine that
 is up with the least load: its requests in flight here plus the running and waiting requests of
 its latest scheduler stats (which count every worker's requests, but only as often as a sample
-reaches this worker). Equal engines take turns.
+reaches this worker). Equal engines take turns. A sample older than `STATS_MAX_AGE_S` no longer
+counts: the engine sends each step's stats to one client only (an idle engine's last one to
+client 0), so the sample another worker kept may describe a burst long over, and routing by it
+would keep that engine idle.
 
 With the prefix-aware policy (`PrefixRouting`: the engines publish KV events, engine/kv_index.py
 knows which prompt blocks each holds) the load is weighed against the prompt's cached share:
@@ -20,10 +23,14 @@ multimodal items, a cache salt) are routed by load alone.
 
 from __future__ import annotations
 
+import time
 from typing import Iterable
 
 from .inflight import InFlight
 from .types import EngineRequest, Failure, InvalidEngineRequest
+
+
+STATS_MAX_AGE_S = 1.0  # a scheduler stats sample older than this no longer counts as load
 
 
 class EngineStats:
@@ -105,33 +112,31 @@ class Router:
             cached = prefix.index.match(req.prompt_token_ids)
             if cached:
                 return self._route_by_cache(indices, cached, len(req.prompt_token_ids), prefix.weight)
-        in_flight = self._inflight.count
-        latest = self._stats.latest
-        best, best_score = indices[0], None
-        start = self._rr
-        for k in range(n):
-            e = indices[(start + k) % n]
-            score = in_flight[e]
-            stats = latest.get(e)
-            if stats:
-                score += (stats.get("num_running_reqs") or 0) + (stats.get("num_waiting_reqs") or 0)
-            if best_score is None or score < best_score:
-                best, best_score = e, score
-        # Rotate the tie-break so equal engines share the load.
+        loads = self.loads(indices)
+        # The first engine with the least load, from a start that turns so equal engines share it.
+        start = self._rr % n  # (fewer engines may be up than when it was set)
+        best = start
+        for k in range(1, n):
+            j = (start + k) % n
+            if loads[j] < loads[best]:
+                best = j
         self._rr = (start + 1) % n
-        return best
+        return indices[best]
 
     def loads(self, indices: list[int]) -> list[int]:
-        """Each engine's load as `route` weighs it."""
+        """Each engine's load as `route` weighs it: its requests in flight here, plus the
+        running and waiting requests of its scheduler stats while they are fresh."""
         in_flight = self._inflight.count
-        latest = self._stats.latest
-        out = []
-        for e in indices:
-            score = in_flight[e]
-            stats = latest.get(e)
-            if stats:
-                score += (stats.get("num_running_reqs") or 0) + (stats.get("num_waiting_reqs") or 0)
-            out.append(score)
+        out = [in_flight[e] for e in indices]
+        stats = self._stats
+        latest = stats.latest
+        if latest:
+            fresh_since = time.time() - STATS_MAX_AGE_S
+            received = stats.received_at
+            for k, e in enumerate(indices):
+                sample = latest.get(e)
+                if sample and received.get(e, 0.0) >= fresh_since:
+                    out[k] += (sample.get("num_running_reqs") or 0) + (sample.get("num_waiting_reqs") or 0)
         return out
 
     def _route_by_cache(self, indices: list[int], cached: dict[int, int], prompt_len: int, weight: float) -> int:

@@ -362,6 +362,32 @@ async def test_data_parallel_least_loaded(addresses, zctx):
             e.close()
 
 
+@on_uvloop
+async def test_data_parallel_stale_load_report_is_forgotten(addresses, zctx, monkeypatch):
+    """A load report this worker got long ago no longer counts: the engine sends each step's
+    stats to one client only, so the last one another worker kept of an engine since gone idle
+    would keep routing away from it."""
+    import vllm_pyfrontend.engine.routing as routing
+
+    monkeypatch.setattr(routing, "STATS_MAX_AGE_S", 0.3)
+    client, engines, _ = await _started(addresses, zctx, engine_indices=(0, 1))
+    e0, _ = engines
+    try:
+        e0.send(EngineCoreOutputs(scheduler_stats=SchedulerStats(num_running_reqs=8, num_waiting_reqs=4)))
+        await until(lambda: 0 in client.scheduler_stats)
+        for i in range(4):
+            client.add_request(_req(f"r{i}"), Sink())
+        assert client.in_flight_by_engine() == {0: 0, 1: 4}  # the fresh report counts
+        await asyncio.sleep(0.4)  # and engine 0 sends no other
+        for i in range(4, 12):
+            client.add_request(_req(f"r{i}"), Sink())
+        assert client.in_flight_by_engine() == {0: 6, 1: 6}  # by the requests in flight alone
+    finally:
+        await client.close()
+        for e in engines:
+            e.close()
+
+
 async def _drain(engine: FakeEngine) -> list:
     got = []
     while engine.dealer.poll(0):
