@@ -242,35 +242,50 @@ def test_grpc_smg_templating_and_tokenization_over_our_grpc(grpc_fleet):
 
 
 def test_grpc_kill_one_deployment_mid_run(grpc_fleet):
+    """Eight clients in a loop through smg; deployment b is SIGKILLed once more than twelve
+    requests have finished, and the clients go on until twelve requests begun after the kill
+    have finished and 2 s have passed. (Paced by the run's own progress, not the clock: on a
+    loaded 2-core machine the first requests alone once took 8 s.)"""
     gw, a, b, ports = grpc_fleet
     results: list[tuple[float, float, bool, str]] = []  # start, end, ok, detail
     kill_at: list[float] = []
+    deadline = time.monotonic() + 90
 
-    async def client(i: int, stop_at: float) -> None:
-        async with httpx.AsyncClient(timeout=30) as http:
-            k = 0
-            while time.monotonic() < stop_at:
-                k += 1
-                start = time.monotonic()
-                try:
-                    r = await http.post(gw.base_url + "/v1/chat/completions", json={
-                        "model": MODEL_NAME, "max_tokens": 12, "stream": False,
-                        "messages": [{"role": "user", "content": f"client {i} request {k}: {TOPICS[i % 8]}"}]})
-                    ok = r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
-                    detail = "" if ok else f"{r.status_code} {r.text[:1500]}"
-                except httpx.HTTPError as e:
-                    ok, detail = False, repr(e)
-                results.append((start, time.monotonic(), ok, detail))
+    def running() -> bool:
+        now = time.monotonic()
+        if now >= deadline or not kill_at:
+            return now < deadline
+        return now < kill_at[0] + 2.0 or sum(r[0] >= kill_at[0] for r in results) < 12
 
-    async def killer(at: float) -> None:
-        await asyncio.sleep(at)
-        served_b.append(_served(b) - served_b_before)
+    async def client(i: int, http: httpx.AsyncClient) -> None:
+        k = 0
+        while running():
+            k += 1
+            start = time.monotonic()
+            try:
+                r = await http.post(gw.base_url + "/v1/chat/completions", json={
+                    "model": MODEL_NAME, "max_tokens": 12, "stream": False,
+                    "messages": [{"role": "user", "content": f"client {i} request {k}: {TOPICS[i % 8]}"}]})
+                ok = r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+                detail = "" if ok else f"{r.status_code} {r.text[:1500]}"
+            except httpx.HTTPError as e:
+                ok, detail = False, repr(e)
+            results.append((start, time.monotonic(), ok, detail))
+
+    async def killer() -> None:
+        while len(results) <= 12 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        served_b.append(await asyncio.to_thread(_served, b) - served_b_before)
         kill_at.append(time.monotonic())
         kill_tree(b.proc.pid)
 
     async def main() -> None:
-        t0 = time.monotonic()
-        await asyncio.gather(*(client(i, t0 + 8.0) for i in range(8)), killer(2.5))
+        clients = [httpx.AsyncClient(timeout=30) for _ in range(8)]
+        try:
+            await asyncio.gather(*(client(i, http) for i, http in enumerate(clients)), killer())
+        finally:
+            for http in clients:
+                await http.aclose()
 
     served_b_before = _served(b)
     served_b: list[float] = []
