@@ -112,13 +112,17 @@ class Router:
             cached = prefix.index.match(req.prompt_token_ids)
             if cached:
                 return self._route_by_cache(indices, cached, len(req.prompt_token_ids), prefix.weight)
-        loads = self.loads(indices)
-        # The first engine with the least load, from a start that turns so equal engines share it.
+        return self._cheapest(indices, self.loads(indices))
+
+    def _cheapest(self, indices: list[int], costs: list[float]) -> int:
+        """The engine of least cost: the first from a start that turns with each request, so
+        equal engines take turns."""
+        n = len(indices)
         start = self._rr % n  # (fewer engines may be up than when it was set)
         best = start
         for k in range(1, n):
             j = (start + k) % n
-            if loads[j] < loads[best]:
+            if costs[j] < costs[best]:
                 best = j
         self._rr = (start + 1) % n
         return indices[best]
@@ -143,13 +147,4 @@ class Router:
         loads = self.loads(indices)
         n = len(indices)
         worth = weight * (sum(loads) / n + PrefixRouting.IDLE_LOAD) / prompt_len
-        start = self._rr
-        best, best_cost = indices[0], None
-        for k in range(n):
-            i = (start + k) % n
-            e = indices[i]
-            cost = loads[i] - worth * cached.get(e, 0)
-            if best_cost is None or cost < best_cost:
-                best, best_cost = e, cost
-        self._rr = (start + 1) % n
-        return best
+        return self._cheapest(indices, [loads[k] - worth * cached.get(e, 0) for k, e in enumerate(indices)])

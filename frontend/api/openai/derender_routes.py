@@ -116,10 +116,6 @@ def _ids_to_pieces(tok, ids: list[int], skip_special: bool) -> list[str]:
     return [tok.id_to_token(int(i)) or "" for i in ids if int(i) not in skip]
 
 
-def _pieces_to_text(tok, pieces: list[str]) -> str:
-    return tok.decode_pieces(pieces)
-
-
 def _seed_detok(tok, prompt_ids: list[int] | None, skip_special: bool) -> dict[str, Any]:
     """vLLM's `_seed_stream_state`: the prompt tail's pieces and offsets (empty without a prompt)."""
     if not prompt_ids:
@@ -139,8 +135,8 @@ def _detok_delta(tok, ids: list[int], st: dict[str, Any], skip_special: bool) ->
         count = len(prev) + len(new)
         start = min(prefix, read, len(prev))
         out = prev[start:] + new
-        prefix_text = _pieces_to_text(tok, out[prefix - start:read - start])
-        text = _pieces_to_text(tok, out[prefix - start:])
+        prefix_text = tok.decode_pieces(out[prefix - start:read - start])
+        text = tok.decode_pieces(out[prefix - start:])
         if len(text) <= len(prefix_text) or text.endswith("\ufffd"):
             text = ""
         else:
