@@ -30,6 +30,9 @@ from vllm_pyfrontend.text.text_stream import TextStream
 _json = msgspec.json.encode
 log = logging.getLogger(__name__)
 
+# A stream's headers wait this long at most for its first event (SSEWriter.first_events).
+FIRST_EVENT_WAIT_S = 1.0
+
 
 def new_choice(state, index: int, prompt_ids: list[int], opts: SamplingOptions, assistant) -> Choice:
     return Choice(
@@ -152,9 +155,14 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
                 status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
             )
             resp.enable_chunked_encoding()
+            interval = state.config.policy.sse_keep_alive_interval
+            first += await sse.first_events(run.done, min(FIRST_EVENT_WAIT_S, interval) if interval > 0
+                                            else FIRST_EVENT_WAIT_S)
             try:
                 await resp.prepare(request)
-                await resp.write(first)  # the headers and the first events: one write
+                if not run.done.done():
+                    await resp.write(first)  # the headers and the first events: one write
+                    first = b""
             except ConnectionError:  # the client left before the headers went out
                 run.cancel()
                 return resp
@@ -162,7 +170,6 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
                 sse.attach(request.transport, first_chunk=b"")
                 if not sse.alive:
                     run.cancel()
-                interval = state.config.policy.sse_keep_alive_interval
                 if interval > 0:
                     sse.keep_alive(interval)
                 run.ends_with_last_frame = True  # (written below, whatever ends the run)
@@ -179,7 +186,8 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
                 unsent = b""
                 if run.error is not None and not run.error_sent:
                     unsent = run.error_frame(run.error)
-                await resp.write_eof(sse.last_frame(unsent))
+                # (a run that ended before the headers went out: all of it in this one write)
+                await resp.write_eof(first + sse.last_frame(unsent))
             return resp
         await run.done
         if run.error is not None:

@@ -1,5 +1,6 @@
-"""A streamed answer's headers go out with its first events, in one write (not one write for
-the headers at `prepare` and another for the role chunk: a send() per request fewer)."""
+"""A streamed answer's headers wait for its first event (at most `FIRST_EVENT_WAIT_S`) and go out
+with it and the role chunks in one write: not one write for the headers at `prepare`, another for
+the role chunk and a third for the first token. A one-token answer is one write in all."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from aiohttp.test_utils import TestServer
 from vllm_pyfrontend.chat.assistant import AssistantStream
 from vllm_pyfrontend.serving.formatters import ChatFormatter
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
+from vllm_pyfrontend.serving import responder
 from vllm_pyfrontend.serving import sse as sse_mod
 from vllm_pyfrontend.serving.responder import respond
 from vllm_pyfrontend.serving.sse import SSEWriter
@@ -64,7 +66,7 @@ def _count_writes(monkeypatch) -> list[bytes]:
     return writes
 
 
-async def test_headers_and_role_chunks_go_out_in_one_write(monkeypatch):
+async def test_a_run_ended_before_its_headers_is_one_write(monkeypatch):
     writes = _count_writes(monkeypatch)
     app = web.Application()
     app.router.add_post("/", _answer)
@@ -74,15 +76,13 @@ async def test_headers_and_role_chunks_go_out_in_one_write(monkeypatch):
     assert r.status == 200 and r.headers["Content-Type"] == "text/event-stream"
     assert body.count(b'"role":"assistant"') == 2 and body.endswith(b"data: [DONE]\n\n")
     answer = [w for w in writes if not w.startswith(b"POST ")]  # (the client's request)
+    assert len(answer) == 1, answer
     assert answer[0].startswith(b"HTTP/1.1 200 OK\r\n")
     assert answer[0].count(b'"role":"assistant"') == 2  # with the headers
-    assert answer[-1].endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
-    assert len(answer) == 2
+    assert answer[0].endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
 
 
-async def _answer_one_step(request: web.Request) -> web.StreamResponse:
-    """One choice whose last step (its finish) arrives in a drain of the engine's output after
-    the headers are out."""
+def _one_step_run() -> tuple[RequestRun, sse_mod.StreamDrain, SimpleNamespace]:
     choices = [Choice(0, TextStream(_Detok(), []), AssistantStream())]
     run = RequestRun(response_id="chatcmpl-t", model="m", created=0, choices=choices, num_prompt_tokens=3,
                      stream=True, include_usage=True, continuous_usage=False, formatter=ChatFormatter(str, 0))
@@ -90,6 +90,53 @@ async def _answer_one_step(request: web.Request) -> web.StreamResponse:
     run.sse.drain = drain = sse_mod.StreamDrain()
     gen = SimpleNamespace(index=0, num_output_tokens=1, finish_reason="length", stop_early=lambda *a: None)
     choices[0].gen = gen
+    return run, drain, gen
+
+
+async def _answer_first_event_later(request: web.Request) -> web.StreamResponse:
+    """A stream whose first event (content, from a drain of the engine's output) comes while
+    the handler waits, then whose end comes after its headers are out."""
+    run, drain, gen = _one_step_run()
+
+    async def steps() -> None:
+        await asyncio.sleep(0.05)
+        drain.begin()
+        run.sse.content_chunk(0, "hello")
+        drain.end()
+        while not run.ends_with_last_frame:  # (the headers are out, the handler waits)
+            await asyncio.sleep(0.001)
+        drain.begin()
+        run.on_delta(gen, [7], None, "length", None)
+        drain.end()
+
+    task = asyncio.ensure_future(steps())
+    try:
+        return await respond(_state(), request, run, SimpleNamespace(requests=[]), role_chunks=True)
+    finally:
+        await task
+
+
+async def test_the_headers_go_out_with_the_first_event(monkeypatch):
+    writes = _count_writes(monkeypatch)
+    app = web.Application()
+    app.router.add_post("/", _answer_first_event_later)
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        async with session.post(server.make_url("/"), json={}) as r:
+            body = await r.read()
+    events = [e for e in body.split(b"\n\n") if e]
+    assert len(events) == 5, events  # role, hello, finish, usage, [DONE]
+    answer = [w for w in writes if not w.startswith(b"POST ")]
+    assert len(answer) == 2, answer
+    first, last = answer
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n") and b'"role":"assistant"' in first
+    assert first.index(b'"role":"assistant"') < first.index(b'"content":"hello"')
+    assert b'"finish_reason":"length"' in last and last.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+
+
+async def _answer_one_step(request: web.Request) -> web.StreamResponse:
+    """One choice whose last step (its finish) arrives in a drain of the engine's output after
+    the headers are out (they went out when the wait for a first event ended)."""
+    run, drain, gen = _one_step_run()
 
     async def last_step() -> None:
         while not run.ends_with_last_frame:  # (the headers are out, the handler waits)
@@ -108,7 +155,9 @@ async def _answer_one_step(request: web.Request) -> web.StreamResponse:
 async def test_the_last_step_goes_out_with_the_end_of_the_body(monkeypatch):
     """The drain that ends a stream leaves its events (the finish chunk, the usage) to the
     handler, which writes them with [DONE] and the chunked terminator: one send() per request
-    fewer."""
+    fewer. Before it, with no event in `FIRST_EVENT_WAIT_S`, the headers and the role chunk went
+    out alone."""
+    monkeypatch.setattr(responder, "FIRST_EVENT_WAIT_S", 0.05)
     writes = _count_writes(monkeypatch)
     app = web.Application()
     app.router.add_post("/", _answer_one_step)
@@ -120,6 +169,7 @@ async def test_the_last_step_goes_out_with_the_end_of_the_body(monkeypatch):
     assert b'"finish_reason":"length"' in events[1] and b'"usage":' in events[2]
     answer = [w for w in writes if not w.startswith(b"POST ")]
     assert len(answer) == 2, answer
+    assert answer[0].startswith(b"HTTP/1.1 200 OK\r\n") and answer[0].endswith(b'"prompt_text":null}\n\n\r\n')
     last = answer[1]
     assert b'"finish_reason":"length"' in last and b'"usage":' in last
     assert last.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
