@@ -115,6 +115,8 @@ class RequestRun:
         self.stream_interval = stream_interval if stream else 1
         self.prompt_token_ids = prompt_token_ids  # the body's `prompt_token_ids` (vLLM: with return_token_ids)
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Set while the handler waits for the first engine output (`first_output`).
+        self.awaiting_output: asyncio.Future[None] | None = None
         self.error: APIError | None = None
         self.error_sent = False  # streaming: the error event went to the writer
         self.sse = sse  # streaming: where the run writes its events (None: one body at the end)
@@ -130,6 +132,30 @@ class RequestRun:
         # A running step whose delta is empty needs no formatter call (ChoiceStep.on_delta).
         self._skip_empty = not want_logprobs and not return_token_ids and (
             not stream or (getattr(formatter, "quiet_empty_deltas", False) and not continuous_usage))
+
+    async def first_output(self, wait: float) -> None:
+        """Wait for the first engine output of any choice or the run's end, at most `wait`
+        seconds: a streamed answer's headers go out then, with its role chunk and the events of
+        that output, in one write (vLLM's server, too, sends the role chunk with the first
+        output)."""
+        done = self.done
+        if done.done() or wait <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self.awaiting_output = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        done.add_done_callback(wake)
+        timer = loop.call_later(wait, wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            done.remove_done_callback(wake)
+            self.awaiting_output = None
 
     def step(self, choice: Choice) -> "ChoiceStep":
         """The consumer of `choice`'s Generation, made on first use: when the request is
@@ -343,6 +369,9 @@ class ChoiceStep:
         choice = self.choice
         if choice.finished:
             return
+        waiter = self.run.awaiting_output
+        if waiter is not None and not waiter.done():  # the handler waits to send the headers
+            waiter.set_result(None)
         if token_ids:
             metrics = choice.metrics
             if metrics is not None:  # inter-token latency

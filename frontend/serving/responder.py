@@ -30,8 +30,8 @@ from vllm_pyfrontend.text.text_stream import TextStream
 _json = msgspec.json.encode
 log = logging.getLogger(__name__)
 
-# A stream's headers wait this long at most for its first event (SSEWriter.first_events).
-FIRST_EVENT_WAIT_S = 1.0
+# A stream's headers wait this long at most for its first engine output (RequestRun.first_output).
+FIRST_OUTPUT_WAIT_S = 1.0
 
 
 def new_choice(state, index: int, prompt_ids: list[int], opts: SamplingOptions, assistant) -> Choice:
@@ -156,8 +156,8 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
             )
             resp.enable_chunked_encoding()
             interval = state.config.policy.sse_keep_alive_interval
-            first += await sse.first_events(run.done, min(FIRST_EVENT_WAIT_S, interval) if interval > 0
-                                            else FIRST_EVENT_WAIT_S)
+            await run.first_output(min(FIRST_OUTPUT_WAIT_S, interval) if interval > 0 else FIRST_OUTPUT_WAIT_S)
+            first += sse.take_pending()
             try:
                 await resp.prepare(request)
                 if not run.done.done():

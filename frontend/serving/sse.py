@@ -105,7 +105,7 @@ class SSEWriter:
     keep_alive_frame = KEEP_ALIVE
 
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
-                 "out", "text", "last_write", "_keep_alive", "_content_head", "ending", "drain", "first_event")
+                 "out", "text", "last_write", "_keep_alive", "_content_head", "ending", "drain")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -130,30 +130,10 @@ class SSEWriter:
         self.ending = False
         # The drain that gathers this stream's writes (`StreamDrain`); by default none does.
         self.drain = _NO_DRAIN
-        # Resolved by the first event held before `attach` (see `first_events`).
-        self.first_event: asyncio.Future[None] | None = None
 
-    async def first_events(self, done: asyncio.Future, wait: float) -> bytes:
-        """Wait until the stream has an event to send (its first output, an error) or `done`
-        (the run's end), at most `wait` seconds, and take the events held so far: the response's
-        headers go out with them, one write (a one-token answer is then its headers, events and
-        end in one write). Held events still arriving go out on `attach`."""
-        if not self.pending and not done.done() and wait > 0:
-            loop = asyncio.get_running_loop()
-            waiter = self.first_event = loop.create_future()
-
-            def wake(_: object = None) -> None:
-                if not waiter.done():
-                    waiter.set_result(None)
-
-            done.add_done_callback(wake)
-            timer = loop.call_later(wait, wake)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                done.remove_done_callback(wake)
-                self.first_event = None
+    def take_pending(self) -> bytes:
+        """The events written so far, before `attach`: they go out with the response's headers
+        (serving/responder.py); what is written from here to `attach` goes out on `attach`."""
         pending = self.pending
         if not pending:
             return b""
@@ -172,9 +152,6 @@ class SSEWriter:
     def write(self, data: bytes) -> None:
         if self.pending is not None:
             self.pending.append(data)
-            waiter = self.first_event
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
             return
         drain = self.drain
         if drain.active:

@@ -1,11 +1,13 @@
-"""A streamed answer's headers wait for its first event (at most `FIRST_EVENT_WAIT_S`) and go out
-with it and the role chunks in one write: not one write for the headers at `prepare`, another for
-the role chunk and a third for the first token. A one-token answer is one write in all."""
+"""A streamed answer's headers wait for its first engine output (at most `FIRST_OUTPUT_WAIT_S`)
+and go out with the role chunks and that output's events in one write: not one write for the
+headers at `prepare`, another for the role chunk and a third for the first token. A one-token
+answer is one write in all."""
 
 from __future__ import annotations
 
 import asyncio
 import asyncio.selector_events as selector_events
+import time
 from types import SimpleNamespace
 
 import aiohttp
@@ -93,14 +95,16 @@ def _one_step_run() -> tuple[RequestRun, sse_mod.StreamDrain, SimpleNamespace]:
     return run, drain, gen
 
 
-async def _answer_first_event_later(request: web.Request) -> web.StreamResponse:
-    """A stream whose first event (content, from a drain of the engine's output) comes while
-    the handler waits, then whose end comes after its headers are out."""
+async def _answer_first_output_later(request: web.Request) -> web.StreamResponse:
+    """A stream whose first engine output (a token with no text of its own, then content written
+    in the same drain) comes while the handler waits, then whose end comes after its headers are
+    out."""
     run, drain, gen = _one_step_run()
 
     async def steps() -> None:
         await asyncio.sleep(0.05)
         drain.begin()
+        run.step(run.choices[0]).on_delta(gen, [5], None, None, None)
         run.sse.content_chunk(0, "hello")
         drain.end()
         while not run.ends_with_last_frame:  # (the headers are out, the handler waits)
@@ -116,13 +120,17 @@ async def _answer_first_event_later(request: web.Request) -> web.StreamResponse:
         await task
 
 
-async def test_the_headers_go_out_with_the_first_event(monkeypatch):
+async def test_the_headers_go_out_with_the_first_output(monkeypatch):
+    """Woken by the output, not by the end of the wait (30 s here)."""
+    monkeypatch.setattr(responder, "FIRST_OUTPUT_WAIT_S", 30.0)
     writes = _count_writes(monkeypatch)
     app = web.Application()
-    app.router.add_post("/", _answer_first_event_later)
+    app.router.add_post("/", _answer_first_output_later)
+    started = time.monotonic()
     async with TestServer(app) as server, aiohttp.ClientSession() as session:
         async with session.post(server.make_url("/"), json={}) as r:
             body = await r.read()
+    assert time.monotonic() - started < 10
     events = [e for e in body.split(b"\n\n") if e]
     assert len(events) == 5, events  # role, hello, finish, usage, [DONE]
     answer = [w for w in writes if not w.startswith(b"POST ")]
@@ -135,7 +143,7 @@ async def test_the_headers_go_out_with_the_first_event(monkeypatch):
 
 async def _answer_one_step(request: web.Request) -> web.StreamResponse:
     """One choice whose last step (its finish) arrives in a drain of the engine's output after
-    the headers are out (they went out when the wait for a first event ended)."""
+    the headers are out (they went out when the wait for a first output ended)."""
     run, drain, gen = _one_step_run()
 
     async def last_step() -> None:
@@ -155,9 +163,9 @@ async def _answer_one_step(request: web.Request) -> web.StreamResponse:
 async def test_the_last_step_goes_out_with_the_end_of_the_body(monkeypatch):
     """The drain that ends a stream leaves its events (the finish chunk, the usage) to the
     handler, which writes them with [DONE] and the chunked terminator: one send() per request
-    fewer. Before it, with no event in `FIRST_EVENT_WAIT_S`, the headers and the role chunk went
+    fewer. Before it, with no output in `FIRST_OUTPUT_WAIT_S`, the headers and the role chunk went
     out alone."""
-    monkeypatch.setattr(responder, "FIRST_EVENT_WAIT_S", 0.05)
+    monkeypatch.setattr(responder, "FIRST_OUTPUT_WAIT_S", 0.05)
     writes = _count_writes(monkeypatch)
     app = web.Application()
     app.router.add_post("/", _answer_one_step)
