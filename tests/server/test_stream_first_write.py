@@ -95,18 +95,20 @@ def _one_step_run() -> tuple[RequestRun, sse_mod.StreamDrain, SimpleNamespace]:
     return run, drain, gen
 
 
-async def _answer_first_output_later(request: web.Request) -> web.StreamResponse:
-    """A stream whose first engine output (a token with no text of its own, then content written
-    in the same drain) comes while the handler waits, then whose end comes after its headers are
-    out."""
+async def _respond_while(request: web.Request, first_output: bool) -> web.StreamResponse:
+    """One choice answered while its engine steps arrive in drains of the engine's output: with
+    `first_output`, a first output (a token with no text of its own, then content written in
+    the same drain) while the handler waits; then, once the headers are out, the last step (its
+    finish)."""
     run, drain, gen = _one_step_run()
 
     async def steps() -> None:
-        await asyncio.sleep(0.05)
-        drain.begin()
-        run.step(run.choices[0]).on_delta(gen, [5], None, None, None)
-        run.sse.content_chunk(0, "hello")
-        drain.end()
+        if first_output:
+            await asyncio.sleep(0.05)
+            drain.begin()
+            run.step(run.choices[0]).on_delta(gen, [5], None, None, None)
+            run.sse.content_chunk(0, "hello")
+            drain.end()
         while not run.ends_with_last_frame:  # (the headers are out, the handler waits)
             await asyncio.sleep(0.001)
         drain.begin()
@@ -118,6 +120,10 @@ async def _answer_first_output_later(request: web.Request) -> web.StreamResponse
         return await respond(_state(), request, run, SimpleNamespace(requests=[]), role_chunks=True)
     finally:
         await task
+
+
+async def _answer_first_output_later(request: web.Request) -> web.StreamResponse:
+    return await _respond_while(request, first_output=True)
 
 
 async def test_the_headers_go_out_with_the_first_output(monkeypatch):
@@ -142,22 +148,8 @@ async def test_the_headers_go_out_with_the_first_output(monkeypatch):
 
 
 async def _answer_one_step(request: web.Request) -> web.StreamResponse:
-    """One choice whose last step (its finish) arrives in a drain of the engine's output after
-    the headers are out (they went out when the wait for a first output ended)."""
-    run, drain, gen = _one_step_run()
-
-    async def last_step() -> None:
-        while not run.ends_with_last_frame:  # (the headers are out, the handler waits)
-            await asyncio.sleep(0.001)
-        drain.begin()
-        run.on_delta(gen, [7], None, "length", None)
-        drain.end()
-
-    task = asyncio.ensure_future(last_step())
-    try:
-        return await respond(_state(), request, run, SimpleNamespace(requests=[]), role_chunks=True)
-    finally:
-        await task
+    """No output before the headers (they go out when the wait for one ends), then the last."""
+    return await _respond_while(request, first_output=False)
 
 
 async def test_the_last_step_goes_out_with_the_end_of_the_body(monkeypatch):
