@@ -5,7 +5,11 @@ is a hash of the prompt. A request moved off an engine that went down comes back
 continuation: the original prompt followed by the tokens generated so far. A real model's
 greedy continuation of that is exactly the rest of the uninterrupted answer; here, the prompt
 is recognised as "a prompt P followed by the first k tokens of P's own greedy output", and the
-output goes on from P's offset + k. Every prefix hash comes from one pass over the prompt (crc32
+output goes on from P's offset + k. The shortest such P is taken: a longer one (P and some of
+its output) matches by chance whenever the few tokens after it are where its own output would
+start (one token alike: about one continuation in the word list's size), and its output then
+reads the stream from elsewhere; a shorter one would need the template's end of the prompt,
+which the word stream never holds, to be its output. Every prefix hash comes from one pass over the prompt (crc32
 is incremental), and a split is only compared in full when the token after it is the one P's
 output starts with, so the search costs O(prompt length). Scripted output (`sim_text`,
 `sim_token_ids`) continues the same way: a prompt that ends with the script's first k tokens
@@ -36,7 +40,7 @@ def greedy_offset(prompt: list[int], stream: list[int], mask: int) -> int:
     the tokens already generated."""
     crcs = prefix_crcs(prompt)
     n = len(prompt)
-    for m in range(n - 1, 0, -1):
+    for m in range(1, n):  # the shortest P first (see the module docstring)
         start = crcs[m] & mask
         if prompt[m] != stream[start]:
             continue

@@ -178,6 +178,11 @@ def test_streams_wait_for_a_restarted_engine(receiver):
         while len(events) < len(moved):
             span = spans.spans.get(timeout=30)
             events += [e for e in span.events if e.name == "request.migrated"]
-        assert {_attrs(e)["reason"] for e in events} == {"engine_restart"}
+        # "engine_restart" when the supervisor's word (SIGUSR2) reaches the worker first;
+        # "engine_dead" when the worker finds the engine gone first: the late request above,
+        # sent once the supervisor has logged the restart, may reach a worker before its signal
+        # and be refused by the dead engine's socket (a loaded box: seen in CI).
+        reasons = {_attrs(e)["reason"] for e in events}
+        assert reasons and reasons <= {"engine_restart", "engine_dead"}, reasons
     finally:
         stack.terminate(60)
