@@ -157,9 +157,11 @@ async def respond(state, request: web.Request, run: RequestRun, sub: Submission,
             resp.enable_chunked_encoding()
             interval = state.config.policy.sse_keep_alive_interval
             await run.first_output(min(FIRST_OUTPUT_WAIT_S, interval) if interval > 0 else FIRST_OUTPUT_WAIT_S)
-            first += sse.take_pending()
             try:
                 await resp.prepare(request)
+                # Taken after `prepare` (which may yield): nothing held can reach the transport
+                # before the headers, even when they wait for `write_eof`.
+                first += sse.take_pending()
                 if not run.done.done():
                     await resp.write(first)  # the headers and the first events: one write
                     first = b""

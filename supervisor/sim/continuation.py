@@ -9,9 +9,9 @@ output goes on from P's offset + k. The shortest such P is taken: a longer one (
 its output) matches by chance whenever the few tokens after it are where its own output would
 start (one token alike: about one continuation in the word list's size), and its output then
 reads the stream from elsewhere; a shorter one would need the template's end of the prompt,
-which the word stream never holds, to be its output. Every prefix hash comes from one pass over the prompt (crc32
-is incremental), and a split is only compared in full when the token after it is the one P's
-output starts with, so the search costs O(prompt length). Scripted output (`sim_text`,
+which the word stream never holds, to be its output. Every prefix hash comes from one pass over
+the prompt (crc32 is incremental), and a split is only compared in full when the token after it
+is the one P's output starts with, so the search costs O(prompt length). Scripted output (`sim_text`,
 `sim_token_ids`) continues the same way: a prompt that ends with the script's first k tokens
 gets the rest of it.
 """
