@@ -338,6 +338,70 @@ def many(item: P, sep: P | None = None, minimum: int = 0) -> P:
     return _Many(item, sep, minimum)
 
 
+class _WsList(P):
+    """`ws_list`: `many(item, sep=ws(), minimum)`, inside `ws()` on both sides with ``outer``,
+    in one loop (a tool section's calls, an XML call's parameters: every partial parse of an
+    open section runs it)."""
+
+    __slots__ = ("item", "min", "outer")
+
+    def __init__(self, item: P, minimum: int, outer: bool) -> None:
+        self.item = item
+        self.min = minimum
+        self.outer = outer
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        n = len(s)
+        if self.outer:
+            while pos < n and s[pos].isspace():
+                pos += 1
+            if pos == n and not eof:
+                return NEED  # more whitespace may follow
+        item = self.item
+        pr = _probe
+        values: list[Any] = []
+        while True:
+            at = pos
+            if values:
+                while at < n and s[at].isspace():
+                    at += 1
+                if at == n and not eof:
+                    return NEED
+            mark = len(pr.events) if pr is not None else 0
+            r = item.parse(s, at, eof)
+            if r is NEED:
+                return NEED
+            if not isinstance(r, Ok):
+                if pr is not None:
+                    del pr.events[mark:]
+                break  # back to before the whitespace
+            if r.end == pos:
+                break  # no progress: stop rather than loop
+            values.append(r.value)
+            pos = r.end
+        if len(values) < self.min:
+            return Fail(pos)
+        if self.outer:
+            while pos < n and s[pos].isspace():
+                pos += 1
+            if pos == n and not eof:
+                return NEED
+        return Ok(pos, values)
+
+
+def ws_list(item: P, minimum: int = 1, outer: bool = True) -> P:
+    """``item`` repeated, separated by whitespace (at least ``minimum``); with ``outer`` also
+    whitespace before and after (a tool section's calls); value: the items' values. Parses
+    as `ws_list_grammar` (its specification) does, without a call per part."""
+    return _WsList(item, minimum, outer)
+
+
+def ws_list_grammar(item: P, minimum: int = 1, outer: bool = True) -> P:
+    """`ws_list` as combinators (what it must answer, checked by the tests)."""
+    items = many(item, sep=ws(), minimum=minimum)
+    return fmap(seq(ws(), items, ws()), lambda v: v[1]) if outer else items
+
+
 class _Opt(P):
     __slots__ = ("p", "default")
 

@@ -131,3 +131,98 @@ def _check_head(fast, spec, prefix: str) -> None:
                     assert fast.parse(s, pos, eof) == spec.parse(s, pos, eof), (s, pos, eof)
                     checked += 1
     assert checked > 100000
+
+
+def _mutations(samples: list[str], alphabet: str, count: int, seed: int) -> list[str]:
+    """The samples and ``count`` copies with one to three characters deleted, inserted or
+    replaced."""
+    rng = random.Random(seed)
+    texts = list(samples)
+    for _ in range(count):
+        cut = list(rng.choice(samples))
+        for _ in range(rng.randint(1, 3)):
+            k = rng.randrange(len(cut) + 1)
+            op = rng.random()
+            if op < 0.4 and cut:
+                del cut[min(k, len(cut) - 1)]
+            elif op < 0.8:
+                cut.insert(k, rng.choice(alphabet))
+            elif cut:
+                cut[min(k, len(cut) - 1)] = rng.choice(alphabet)
+        texts.append("".join(cut))
+    return texts
+
+
+def _seen(v):
+    """A probe event's value as data (argument prefixes and their tails hold no equality)."""
+    from vllm_pyfrontend.parsers.tool.streaming import ArgsPrefix, ParsedArgs, XmlStringTail
+
+    if isinstance(v, ArgsPrefix):
+        return ("prefix", v.text, v.closers, _seen(v.tail))
+    if isinstance(v, XmlStringTail):
+        return ("tail", id(v.param), v.pending, v.at_start)
+    if isinstance(v, ParsedArgs):
+        return ("parsed", list(v), v.args_text)
+    return v
+
+
+def _same_answers(fast, spec, texts: list[str], lead: str = "xy") -> int:
+    """``fast`` answers as ``spec`` on every prefix of every text, at two positions, with and
+    without eof, with and without a probe (the same events then too). Returns the checks."""
+    from vllm_pyfrontend.parsers.combinators import probe
+
+    checked = 0
+    for text in texts:
+        for stop in range(len(text) + 1):
+            s = lead + text[:stop]
+            for pos in (len(lead), 0):
+                for eof in (False, True):
+                    assert fast.parse(s, pos, eof) == spec.parse(s, pos, eof), (s, pos, eof)
+                    (rf, ef), (rs, es) = probe(fast, s, pos, eof), probe(spec, s, pos, eof)
+                    assert rf == rs, (s, pos, eof)
+                    assert [(k, a, b, _seen(v)) for k, a, b, v in ef] == \
+                        [(k, a, b, _seen(v)) for k, a, b, v in es], (s, pos, eof)
+                    checked += 1
+    return checked
+
+
+def test_ws_list_parses_as_its_grammar() -> None:
+    """`ws_list` (tool sections' calls, XML calls' parameters) answers as the combinators it
+    stands for, events included: whitespace around and between items, a minimum count, an
+    item that fails after reporting (its events rolled back) or needs more text."""
+    from vllm_pyfrontend.parsers.combinators import fmap, lit, seq, tag, take_until, ws_list, ws_list_grammar
+
+    item = tag("call", fmap(seq(lit("<"), tag("name", take_until(">", " ")), lit(">")),
+                            lambda v: v[1] if v[1] != "bad" else int("x")))
+    samples = ["<a> <b>\n<c>  ", " <a>", "\n\n<a><b> x", "<bad> <a>", "<a b> <c>", "  ", "<a> <bad>"]
+    texts = _mutations(samples, "<> ab\nx", 600, 11)
+    checked = 0
+    for minimum in (0, 1, 2):
+        for outer in (True, False):
+            checked += _same_answers(ws_list(item, minimum, outer), ws_list_grammar(item, minimum, outer), texts)
+    assert checked > 100000
+
+
+def test_dsml_invoke_parses_as_its_grammar() -> None:
+    """The hand-written DSML call (`DsmlInvoke`) answers as its combinator grammar on every
+    prefix and mutation of calls: results, NEED, failure positions, and under a probe the
+    same name, arguments and call events (DeepSeek V4's DSML and V4.1's spaced DSML)."""
+    from vllm_pyfrontend.parsers.tool.deepseek import DsmlInvoke, dsml_invoke_grammar
+
+    for name in ("deepseek_v4", "deepseek_v41"):
+        fmt = get_tool_parser(name, None, []).fmt
+        parts = fmt._invoke_parts()
+        p = parts[2] if len(parts) > 2 else DSML
+        samples = [
+            f'<{p}invoke name="get_weather">\n<{p}parameter name="city" string="true">Paris</{p}parameter>\n'
+            f'<{p}parameter name="days" string="false">3</{p}parameter>\n</{p}invoke>',
+            f'<{p}invoke name="f"><{p}parameter name="q" string="true">{"long text " * 4}</{p}parameter></{p}invoke>',
+            f'<{p}invoke name="g">\n</{p}invoke>',
+            f'<{p}invoke name="bad name"></{p}invoke>',
+            f'<{p}invoke name="h"><{p}parameter name="a" string="false">{{"x": [1, 2]}}</{p}parameter>'
+            f'<{p}parameter name="a" string="true">again</{p}parameter></{p}invoke>',
+            f'<{p}invoke name="k"><{p}parameter name="v" string="true">unclosed<{p}parameter name="w">1</{p}invoke>',
+        ]
+        texts = _mutations(samples, f' "=<>/\n{p}ainvoke', 150, 13)
+        fast, spec = DsmlInvoke(*parts), dsml_invoke_grammar(*parts)
+        assert _same_answers(fast, spec, texts) > 50000

@@ -15,6 +15,7 @@ import json
 from typing import Any, Sequence
 
 from vllm_pyfrontend.parsers.tool.schema_values import tool_schema
+from vllm_pyfrontend.parsers.tool.streaming import dumps_value
 
 
 def tool_properties(tools: Sequence[Any], name: str) -> dict[str, Any]:
@@ -142,4 +143,4 @@ def coerce_params(params: dict[str, str], props: dict[str, Any]) -> dict[str, An
 
 
 def dumps_args(args: dict[str, Any]) -> str:
-    return json.dumps(args, ensure_ascii=False)
+    return dumps_value(args)

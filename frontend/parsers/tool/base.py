@@ -218,6 +218,14 @@ class SectionToolParser:
                     if at2 > at:
                         self._search_from = at2
                     return None if not self._content and not self._calls else self._take()
+            elif ends is None and self._in_section is None and buf[0] in self._firsts and not self.fmt.only_at_start:
+                # A start marker written over several tokens (DSML's ``<｜DSML｜tool_calls>`` is
+                # six): while the whole buffer is still a proper prefix of one, the content step
+                # would hold it all and release nothing (`partial_tail` cuts at 0).
+                n = len(buf)
+                for m in self._starts:
+                    if len(m) > n and m.startswith(buf):
+                        return None if not self._content and not self._calls else self._take()
             self._run(eof=False)
         return self._take()
 

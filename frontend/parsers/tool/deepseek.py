@@ -8,8 +8,10 @@ JSON, so these grammars do not read the request's tools.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import re
+from typing import Any, Callable, Sequence
 
+from vllm_pyfrontend.parsers import combinators
 from vllm_pyfrontend.parsers.combinators import (
     NEED,
     Fail,
@@ -19,20 +21,20 @@ from vllm_pyfrontend.parsers.combinators import (
     fmap,
     lit,
     lit_mismatch,
-    many,
     opt,
     seq,
     tag,
     take_until,
     ws,
+    ws_list,
 )
 from vllm_pyfrontend.parsers.tool.arg_values import loads_strict
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.json_grammar import call, json_args, name_ok
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.streaming import skip_ws
-from vllm_pyfrontend.parsers.tool.tagged_params import TypedFormat, calls_body, tagged_name
-from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, call_name, xml_args, xml_call, xml_name
+from vllm_pyfrontend.parsers.tool.tagged_params import TypedFormat, tagged_name
+from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, xml_args, xml_call, xml_name
 
 
 # --------------------------------------------------------------- deepseek v3
@@ -45,7 +47,7 @@ _SEP = "<｜tool▁sep｜>"
 
 def _deepseek_section(call: P) -> Section:
     return Section(
-        body=fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1]),
+        body=ws_list(call),
         ends=(_CALLS_END,),
     )
 
@@ -139,14 +141,24 @@ def _lit_at(s: str, pos: int, text: str, eof: bool) -> Result | None:
 
 
 class DsmlParamHead(P):
-    """`dsml_param_head_grammar(prefix)`, by hand (see there)."""
+    """`dsml_param_head_grammar(prefix)`, by hand (see there). A whole head is one regular
+    expression match (``\\s`` is `str.isspace`, as `ws` reads it; the grammar's greedy parts
+    match as the expression's do when the whole head is there); a head cut short or malformed
+    takes the step-by-step path, which says NEED or where it fails."""
 
-    __slots__ = ("_open",)
+    __slots__ = ("_open", "_whole")
 
     def __init__(self, prefix: str = DSML) -> None:
         self._open = f"<{prefix}parameter"
+        self._whole = re.compile(re.escape(self._open) + r'\s+name="([^"]*)"(?:\s+string="([^"]*)")?\s*>')
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
+        m = self._whole.match(s, pos)
+        if m is not None:
+            try:
+                return Ok(m.end(), (xml_name(m.group(1)), m.group(2)))
+            except ValueError:
+                return Fail(pos)
         n = len(s)
         r = _lit_at(s, pos, self._open, eof)
         if r is not None:
@@ -194,6 +206,98 @@ class DsmlParamHead(P):
         return Fail(i)
 
 
+def dsml_invoke_grammar(args: P, make: Callable[[str, list], Call], prefix: str = DSML,
+                        name_of: Callable[[str], str] = xml_name) -> P:
+    """One DSML call, ``<｜DSML｜invoke name="NAME">`` PARAMETERS ``</｜DSML｜invoke>``
+    (``args``: the tagged parameters' parser, ``make``: the call from its name and parameters,
+    ``name_of``: the name's check), reported to the tool engine as ``"call"``, its name as
+    ``"name"``. The specification of `DsmlInvoke`."""
+    return tag(
+        "call",
+        fmap(
+            seq(
+                lit(f'<{prefix}invoke name="'),
+                tag("name", fmap(take_until('"'), name_of)),
+                lit('">'),
+                ws(),
+                args,
+                ws(),
+                lit(f"</{prefix}invoke>"),
+            ),
+            lambda v: make(v[1], v[4]),
+        ),
+    )
+
+
+class DsmlInvoke(P):
+    """`dsml_invoke_grammar(args, make, prefix, name_of)`, by hand: the same results, NEED and failure
+    positions, and the same events under a probe (the open call is parsed again at every
+    partial parse of its section, and the combinators' per-part calls were half of that)."""
+
+    __slots__ = ("args", "make", "name_of", "_open", "_close")
+
+    def __init__(self, args: P, make: Callable[[str, list], Call], prefix: str = DSML,
+                 name_of: Callable[[str], str] = xml_name) -> None:
+        self.args = args
+        self.make = make
+        self.name_of = name_of
+        self._open = f'<{prefix}invoke name="'
+        self._close = f"</{prefix}invoke>"
+
+    def parse(self, s: str, pos: int, eof: bool) -> Result:
+        pr = combinators._probe
+        if pr is None:
+            return self._parse(s, pos, eof, None)
+        r = self._parse(s, pos, eof, pr.events)
+        if type(r) is Ok:
+            pr.events.append(("call", pos, r.end, r.value))
+        elif r is NEED:
+            pr.events.append(("call", pos, -1, None))
+        return r
+
+    def _parse(self, s: str, pos: int, eof: bool, events: list | None) -> Result:
+        mark = len(events) if events is not None else 0
+        r = _lit_at(s, pos, self._open, eof)
+        if r is not None:
+            return r
+        i = pos + len(self._open)
+        j = s.find('"', i)
+        if j == -1:  # take_until('"')
+            if eof:
+                return Fail(len(s))
+            if events is not None:
+                events.append(("name", i, -1, None))
+            return NEED
+        try:
+            name = self.name_of(s[i:j])
+        except ValueError:
+            return Fail(i)
+        if events is not None:
+            events.append(("name", i, j, name))
+        r = _lit_at(s, j, '">', eof)
+        if r is not None:
+            return r
+        n = len(s)
+        k = skip_ws(s, j + 2)
+        if k == n and not eof:
+            return NEED
+        a = self.args.parse(s, k, eof)
+        if type(a) is not Ok:
+            return a
+        k = skip_ws(s, a.end)
+        if k == n and not eof:
+            return NEED
+        r = _lit_at(s, k, self._close, eof)
+        if r is not None:
+            return r
+        try:
+            return Ok(k + len(self._close), self.make(name, a.value))
+        except ValueError:  # (`fmap`: a rejected call's events go with it)
+            if events is not None:
+                del events[mark:]
+            return Fail(pos)
+
+
 class DsmlTyping(XmlTyping):
     """DSML says per parameter whether its value is a string (``string="true"``)
     or JSON (anything else: decoded when it is JSON, else kept as text)."""
@@ -238,6 +342,13 @@ class Dsml(ToolFormat):
         self.sections = self.build()
 
     def _invoke(self) -> P:
+        return DsmlInvoke(*self._invoke_parts())
+
+    def invoke_grammar(self) -> P:
+        """The invoke as combinators: the specification of `DsmlInvoke` (checked by the tests)."""
+        return dsml_invoke_grammar(*self._invoke_parts())
+
+    def _invoke_parts(self) -> tuple[P, Callable[[str, list], Call]]:
         param = XmlParam(
             DsmlParamHead(),
             f"</{DSML}parameter>",
@@ -245,25 +356,10 @@ class Dsml(ToolFormat):
             hold=_dsml_hold,
         )
         typing = DsmlTyping()
-        make = xml_call(typing)
-        return tag(
-            "call",
-            fmap(
-                seq(
-                    lit(f'<{DSML}invoke name="'),
-                    call_name(take_until('"')),
-                    lit('">'),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit(f"</{DSML}invoke>"),
-                ),
-                lambda v: make(v[1], v[4]),
-            ),
-        )
+        return xml_args(param, typing), xml_call(typing)
 
     def build(self) -> dict[str, Section]:
-        body = fmap(seq(ws(), many(self._invoke(), sep=ws(), minimum=1), ws()), lambda v: v[1])
+        body = ws_list(self._invoke())
         sections = {}
         for w in self.wrappers:
             end = f"</{DSML}{w}>"
@@ -289,27 +385,19 @@ class DsmlSpaced(TypedFormat):
 
     def build(self) -> dict[str, Section]:
         p = self.prefix
-        param = XmlParam(DsmlParamHead(p), f"</{p}parameter>")
-        typing = DsmlTyping()
-        make = xml_call(typing)
-        invoke = tag(
-            "call",
-            fmap(
-                seq(
-                    lit(f'<{p}invoke name="'),
-                    tag("name", fmap(take_until('"'), tagged_name)),
-                    lit('">'),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit(f"</{p}invoke>"),
-                ),
-                lambda v: make(v[1], v[4]),
-            ),
-        )
         return {
-            f"<{p}{self.wrapper}>": Section(body=calls_body(invoke), ends=(f"</{p}{self.wrapper}>",))
+            f"<{p}{self.wrapper}>": Section(body=ws_list(DsmlInvoke(*self._invoke_parts())),
+                                            ends=(f"</{p}{self.wrapper}>",))
         }
+
+    def invoke_grammar(self) -> P:
+        """The invoke as combinators: the specification of `DsmlInvoke` (checked by the tests)."""
+        return dsml_invoke_grammar(*self._invoke_parts())
+
+    def _invoke_parts(self) -> tuple[P, Callable[[str, list], Call], str, Callable[[str], str]]:
+        p = self.prefix
+        typing = DsmlTyping()
+        return xml_args(XmlParam(DsmlParamHead(p), f"</{p}parameter>"), typing), xml_call(typing), p, tagged_name
 
 
 register_tool_parser("deepseek_v3", lambda tools: DeepSeekV3(), note="DeepSeek V3 (JSON in a code fence)")

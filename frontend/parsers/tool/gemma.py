@@ -28,6 +28,7 @@ from vllm_pyfrontend.parsers.combinators import (
     tag,
     take_until,
     ws,
+    ws_list,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
@@ -272,7 +273,7 @@ class Gemma4(ToolFormat):
                 lambda v: build([v[0], v[1], None, None, v[4]]),
             ),
         )
-        body = fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        body = ws_list(call)
         self.sections = {"<|tool_call>": Section(body=body, ends=("<tool_call|>",))}
 
 

@@ -25,6 +25,7 @@ from vllm_pyfrontend.parsers.combinators import (
     tag,
     take_until,
     ws,
+    ws_list,
 )
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.json_grammar import call, call_object, json_args, name_ok
@@ -361,7 +362,7 @@ class Plamo3(ToolFormat):
     )
     sections = {
         PLAMO_BEGIN_REQUESTS: Section(
-            body=fmap(seq(ws(), many(_call, sep=ws(), minimum=1), ws()), lambda v: v[1]),
+            body=ws_list(_call),
             ends=(PLAMO_END_REQUESTS,),
         )
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from vllm_pyfrontend.parsers.combinators import P, fmap, lit, many, seq, tag, take_until, ws
+from vllm_pyfrontend.parsers.combinators import fmap, lit, seq, tag, take_until, ws, ws_list
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.channels import MarkerDropFormat
 from vllm_pyfrontend.parsers.tool.json_grammar import call, json_args, name_ok
@@ -47,7 +47,7 @@ class KimiK2(ToolFormat):
         lambda v: Call(name=v[1][0], arguments=v[4], id=v[1][1]),
     )
     _section = Section(
-        body=fmap(seq(ws(), many(_call, sep=ws(), minimum=1), ws()), lambda v: v[1]),
+        body=ws_list(_call),
         ends=("<|tool_calls_section_end|>", "<|tool_call_section_end|>"),
     )
     sections = {
@@ -58,10 +58,6 @@ class KimiK2(ToolFormat):
 
 # ------------------------------------------------------------------- kimi k3
 O, C, S = "<|open|>", "<|close|>", "<|sep|>"
-
-
-def _calls_body(call: P) -> P:
-    return fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
 
 
 def _attrs(text: str) -> dict[str, str]:
@@ -153,7 +149,7 @@ class KimiK3(MarkerDropFormat):
                 lambda v: make(v[2], v[5]),
             ),
         )
-        self.sections = {f"{O}tools{S}": Section(body=_calls_body(call), ends=(f"{C}tools{S}",))}
+        self.sections = {f"{O}tools{S}": Section(body=ws_list(call), ends=(f"{C}tools{S}",))}
 
 
 register_tool_parser("kimi_k2", lambda tools: KimiK2(), note="Kimi K2")

@@ -14,11 +14,11 @@ from vllm_pyfrontend.parsers.combinators import (
     Result,
     fmap,
     lit,
-    many,
     seq,
     tag,
     take_until,
     ws,
+    ws_list,
 )
 from vllm_pyfrontend.parsers.tool.arg_values import coerce_params, is_string_param
 from vllm_pyfrontend.parsers.tool.base import Section
@@ -73,7 +73,7 @@ class MinimaxM2(XmlFormat):
                 lambda v: make(v[3], v[7]),
             ),
         )
-        body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        body = ws_list(invoke)
         return {"<minimax:tool_call>": Section(body=body, ends=("</minimax:tool_call>",))}
 
 
@@ -280,7 +280,7 @@ class MinimaxM3(XmlFormat):
 
     def build(self) -> dict[str, Section]:
         invoke = tag("call", _M3Invoke(_M3Typing(self.tools)))
-        body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        body = ws_list(invoke)
         return {f"{NS}<tool_call>": Section(body=body, ends=(f"{NS}</tool_call>",))}
 
 

@@ -4,7 +4,7 @@ muse_glimmer.
 
 from __future__ import annotations
 
-from vllm_pyfrontend.parsers.combinators import fmap, lit, many, seq, tag, take_until, ws
+from vllm_pyfrontend.parsers.combinators import fmap, lit, seq, tag, take_until, ws, ws_list
 from vllm_pyfrontend.parsers.tool.base import Section
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.xml_calls import (
@@ -60,7 +60,7 @@ class MuseGlimmer(XmlFormat):
                 lambda v: make(v[3], v[7]),
             ),
         )
-        body = fmap(seq(ws(), many(invoke, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        body = ws_list(invoke)
         return {"<atem:function_calls>": Section(body=body, ends=("</atem:function_calls>",))}
 
 

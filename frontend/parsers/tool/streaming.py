@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from json.encoder import encode_basestring  # (the C escaper, as ensure_ascii=False uses)
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -47,7 +48,7 @@ def escape(text: str) -> str:
     the escape of a prefix is a prefix of the escape)."""
     if _NEEDS_ESCAPE.search(text) is None:
         return text
-    return json.dumps(text, ensure_ascii=False)[1:-1]
+    return encode_basestring(text)[1:-1]
 
 
 # ------------------------------------------------------------------- JSON
@@ -264,8 +265,17 @@ def substantive(text: str) -> bool:
     return any(c not in "[{" for c in text)
 
 
+#: `json.dumps(value, ensure_ascii=False)` without a new encoder per call (`dumps` builds one
+#: whenever an argument differs from its default).
+_encode = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def dumps_value(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """``json.dumps(value, ensure_ascii=False)``: a string straight through the C escaper (what
+    the encoder does with one), anything else through one shared encoder."""
+    if type(value) is str:
+        return encode_basestring(value)
+    return _encode(value)
 
 
 def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from vllm_pyfrontend.parsers.combinators import (
     tag,
     take_until,
     ws,
+    ws_list,
 )
 from vllm_pyfrontend.parsers.tool.arg_values import dumps_args
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
@@ -43,10 +44,6 @@ def tagged_name(text: str) -> str:
     if not name or any(c.isspace() or c in "<>\"'{}" for c in name):
         raise ValueError("bad name")
     return name
-
-
-def calls_body(call: P) -> P:
-    return fmap(seq(ws(), many(call, sep=ws(), minimum=1), ws()), lambda v: v[1])
 
 
 class TypedFormat(ToolFormat):
@@ -121,7 +118,7 @@ class HyV3(TypedFormat):
         )
         return {
             "<tool_calls>": Section(
-                body=calls_body(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
+                body=ws_list(call), ends=("</tool_calls>",), eof_closes=self.eof_closes
             )
         }
 
@@ -230,7 +227,7 @@ class K2Horizon(TypedFormat):
         call = choice(json_call, xml_call_)
         return {
             "<ifm|tool_calls>": Section(
-                body=calls_body(call), ends=("</ifm|tool_calls>",), eof_closes=False
+                body=ws_list(call), ends=("</ifm|tool_calls>",), eof_closes=False
             )
         }
 

@@ -33,6 +33,7 @@ from vllm_pyfrontend.parsers.combinators import (
     tag,
     take_until,
     ws,
+    ws_list,
 )
 from vllm_pyfrontend.parsers.tool.arg_values import coerce_value, is_string_param, tool_properties
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
@@ -179,7 +180,7 @@ class XmlArgs(P):
         self.param = param
         self.typing = typing
         self.sep = sep  # between parameters (default: whitespace)
-        self._many = many(param, sep=sep if sep is not None else ws())
+        self._many = many(param, sep=sep) if sep is not None else ws_list(param, 0, outer=False)
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
         r = self._many.parse(s, pos, eof)
@@ -328,7 +329,7 @@ class Qwen3Coder(XmlFormat):
                 lambda v: make(v[1], v[4]),
             ),
         )
-        body = fmap(seq(ws(), many(function, sep=ws(), minimum=1), ws()), lambda v: v[1])
+        body = ws_list(function)
         return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
 
 
