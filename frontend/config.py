@@ -136,6 +136,9 @@ class WorkerPolicy:
     anthropic_disabled_thinking_effort: str = "auto"
     h11_max_incomplete_event_size: int = 4194304
     h11_max_header_count: int = 256
+    # The library that encodes prompts (text/tokenizer.py): "auto" (fastokens where it gives
+    # the tokenizers library's ids on the check texts), "fastokens" (required), "tokenizers".
+    tokenizer_backend: str = "auto"
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "WorkerPolicy":

@@ -112,11 +112,12 @@ class SharedParts:
     @staticmethod
     def key_of(config: WorkerConfig) -> tuple:
         """The config fields the shared parts are built from."""
-        return (config.model, config.tokenizer, config.chat_template, config.generation_config)
+        return (config.model, config.tokenizer, config.chat_template, config.generation_config,
+                config.policy.tokenizer_backend)
 
     @classmethod
     def load(cls, config: WorkerConfig) -> "SharedParts":
-        tokenizer = Tokenizer.load(config.tokenizer or config.model)
+        tokenizer = Tokenizer.load(config.tokenizer or config.model, backend=config.policy.tokenizer_backend)
         tokenizer.detokenizer_vocab.build_tables()  # (shared by the forked workers)
         template = load_chat_template(config.model, config.chat_template)
         tokenizer.use_prompt_anchors(template.source if template is not None else None)

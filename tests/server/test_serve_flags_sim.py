@@ -4,7 +4,8 @@ completion and Responses answers), `--enable-log-outputs` / `--enable-log-deltas
 response" lines in the request log), `--anthropic-disabled-thinking-effort` (the reasoning
 effort of /v1/messages with thinking disabled) and `--h11-max-incomplete-event-size` /
 `--h11-max-header-count` (the request head's bounds), `--tokens-only` (the token-in/token-out
-routes without --enable-scale-out, never detokenizing). Each against a server without the flag.
+routes without --enable-scale-out, never detokenizing), `--tokenizer-backend` (the library that
+encodes prompts). Each against a server without the flag.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def on():
     s = Stack(sim_args("--enable-per-request-metrics", "--enable-log-requests", "--enable-log-outputs",
                        "--max-log-len", "300", "--anthropic-disabled-thinking-effort", "low",
                        "--h11-max-incomplete-event-size", "3000", "--h11-max-header-count", "24",
-                       "--tokens-only"))
+                       "--tokens-only", "--tokenizer-backend", "tokenizers"))
     yield s
     s.terminate()
 
@@ -398,3 +399,14 @@ def test_tokens_only_serves_the_token_routes_without_text(on, off):
         assert h.post(on.base_url + "/abort_requests", json={"request_ids": ["x"]}).status_code == 200
         assert h.post(on.base_url + "/v1/completions/render",
                       json={"model": "dsv4", "prompt": "hi"}).status_code == 200
+
+
+def test_tokenizer_backend_encodes_prompts_with_the_chosen_library(on, off) -> None:
+    """`--tokenizer-backend tokenizers` encodes with the tokenizers library (the worker says
+    so), the default with fastokens; both count the same prompt tokens for the same messages."""
+    on.wait_for(lambda: "tokenizer backend: tokenizers" in on.logs(), 30, "the worker's backend line")
+    off.wait_for(lambda: "tokenizer backend: fastokens" in off.logs(), 30, "the worker's backend line")
+    for text in ("hi", "Grüße aus Köln, 東京 and 12345 spaces   here\n\tend", "x" * 300 + " ok"):
+        counts = [client(s).chat.completions.create(model="dsv4", messages=[{"role": "user", "content": text}],
+                                                   max_tokens=1).usage.prompt_tokens for s in (on, off)]
+        assert counts[0] == counts[1] > 0, (text, counts)
