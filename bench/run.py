@@ -12,7 +12,8 @@ bench/results/latest.json and bench/results/latest.png.
 
 `--py-spy` additionally records a py-spy profile of our frontend's process tree during the
 measured run (raw collapsed stacks + a summary); use it in a separate run, as sampling perturbs
-the numbers.
+the numbers (at 100 samples a second on a 2-core box, req1 served half its request rate:
+`--py-spy-rate 20` perturbs less).
 """
 
 from __future__ import annotations
@@ -86,12 +87,12 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def start_py_spy(pid: int, duration: float, out: Path) -> subprocess.Popen | None:
+def start_py_spy(pid: int, duration: float, out: Path, rate: int = 100) -> subprocess.Popen | None:
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(exe).exists():
         print("py-spy not found; no profile", file=sys.stderr)
         return None
-    argv = [exe, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--rate", "100",
+    argv = [exe, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--rate", str(rate),
             "--duration", str(int(duration)), "--format", "raw", "-o", str(out)]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -143,7 +144,7 @@ def run_one(name: str, wl: Workload, args, model: str, logs: Path) -> dict:
             if args.py_spy and name == "ours":
                 est = n / max(rate, 1e-6)
                 spy = start_py_spy(fe.pid, args.py_spy_seconds or max(5, est * 0.8),
-                                   RESULTS / f"profile-{wl.name}{args.py_spy_tag}.txt")
+                                   RESULTS / f"profile-{wl.name}{args.py_spy_tag}.txt", args.py_spy_rate)
             result = bench_serve(base, model, wl, n, args.concurrency, bench_log, timeout=args.bench_timeout)
             after = procstat.sample_cpu(fe.pid)
             io_reads, io_writes = procstat.io_calls_delta(io_before, procstat.tree_io_calls(fe.pid))
@@ -408,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--py-spy-seconds", type=float, default=0,
                     help="profile only the first N seconds of the measured run (e.g. the first wave)")
     ap.add_argument("--py-spy-tag", default="", help="suffix of the profile file names")
+    ap.add_argument("--py-spy-rate", type=int, default=100,
+                    help="samples per second (default 100; at full load on a small box py-spy's own "
+                         "work takes CPU from the frontend it samples: 20-25 perturbs less)")
     ap.add_argument("--out", default=str(RESULTS / "latest.json"))
     args = ap.parse_args(argv)
 
