@@ -9,6 +9,18 @@ from typing import Any
 
 # Environment variable carrying the API keys (a JSON list) from the supervisor to its workers.
 API_KEYS_ENV = "VLLM_PYFRONTEND_API_KEYS"
+# The prompt encoder's library where no --tokenizer-backend is given (the drop-in path has none).
+TOKENIZER_BACKEND_ENV = "VLLM_PYFRONTEND_TOKENIZER_BACKEND"
+TOKENIZER_BACKENDS = ("auto", "fastokens", "tokenizers")
+
+
+def tokenizer_backend_from_env(environ: Mapping[str, str]) -> str | None:
+    """`TOKENIZER_BACKEND_ENV`'s value (None when unset or empty); ValueError when it names none
+    of `TOKENIZER_BACKENDS`."""
+    value = environ.get(TOKENIZER_BACKEND_ENV) or None
+    if value is not None and value not in TOKENIZER_BACKENDS:
+        raise ValueError(f"{TOKENIZER_BACKEND_ENV}={value!r}: not one of {', '.join(TOKENIZER_BACKENDS)}")
+    return value
 
 
 @dataclass

@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vllm_pyfrontend.config import WorkerPolicy, engine_flag_value
+from vllm_pyfrontend.config import WorkerPolicy, engine_flag_value, tokenizer_backend_from_env
 from vllm_pyfrontend.server.tls import check_tls_files
 from vllm_pyfrontend.supervisor.config_file import split_with_config
 from vllm_pyfrontend.llm.lora import parse_lora_modules
@@ -312,6 +312,11 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error("--collect-detailed-traces requires --otlp-traces-endpoint")
     if ns.shutdown_timeout < 0:
         parser.error("--shutdown-timeout must be >= 0")
+    if ns.tokenizer_backend is None:
+        try:
+            ns.tokenizer_backend = tokenizer_backend_from_env(os.environ) or "auto"
+        except ValueError as e:
+            parser.error(str(e))
     for flag in ("http_timeout_keep_alive", "http_header_timeout", "http_body_timeout",
                  "max_connections_per_worker", "sse_keep_alive_interval"):
         if getattr(ns, flag) < 0:

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy
+from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy, tokenizer_backend_from_env
 from vllm_pyfrontend.server.tls import check_tls_files
 from vllm_pyfrontend.supervisor.cli import default_workers
 from vllm_pyfrontend.supervisor.flag_groups import human_readable_int
@@ -256,7 +256,8 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     # Under vLLM's launcher an engine's death ends the whole `vllm serve`: requests moved to wait
     # for a live engine would only wait for the shutdown, so they fail at once as vLLM's do.
     policy = WorkerPolicy.from_mapping({"migration_limit": 0, **args, "profiler_enabled": isinstance(profiler, dict)
-                                        and profiler.get("profiler") is not None})
+                                        and profiler.get("profiler") is not None,
+                                        "tokenizer_backend": tokenizer_backend_from_env(environ)})
     check_tls_files(policy)  # (vLLM bound the --uds socket, if any, and hands it over as listen_fd)
     tokenizer_dir = _local_dir(str(tokenizer), args.get("tokenizer_revision")) if tokenizer else None
     return ServeSettings(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from vllm_pyfrontend.config import TOKENIZER_BACKENDS
+
 
 def human_readable_int(text: str) -> int:
     """vLLM's integer syntax for lengths: `32k` = 32000, `32K` = 32768, `-1`/`auto` = -1."""
@@ -108,8 +110,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "and is closed (default 0: no cap)")
     p.add_argument("--sse-keep-alive-interval", type=float, default=0.0,
                    help='write a ": keep-alive" SSE comment on a stream silent this long (default 0: never)')
-    p.add_argument("--tokenizer-backend", choices=("auto", "fastokens", "tokenizers"), default="auto",
-                   help="the library that encodes prompts: auto (fastokens where it gives the tokenizers "
+    p.add_argument("--tokenizer-backend", choices=TOKENIZER_BACKENDS, default=None,
+                   help="the library that encodes prompts (default: $VLLM_PYFRONTEND_TOKENIZER_BACKEND, "
+                        "else auto): auto (fastokens where it gives the tokenizers "
                         "library's ids; encodes 4-50x faster, for ~70 MiB of tables shared by the workers "
                         "and caches in each worker that grow with distinct prompt text, up to ~100 MiB), "
                         "fastokens (required: the start fails where it differs), or tokenizers (the least "

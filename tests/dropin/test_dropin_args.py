@@ -69,6 +69,17 @@ def test_vllm_security_flags_carry_over():
     assert serve_settings({"model_tag": model}, environ={}).api_keys == []
 
 
+def test_tokenizer_backend_from_the_environment():
+    """The drop-in path has no --tokenizer-backend (vLLM's parser would refuse it): the
+    environment variable picks the library; unset, auto; a wrong value stops the start."""
+    model = build_tiny_model()
+    env = {"VLLM_PYFRONTEND_TOKENIZER_BACKEND": "tokenizers"}
+    assert serve_settings({"model_tag": model}, environ=env).policy.tokenizer_backend == "tokenizers"
+    assert serve_settings({"model_tag": model}, environ={}).policy.tokenizer_backend == "auto"
+    with pytest.raises(ValueError, match="not one of auto, fastokens, tokenizers"):
+        serve_settings({"model_tag": model}, environ={"VLLM_PYFRONTEND_TOKENIZER_BACKEND": "hf"})
+
+
 def test_vllm_network_flags_carry_over(tmp_path):
     model = build_tiny_model()
     cert = tmp_path / "c.pem"

@@ -261,3 +261,20 @@ def test_parsing_a_command_line_does_not_load_the_parsers():
             "print('vllm_pyfrontend.parsers.tool' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_tokenizer_backend_from_flag_or_environment(monkeypatch, capsys):
+    """--tokenizer-backend, else $VLLM_PYFRONTEND_TOKENIZER_BACKEND, else auto; a value of
+    neither kind is a usage error naming the choices."""
+    monkeypatch.delenv("VLLM_PYFRONTEND_TOKENIZER_BACKEND", raising=False)
+    assert parse_args(["/m"]).policy.tokenizer_backend == "auto"
+    assert parse_args(["/m", "--tokenizer-backend", "tokenizers"]).policy.tokenizer_backend == "tokenizers"
+    monkeypatch.setenv("VLLM_PYFRONTEND_TOKENIZER_BACKEND", "tokenizers")
+    assert parse_args(["/m"]).policy.tokenizer_backend == "tokenizers"
+    assert parse_args(["/m", "--tokenizer-backend", "fastokens"]).policy.tokenizer_backend == "fastokens"
+    monkeypatch.setenv("VLLM_PYFRONTEND_TOKENIZER_BACKEND", "hf")
+    with pytest.raises(SystemExit):
+        parse_args(["/m"])
+    assert "VLLM_PYFRONTEND_TOKENIZER_BACKEND='hf': not one of auto, fastokens, tokenizers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["/m", "--tokenizer-backend", "hf"])
