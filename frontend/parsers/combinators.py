@@ -293,20 +293,37 @@ def choice(*alts: P) -> P:
 
 
 class _Many(P):
-    __slots__ = ("item", "sep", "min")
+    """`many`; built by `ws_list` (``ws_sep``) its separator is whitespace skipped in the loop,
+    and with ``outer`` whitespace before and after too: what `ws_list_grammar` spells with
+    `ws` parts, without a call per part."""
 
-    def __init__(self, item: P, sep: P | None, minimum: int) -> None:
+    __slots__ = ("item", "sep", "min", "ws_sep", "outer")
+
+    def __init__(self, item: P, sep: P | None, minimum: int, ws_sep: bool = False, outer: bool = False) -> None:
         self.item = item
         self.sep = sep
         self.min = minimum
+        self.ws_sep = ws_sep
+        self.outer = outer
 
     def parse(self, s: str, pos: int, eof: bool) -> Result:
+        n = len(s)
+        if self.outer:
+            while pos < n and s[pos].isspace():
+                pos += 1
+            if pos == n and not eof:
+                return NEED  # more whitespace may follow
         values: list[Any] = []
         pr = _probe
         while True:
             at = pos
             mark = len(pr.events) if pr is not None else 0
-            if values and self.sep is not None:
+            if values and self.ws_sep:
+                while at < n and s[at].isspace():
+                    at += 1
+                if at == n and not eof:
+                    return NEED
+            elif values and self.sep is not None:
                 r = self.sep.parse(s, at, eof)
                 if r is NEED:
                     return NEED
@@ -330,6 +347,11 @@ class _Many(P):
             pos = r.end
         if len(values) < self.min:
             return Fail(pos)
+        if self.outer:
+            while pos < n and s[pos].isspace():
+                pos += 1
+            if pos == n and not eof:
+                return NEED
         return Ok(pos, values)
 
 
@@ -338,62 +360,12 @@ def many(item: P, sep: P | None = None, minimum: int = 0) -> P:
     return _Many(item, sep, minimum)
 
 
-class _WsList(P):
-    """`ws_list`: `many(item, sep=ws(), minimum)`, inside `ws()` on both sides with ``outer``,
-    in one loop (a tool section's calls, an XML call's parameters: every partial parse of an
-    open section runs it)."""
-
-    __slots__ = ("item", "min", "outer")
-
-    def __init__(self, item: P, minimum: int, outer: bool) -> None:
-        self.item = item
-        self.min = minimum
-        self.outer = outer
-
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        n = len(s)
-        if self.outer:
-            while pos < n and s[pos].isspace():
-                pos += 1
-            if pos == n and not eof:
-                return NEED  # more whitespace may follow
-        item = self.item
-        pr = _probe
-        values: list[Any] = []
-        while True:
-            at = pos
-            if values:
-                while at < n and s[at].isspace():
-                    at += 1
-                if at == n and not eof:
-                    return NEED
-            mark = len(pr.events) if pr is not None else 0
-            r = item.parse(s, at, eof)
-            if r is NEED:
-                return NEED
-            if not isinstance(r, Ok):
-                if pr is not None:
-                    del pr.events[mark:]
-                break  # back to before the whitespace
-            if r.end == pos:
-                break  # no progress: stop rather than loop
-            values.append(r.value)
-            pos = r.end
-        if len(values) < self.min:
-            return Fail(pos)
-        if self.outer:
-            while pos < n and s[pos].isspace():
-                pos += 1
-            if pos == n and not eof:
-                return NEED
-        return Ok(pos, values)
-
-
 def ws_list(item: P, minimum: int = 1, outer: bool = True) -> P:
     """``item`` repeated, separated by whitespace (at least ``minimum``); with ``outer`` also
     whitespace before and after (a tool section's calls); value: the items' values. Parses
-    as `ws_list_grammar` (its specification) does, without a call per part."""
-    return _WsList(item, minimum, outer)
+    as `ws_list_grammar` (its specification) does, in one loop (every partial parse of an open
+    tool-call section runs it)."""
+    return _Many(item, None, minimum, ws_sep=True, outer=outer)
 
 
 def ws_list_grammar(item: P, minimum: int = 1, outer: bool = True) -> P:

@@ -192,7 +192,7 @@ def test_dsml_invoke_parses_as_its_grammar() -> None:
     for name in ("deepseek_v4", "deepseek_v41"):
         fmt = get_tool_parser(name, None, []).fmt
         parts = fmt._invoke_parts()
-        p = parts[2] if len(parts) > 2 else DSML
+        p = parts[2]  # the tag prefix
         samples = [
             f'<{p}invoke name="get_weather">\n<{p}parameter name="city" string="true">Paris</{p}parameter>\n'
             f'<{p}parameter name="days" string="false">3</{p}parameter>\n</{p}invoke>',

@@ -341,14 +341,8 @@ class Dsml(ToolFormat):
         self.tools = list(tools)
         self.sections = self.build()
 
-    def _invoke(self) -> P:
-        return DsmlInvoke(*self._invoke_parts())
-
-    def invoke_grammar(self) -> P:
-        """The invoke as combinators: the specification of `DsmlInvoke` (checked by the tests)."""
-        return dsml_invoke_grammar(*self._invoke_parts())
-
-    def _invoke_parts(self) -> tuple[P, Callable[[str, list], Call]]:
+    def _invoke_parts(self) -> tuple[P, Callable[[str, list], Call], str, Callable[[str], str]]:
+        """`DsmlInvoke`'s arguments (also `dsml_invoke_grammar`'s)."""
         param = XmlParam(
             DsmlParamHead(),
             f"</{DSML}parameter>",
@@ -356,10 +350,10 @@ class Dsml(ToolFormat):
             hold=_dsml_hold,
         )
         typing = DsmlTyping()
-        return xml_args(param, typing), xml_call(typing)
+        return xml_args(param, typing), xml_call(typing), DSML, xml_name
 
     def build(self) -> dict[str, Section]:
-        body = ws_list(self._invoke())
+        body = ws_list(DsmlInvoke(*self._invoke_parts()))
         sections = {}
         for w in self.wrappers:
             end = f"</{DSML}{w}>"
@@ -390,11 +384,8 @@ class DsmlSpaced(TypedFormat):
                                             ends=(f"</{p}{self.wrapper}>",))
         }
 
-    def invoke_grammar(self) -> P:
-        """The invoke as combinators: the specification of `DsmlInvoke` (checked by the tests)."""
-        return dsml_invoke_grammar(*self._invoke_parts())
-
     def _invoke_parts(self) -> tuple[P, Callable[[str, list], Call], str, Callable[[str], str]]:
+        """`DsmlInvoke`'s arguments (also `dsml_invoke_grammar`'s)."""
         p = self.prefix
         typing = DsmlTyping()
         return xml_args(XmlParam(DsmlParamHead(p), f"</{p}parameter>"), typing), xml_call(typing), p, tagged_name
