@@ -4,9 +4,9 @@ Started by the supervisor's WorkerPool (supervisor/forkserver.py) as an ordinary
 `python -m vllm_pyfrontend.server.preload --control-fd N --config-json '<worker 0's config>'`,
 with the workers' environment (metrics directory, API keys). It imports the worker's modules and
 builds the parts that are the same in every worker (tokenizer, chat template, generation
-defaults, model config: `SharedParts`), collects and freezes the Python heap and trims the C heap,
-then waits on the control socket (AF_UNIX SOCK_SEQPACKET). It runs no event loop and keeps no
-thread, so forking it is safe; the forked workers share those pages copy-on-write (the tokenizer
+defaults, model config: `SharedParts`), collects and freezes the Python heap, trims the C heap and
+takes its free chunks (server/malloc_heap.py), then waits on the control socket (AF_UNIX
+SOCK_SEQPACKET). It runs no event loop and keeps no thread, so forking it is safe; the forked workers share those pages copy-on-write (the tokenizer
 tables are most of a worker's memory).
 
 Control messages (JSON, one per datagram):
@@ -39,7 +39,8 @@ import traceback
 
 from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
 from vllm_pyfrontend.server import worker as worker_module
-from vllm_pyfrontend.server.worker import SharedParts, release_free_heap
+from vllm_pyfrontend.server.malloc_heap import release_free_heap, seal_free_heap
+from vllm_pyfrontend.server.worker import SharedParts
 
 log = logging.getLogger("vllm_pyfrontend.server.preload")
 
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     gc.freeze()
     release_free_heap()
+    log.debug("worker template took %d free heap chunks", seal_free_heap())
     threads = thread_count()
     if threads > 1:
         log.debug("worker template runs %d threads before forking workers", threads)

@@ -34,6 +34,7 @@ from vllm_pyfrontend.server import log_lines
 from vllm_pyfrontend.server.app import build_app
 from vllm_pyfrontend.api.pooling.model import POOLING_TASKS, PoolingModel, engine_tasks
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
+from vllm_pyfrontend.server.malloc_heap import release_free_heap
 from vllm_pyfrontend.server.tls import make_ssl_context
 from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
@@ -83,19 +84,6 @@ def tune_gc() -> None:
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
     release_free_heap()
-
-
-def release_free_heap() -> None:
-    """Give the C heap's free pages back to the kernel (glibc `malloc_trim`). Loading the
-    tokenizer parses its JSON (5.5 MB for DeepSeek V4) into temporary trees in both tokenizer
-    libraries; freed, those pages stay resident in malloc's arenas: ~60 MiB of a worker's
-    ~255 MiB (PSS) with that tokenizer, every worker. No effect (and no error) elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""The C heap (glibc malloc) of a process that forks workers: what it gives back before forking,
+and how it keeps the workers' allocations off the pages they share with it.
+
+Both are no-ops where the C library is not glibc."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+
+log = logging.getLogger("vllm_pyfrontend.server.malloc_heap")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim, libc.mallinfo2, libc.malloc, libc.sbrk  # noqa: B018 (glibc >= 2.33)
+    except (OSError, AttributeError):
+        return None
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.sbrk.restype = ctypes.c_void_p
+    libc.sbrk.argtypes = [ctypes.c_ssize_t]
+    return libc
+
+
+def release_free_heap() -> None:
+    """Give the C heap's free pages back to the kernel (glibc `malloc_trim`). Loading the
+    tokenizer parses its JSON (5.5 MB for DeepSeek V4) into temporary trees in both tokenizer
+    libraries; freed, those pages stay resident in malloc's arenas: ~60 MiB of a worker's
+    ~255 MiB (PSS) with that tokenizer, every worker."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+# Chunk sizes tried, largest first: powers of two down to 4 KiB, then every 16 bytes (malloc's
+# chunk granularity on 64-bit glibc) down to the smallest chunk.
+# The largest chunk glibc's per-thread cache holds (a 1,032-byte request).
+_TCACHE_MAX_CHUNK = 1040
+
+_SEAL_SIZES = [1 << k for k in range(26, 12, -1)] + list(range(4096, 16, -16))
+
+
+def seal_free_heap() -> int:
+    """Take every free chunk of the main arena and keep it, so a process forked afterwards
+    allocates from fresh pages at the heap's top instead of from the free chunks between the
+    live data it shares with this process. Loading a tokenizer leaves thousands of them (7,000,
+    ~100 MiB, for DeepSeek V4 with fastokens: its JSON parsed and freed twice), and malloc
+    reuses them first: each reuse writes the page the chunk lies on, and a worker gets its own
+    copy of it, the template keeping the original (~13 MiB copied per worker under load,
+    `bench/run.py --workload toolcall`). Taking a chunk writes only its header, on a page
+    already resident; the free pages that `release_free_heap` returned stay returned.
+
+    A chunk comes from the top (fresh memory: where taking stops for that size) when its
+    address is at or above where the top began; one from mmap lies above the heap as well.
+    Returns how many chunks were taken (they are never freed)."""
+    libc = _libc()
+    if libc is None:
+        return 0
+    top_start = libc.sbrk(0) - libc.mallinfo2().keepcost
+    taken = 0
+    for size in _SEAL_SIZES:
+        while True:
+            p = libc.malloc(size - 8)  # a chunk of `size` bytes: the request plus its header
+            if p and p < top_start:
+                taken += 1
+                continue
+            if size > _TCACHE_MAX_CHUNK:
+                libc.free(p)  # back into the top (or unmapped)
+            # (a small one is kept: freed, it would wait in malloc's per-thread cache, a free
+            # chunk above the shared pages' end that a worker would still reuse)
+            break
+    return taken
