@@ -23,8 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import msgspec
 import tokenizers
@@ -32,8 +31,6 @@ import tokenizers
 from vllm_pyfrontend.text.bytelevel import build_token_bytes, is_pure_byte_level, token_string_to_bytes
 from vllm_pyfrontend.text.detokenizer import DetokenizerVocab, IncrementalDetokenizer
 from vllm_pyfrontend.text.prompt_pieces import PIECE_MIN_CHARS, TEXT_MAX_CHARS, PieceCache, safe_anchors
-
-T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -263,12 +260,18 @@ class Tokenizer:
         corpus.extend(f"x{t}y {t}\n{t}" for t in sample[:32])
         corpus.append("\n".join(_CHECK_CORPUS) * 3)
         try:
-            differs = _on_a_thread_of_its_own(_first_difference, corpus, hf, fast)
+            for text in corpus:
+                for add in (False, True):
+                    want = hf.encode(text, add_special_tokens=add).ids
+                    got = fast.encode(text, add_special_tokens=add).ids
+                    if list(got) != want:
+                        logger.warning(
+                            "fastokens differs from tokenizers on %r; using tokenizers",
+                            text[:60],
+                        )
+                        return None
         except Exception as exc:
             logger.warning("fastokens check failed (%s); using tokenizers", exc)
-            return None
-        if differs is not None:
-            logger.warning("fastokens differs from tokenizers on %r; using tokenizers", differs[:60])
             return None
         return fast
 
@@ -314,10 +317,10 @@ class Tokenizer:
         whole = lambda text: self._encode_impl(text, False)  # noqa: E731
         cache = PieceCache(whole, anchors)
         probe = (template_source + "\n") * 3  # every piece seen, then looked up
-        same = lambda: all(cache.encode(probe) == whole(probe) for _ in range(3))  # noqa: E731
-        if not _on_a_thread_of_its_own(same):
-            logger.warning("prompt piece cache disagrees with the tokenizer; not used")
-            return False
+        for _ in range(3):
+            if cache.encode(probe) != whole(probe):
+                logger.warning("prompt piece cache disagrees with the tokenizer; not used")
+                return False
         self._pieces = cache
         return True
 
@@ -410,26 +413,6 @@ class Tokenizer:
             skip_special_tokens=skip_special_tokens,
             spaces_between_special_tokens=spaces_between_special_tokens,
         )
-
-
-def _first_difference(corpus: list[str], hf: tokenizers.Tokenizer, fast: Any) -> str | None:
-    """The first text of `corpus` fastokens encodes differently from `tokenizers`, or None."""
-    for text in corpus:
-        for add in (False, True):
-            if list(fast.encode(text, add_special_tokens=add).ids) != hf.encode(text, add_special_tokens=add).ids:
-                return text
-    return None
-
-
-def _on_a_thread_of_its_own(fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args)` on a short-lived thread. Loading encodes (the checks), and fastokens' first
-    encode on a thread gives that thread a pretoken cache seeded with a 16 MiB copy of the
-    model's seed table, which every later encode on the thread writes to. Made on the loading
-    thread, that copy would sit in a worker template and be copied again, page by page, by every
-    worker forked from it; made here, it goes when the thread ends, and the template keeps only
-    the seed (read-only, shared by the workers, each of which seeds its own cache from it)."""
-    with ThreadPoolExecutor(1, thread_name_prefix="tokenizer check") as pool:
-        return pool.submit(fn, *args).result()  # (the thread ends as the block does)
 
 
 def _normalizer_is_identity(hf: tokenizers.Tokenizer) -> bool:

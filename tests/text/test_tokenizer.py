@@ -6,7 +6,6 @@ import json
 import os
 import random
 import shutil
-import threading
 
 import pytest
 import tokenizers
@@ -85,33 +84,6 @@ def test_falls_back_when_fastokens_cannot_load(dsv4_dir: str, monkeypatch: pytes
 
     monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", staticmethod(boom))
     assert Tokenizer.load(dsv4_dir).backend == "tokenizers"
-
-
-def test_load_encodes_off_the_calling_thread(dsv4_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # fastokens gives each thread that encodes a pretoken cache (16 MiB here); made while a worker
-    # template loads, it would be inherited by every worker and copied by each. The load's own
-    # encodes (the check against `tokenizers`, the prompt-anchor probe) run on a short-lived thread.
-    real = fastokens.Tokenizer.from_json_str
-    threads: list[int] = []
-
-    class Recording:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def encode(self, text, add_special_tokens=False):
-            threads.append(threading.get_ident())
-            return self.inner.encode(text, add_special_tokens=add_special_tokens)
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", staticmethod(lambda s: Recording(real(s))))
-    t = Tokenizer.load(dsv4_dir)
-    assert t.backend == "fastokens"
-    assert t.use_prompt_anchors("<｜User｜>{{ m }}<｜Assistant｜>")
-    assert threads and threading.get_ident() not in threads
-    t.encode("hello")
-    assert threads[-1] == threading.get_ident()
 
 
 def test_a_check_that_raises_falls_back(dsv4_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
