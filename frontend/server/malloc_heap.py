@@ -6,9 +6,6 @@ Both are no-ops where the C library is not glibc."""
 from __future__ import annotations
 
 import ctypes
-import logging
-
-log = logging.getLogger("vllm_pyfrontend.server.malloc_heap")
 
 
 class _MallInfo2(ctypes.Structure):
@@ -41,12 +38,12 @@ def release_free_heap() -> None:
         libc.malloc_trim(0)
 
 
-# Chunk sizes tried, largest first: powers of two down to 4 KiB, then every 16 bytes (malloc's
-# chunk granularity on 64-bit glibc) down to the smallest chunk.
+# Chunk sizes taken, largest first: powers of two down to 8 KiB, then every 16 bytes (malloc's
+# chunk granularity on 64-bit glibc) from 4 KiB down to the smallest chunk. A larger free chunk
+# is split, and its remainder taken at a smaller size.
+_SEAL_SIZES = [1 << k for k in range(26, 12, -1)] + list(range(4096, 16, -16))
 # The largest chunk glibc's per-thread cache holds (a 1,032-byte request).
 _TCACHE_MAX_CHUNK = 1040
-
-_SEAL_SIZES = [1 << k for k in range(26, 12, -1)] + list(range(4096, 16, -16))
 
 
 def seal_free_heap() -> int:
@@ -56,12 +53,14 @@ def seal_free_heap() -> int:
     ~100 MiB, for DeepSeek V4 with fastokens: its JSON parsed and freed twice), and malloc
     reuses them first: each reuse writes the page the chunk lies on, and a worker gets its own
     copy of it, the template keeping the original (~13 MiB copied per worker under load,
-    `bench/run.py --workload toolcall`). Taking a chunk writes only its header, on a page
-    already resident; the free pages that `release_free_heap` returned stay returned.
+    `bench/run.py --workload toolcall`). Taking chunks writes their headers only: the free
+    pages inside them that `release_free_heap` returned stay returned (the split ones' headers
+    make ~4 MiB of them resident again, once, in the template). Takes a few milliseconds.
 
     A chunk comes from the top (fresh memory: where taking stops for that size) when its
     address is at or above where the top began; one from mmap lies above the heap as well.
-    Returns how many chunks were taken (they are never freed)."""
+    Only the calling thread's arena (the main one) is reached. Returns how many chunks were
+    taken (they are never freed)."""
     libc = _libc()
     if libc is None:
         return 0

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import tokenizers
@@ -86,17 +87,11 @@ def test_falls_back_when_fastokens_cannot_load(dsv4_dir: str, monkeypatch: pytes
     assert Tokenizer.load(dsv4_dir).backend == "tokenizers"
 
 
-def test_a_check_that_raises_falls_back(dsv4_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = fastokens.Tokenizer.from_json_str
+def test_falls_back_when_the_fastokens_check_raises(dsv4_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def raising(text, add_special_tokens=False):
+        raise RuntimeError("boom")
 
-    class Raising:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def encode(self, text, add_special_tokens=False):
-            raise RuntimeError("boom")
-
-    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", staticmethod(lambda s: Raising(real(s))))
+    monkeypatch.setattr(fastokens.Tokenizer, "from_json_str", staticmethod(lambda s: SimpleNamespace(encode=raising)))
     assert Tokenizer.load(dsv4_dir).backend == "tokenizers"
 
 
