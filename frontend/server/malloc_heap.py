@@ -1,11 +1,12 @@
 """The C heap (glibc malloc) of a process that forks workers: what it gives back before forking,
 and how it keeps the workers' allocations off the pages they share with it.
 
-Both are no-ops where the C library is not glibc."""
+Both are no-ops where the C library is not glibc (taking the free chunks needs glibc 2.33)."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 
 
 class _MallInfo2(ctypes.Structure):
@@ -13,11 +14,24 @@ class _MallInfo2(ctypes.Structure):
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """glibc, where `malloc_trim` is (glibc 2.8 and later)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim, libc.mallinfo2, libc.malloc, libc.sbrk  # noqa: B018 (glibc >= 2.33)
+        libc.malloc_trim  # noqa: B018
     except (OSError, AttributeError):
+        return None
+    return libc
+
+
+@functools.cache
+def _glibc_malloc() -> ctypes.CDLL | None:
+    """glibc with what `seal_free_heap` reads and calls (`mallinfo2`: glibc 2.33 and later)."""
+    libc = _libc()
+    try:
+        libc.mallinfo2, libc.sbrk  # noqa: B018
+    except AttributeError:  # (None, or an older glibc)
         return None
     libc.mallinfo2.restype = _MallInfo2
     libc.malloc.restype = ctypes.c_void_p
@@ -61,7 +75,7 @@ def seal_free_heap() -> int:
     address is at or above where the top began; one from mmap lies above the heap as well.
     Only the calling thread's arena (the main one) is reached. Returns how many chunks were
     taken (they are never freed)."""
-    libc = _libc()
+    libc = _glibc_malloc()
     if libc is None:
         return 0
     top_start = libc.sbrk(0) - libc.mallinfo2().keepcost

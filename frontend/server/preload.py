@@ -6,8 +6,8 @@ with the workers' environment (metrics directory, API keys). It imports the work
 builds the parts that are the same in every worker (tokenizer, chat template, generation
 defaults, model config: `SharedParts`), collects and freezes the Python heap, trims the C heap and
 takes its free chunks (server/malloc_heap.py), then waits on the control socket (AF_UNIX
-SOCK_SEQPACKET). It runs no event loop and keeps no thread, so forking it is safe; the forked workers share those pages copy-on-write (the tokenizer
-tables are most of a worker's memory).
+SOCK_SEQPACKET). It runs no event loop and keeps no thread, so forking it is safe; the forked
+workers share those pages copy-on-write (the tokenizer tables are most of a worker's memory).
 
 Control messages (JSON, one per datagram):
 

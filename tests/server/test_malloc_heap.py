@@ -9,18 +9,18 @@ import textwrap
 
 import pytest
 
-from vllm_pyfrontend.server.malloc_heap import _libc
+from vllm_pyfrontend.server.malloc_heap import _glibc_malloc
 
-pytestmark = pytest.mark.skipif(_libc() is None, reason="glibc's malloc only")
+pytestmark = pytest.mark.skipif(_glibc_malloc() is None, reason="glibc's malloc (2.33 and later) only")
 
 # Run in a fresh interpreter: the heap's state is the script's own. Live chunks of many sizes
 # with every other one freed (holes between live data, as a loaded tokenizer leaves them);
 # allocations before sealing reuse the holes, those after it (in a forked child too) do not.
 SCRIPT = textwrap.dedent("""
     import os
-    from vllm_pyfrontend.server.malloc_heap import _libc, release_free_heap, seal_free_heap
+    from vllm_pyfrontend.server.malloc_heap import _glibc_malloc, release_free_heap, seal_free_heap
 
-    libc = _libc()
+    libc = _glibc_malloc()
     sizes = [24 + 40 * k for k in range(80)] + [5000, 20000, 70000]
     live = [libc.malloc(s) for _ in range(60) for s in sizes]
     for p in live[::2]:
@@ -30,15 +30,19 @@ SCRIPT = textwrap.dedent("""
     def top_start():
         return libc.sbrk(0) - libc.mallinfo2().keepcost
 
+    def free_below_top():
+        m = libc.mallinfo2()
+        return m.fordblks - m.keepcost
+
     start = top_start()
     probe = [libc.malloc(s) for s in sizes]
     reused = sum(p < start for p in probe)
     for p in probe:
         libc.free(p)
 
-    free_before = libc.mallinfo2().fordblks - libc.mallinfo2().keepcost
+    free_before = free_below_top()
     taken = seal_free_heap()
-    free_after = libc.mallinfo2().fordblks - libc.mallinfo2().keepcost
+    free_after = free_below_top()
     start = top_start()
     fresh = [libc.malloc(s) for _ in range(20) for s in sizes]
     below = sum(p < start for p in fresh)
