@@ -160,9 +160,12 @@ class KvEventSubscriber:
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(src.replay_endpoint)
         try:
-            return await asyncio.wait_for(self._replay_frames(sock, src.rank, start, initial),
-                                          self.replay_timeout)
-        except asyncio.TimeoutError:
+            # (In this task, not `asyncio.wait_for`'s own: on Python 3.11 a cancel that lands as
+            # the replay finishes is lost there, and `close` then waits for ever on a follower
+            # gone back to its socket.)
+            async with asyncio.timeout(self.replay_timeout):
+                return await self._replay_frames(sock, src.rank, start, initial)
+        except TimeoutError:
             if not initial:
                 log.warning("KV events of engine %d: replay from %d timed out", src.rank, start)
             return False

@@ -135,7 +135,10 @@ class BatchRunner:
                 log.exception("batch runner step failed")
             self.metrics.lines_running(len(self.running))
             try:
-                await asyncio.wait_for(self._wake.wait(), s.poll_s)
+                # (Not `asyncio.wait_for`: on Python 3.11 `close`'s cancel is lost there when it
+                # lands as a wake comes, and `close` would wait for this loop for ever.)
+                async with asyncio.timeout(s.poll_s):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

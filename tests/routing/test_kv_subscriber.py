@@ -102,3 +102,36 @@ def test_gap_without_replay_and_restart_drop_the_engine():
             pub.close()
 
     asyncio.run(main())
+
+
+def test_close_ends_a_follower_whose_replay_finishes_as_it_is_cancelled():
+    """`close` cancels each engine's follower and waits for it. A cancel that lands in the loop
+    iteration where the follower's replay finishes must still end it (a cancel lost there
+    would send the follower back to its socket, and `close`, the worker's shutdown, would wait
+    for ever)."""
+    async def main():
+        cfg = config(replay=True)
+        sub = KvEventSubscriber(KvIndex([0]), cfg.sources([0]))
+        loop = asyncio.get_running_loop()
+        entered = asyncio.Event()
+        release = loop.create_future()
+
+        async def replay_frames(sock, rank, start, initial):
+            entered.set()
+            await release
+            return True
+
+        sub._replay_frames = replay_frames  # the start's replay, held until the cancel
+        sub.start()
+        await asyncio.wait_for(entered.wait(), 5)
+        release.set_result(None)  # the replay finishes in the iteration close()'s cancel lands in
+        closing = asyncio.ensure_future(sub.close())
+        done, _ = await asyncio.wait({closing}, timeout=5)
+        if not done:  # (cancel the follower again so that the test itself ends)
+            for t in sub._tasks:
+                t.cancel()
+            await asyncio.wait({closing}, timeout=5)
+        assert done, "close() did not end the follower its cancel reached as the replay finished"
+        assert not sub._tasks
+
+    asyncio.run(main())

@@ -147,7 +147,8 @@ async def _replay(ctx: zmq.asyncio.Context, src: EventSource, start: int, end: i
     try:
         await sock.send_multipart([b"", start.to_bytes(8, "big")])
         while True:
-            frames = await asyncio.wait_for(sock.recv_multipart(), REPLAY_TIMEOUT)
+            async with asyncio.timeout(REPLAY_TIMEOUT):  # (a cancel is never lost, unlike `wait_for`'s on 3.11)
+                frames = await sock.recv_multipart()
             if len(frames) < 4 or frames[2] == END_SEQ:
                 break
             seq = int.from_bytes(frames[2], "big")
