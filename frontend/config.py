@@ -7,17 +7,19 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-# Environment variable carrying the API keys (a JSON list) from the supervisor to its workers.
-API_KEYS_ENV = "VLLM_PYFRONTEND_API_KEYS"
-# The prompt encoder's library where no --tokenizer-backend is given (the drop-in path has none).
-TOKENIZER_BACKEND_ENV = "VLLM_PYFRONTEND_TOKENIZER_BACKEND"
+from vllm_pyfrontend import environment
+# The environment variable carrying the API keys (a JSON list) from the supervisor to its
+# workers, and the prompt encoder's library where no --tokenizer-backend is given (the drop-in
+# path has none): see vllm_pyfrontend.environment.
+from vllm_pyfrontend.environment import API_KEYS_ENV, TOKENIZER_BACKEND_ENV  # noqa: F401
+
 TOKENIZER_BACKENDS = ("auto", "fastokens", "tokenizers")
 
 
-def tokenizer_backend_from_env(environ: Mapping[str, str]) -> str | None:
+def tokenizer_backend_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     """`TOKENIZER_BACKEND_ENV`'s value (None when unset or empty); ValueError when it names none
     of `TOKENIZER_BACKENDS`."""
-    value = environ.get(TOKENIZER_BACKEND_ENV) or None
+    value = environment.tokenizer_backend(environ)
     if value is not None and value not in TOKENIZER_BACKENDS:
         raise ValueError(f"{TOKENIZER_BACKEND_ENV}={value!r}: not one of {', '.join(TOKENIZER_BACKENDS)}")
     return value

@@ -41,9 +41,10 @@ LAYERS: tuple[Layer, ...] = (
           "completions and completions, Responses, Anthropic Messages, pooling, speech, tokens "
           "(tokenize, render, token-in/token-out), admin, gRPC"),
     Layer(("serving",), "typed requests -> runs in flight",
-          "what every API style shares: the worker's state, the one chat and completions "
-          "lowering, the request pipeline (choices, the per-token step), answering (JSON or "
-          "SSE), SSE writers, admission control, aborts by id across workers, LoRA adapters"),
+          "what every API style shares: the worker's state, the request scope (tenant quota, "
+          "admission, engine requests and aborts, metrics, span, log line, release), the one "
+          "chat and completions lowering, the request pipeline (choices, the per-token step), "
+          "answers (JSON or SSE), SSE writers, aborts by id across workers, LoRA adapters"),
     Layer(("router", "multimodal"), "one client slot <-> N workers; chat media -> prompt ids",
           "the drop-in path's demultiplexer; vLLM's multimodal processing for chat media "
           "(placeholders, processor, feature encoding)"),
@@ -66,9 +67,10 @@ LAYERS: tuple[Layer, ...] = (
           "Prometheus families across workers, the shared response store (SQLite or Redis), "
           "request spans, the worker's configuration, the model's config, who a request is "
           "from (tenant and owner scope)"),
-    Layer(("errors", "shared_files"), "-",
+    Layer(("errors", "shared_files", "environment"), "-",
           "the errors every layer raises: `APIError` (an HTTP status in OpenAI's shape), "
-          "`InvalidRequestError`, `MediaError`; the files workers map shared (per-worker counts)"),
+          "`InvalidRequestError`, `MediaError`; the files workers map shared (per-worker counts); "
+          "every environment variable the product reads, named and read in one place"),
 )
 
 

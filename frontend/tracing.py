@@ -26,6 +26,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from vllm_pyfrontend import environment
+
 SPAN_NAME = "llm_request"
 
 # vLLM's SpanAttributes (vllm/tracing/utils.py), the names a trace backend already knows.
@@ -44,7 +46,7 @@ E2E = "gen_ai.latency.e2e"
 
 
 def _exporter(endpoint: str):
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    protocol = environment.otlp_traces_protocol()
     if protocol == "grpc":
         return GrpcExporter(endpoint=endpoint, insecure=True)
     if protocol == "http/protobuf":

@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.config import WorkerPolicy, engine_flag_value, tokenizer_backend_from_env
 from vllm_pyfrontend.server.tls import check_tls_files
 from vllm_pyfrontend.supervisor.config_file import split_with_config
@@ -314,7 +315,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error("--shutdown-timeout must be >= 0")
     if ns.tokenizer_backend is None:
         try:
-            ns.tokenizer_backend = tokenizer_backend_from_env(os.environ) or "auto"
+            ns.tokenizer_backend = tokenizer_backend_from_env() or "auto"
         except ValueError as e:
             parser.error(str(e))
     for flag in ("http_timeout_keep_alive", "http_header_timeout", "http_body_timeout",
@@ -361,7 +362,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error(str(e))
 
     # vLLM: --api-key wins over VLLM_API_KEY.
-    api_keys = [k for k in (ns.api_key or [os.environ.get("VLLM_API_KEY") or ""]) if k]
+    api_keys = [k for k in (ns.api_key or [environment.vllm_api_key() or ""]) if k]
     if policy.api_keys_file:  # a bad keys file stops the start, naming the entry and field
         from vllm_pyfrontend.tenants.keys_file import KeysFileError, load_keys_file
 
@@ -416,8 +417,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
 
 
 def cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "vllm-pyfrontend")
+    return os.path.join(environment.cache_dir(), "vllm-pyfrontend")
 
 
 def resolve_model(model_arg: str, engine: str) -> str:

@@ -41,7 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.config import WorkerConfig, WorkerPolicy, tokenizer_backend_from_env
+from vllm_pyfrontend.environment import WORKERS_ENV
 from vllm_pyfrontend.server.tls import check_tls_files
 from vllm_pyfrontend.supervisor.cli import default_workers
 from vllm_pyfrontend.supervisor.flag_groups import human_readable_int
@@ -52,7 +54,6 @@ from vllm_pyfrontend.supervisor.workers import WORKER_EVENTS, Fatal, WorkerPool,
 
 log = logging.getLogger(__name__)
 
-WORKERS_ENV = "VLLM_PYFRONTEND_WORKERS"
 WORKER_READY_TIMEOUT_S = 120.0
 VLLM_MIN_SHUTDOWN_WAIT_S = 5.0  # vLLM kills the frontend's tree this long after its SIGTERM
 WORKER_KILL_GRACE_S = 2.5  # past the drain window (a loaded box exits slowly)
@@ -105,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_frontend_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> FrontendArgs:
-    """Parse the arguments after `frontend`. Unknown flags (a newer vLLM) are logged, not fatal."""
-    environ = os.environ if environ is None else environ
+    """Parse the arguments after `frontend`. Unknown flags (a newer vLLM) are logged, not fatal.
+    `environ`: instead of this process's environment."""
     ns, unknown = build_parser().parse_known_args(list(argv))
     if unknown:
         log.warning("ignoring frontend flags this version does not know: %s", " ".join(unknown))
@@ -119,11 +120,11 @@ def parse_frontend_args(argv: Sequence[str], environ: dict[str, str] | None = No
     if ns.grpc_listen_fd is not None:
         log.warning("--grpc-port is not supported by this frontend; the gRPC listener is unused")
     workers = ns.workers
-    if workers is None and environ.get(WORKERS_ENV):
+    if workers is None:
         try:
-            workers = int(environ[WORKERS_ENV])
-        except ValueError:
-            raise SystemExit(f"{WORKERS_ENV} must be an integer, got {environ[WORKERS_ENV]!r}") from None
+            workers = environment.workers(environ)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     if workers is None:
         workers = default_workers()
     if workers < 1:
@@ -138,7 +139,7 @@ def parse_frontend_args(argv: Sequence[str], environ: dict[str, str] | None = No
         coordinator_address=ns.coordinator_address,
         serve_args=serve_args,
         workers=workers,
-        log_level=str(environ.get("VLLM_LOGGING_LEVEL") or "info").lower(),
+        log_level=environment.vllm_logging_level(environ).lower(),
     )
 
 
@@ -249,9 +250,8 @@ def serve_settings(args: dict[str, Any], environ: dict[str, str] | None = None) 
     tokenizer = args.get("tokenizer")
     for why in refused_serve_args(args):  # vLLM has started the engine already: warn, go on
         log.warning("ignored: %s", why)
-    environ = os.environ if environ is None else environ
     # vLLM: --api-key wins over VLLM_API_KEY.
-    api_keys = [k for k in (_str_list(args.get("api_key")) or [environ.get("VLLM_API_KEY") or ""]) if k]
+    api_keys = [k for k in (_str_list(args.get("api_key")) or [environment.vllm_api_key(environ) or ""]) if k]
     profiler = args.get("profiler_config")
     # Under vLLM's launcher an engine's death ends the whole `vllm serve`: requests moved to wait
     # for a live engine would only wait for the shutdown, so they fail at once as vLLM's do.
@@ -484,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] != "frontend":
         print(USAGE, file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    log_as("pyfrontend", os.environ.get("VLLM_LOGGING_LEVEL") or "info")
+    log_as("pyfrontend", environment.vllm_logging_level())
     try:
         args = parse_frontend_args(argv[1:])
         settings = serve_settings(args.serve_args)

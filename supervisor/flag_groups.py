@@ -5,8 +5,8 @@ vLLM's integer syntax for lengths."""
 from __future__ import annotations
 
 import argparse
-import os
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.config import TOKENIZER_BACKENDS
 
 
@@ -96,7 +96,7 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="engine-side detailed traces (given to the engine; needs --otlp-traces-endpoint)")
     # Connection hygiene (seconds; 0 disables) and TLS, in every worker.
     p.add_argument("--http-timeout-keep-alive", type=float,
-                   default=float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE") or 5),
+                   default=environment.http_timeout_keep_alive(),
                    help="close a keep-alive connection idle this long (default: "
                         "$VLLM_HTTP_TIMEOUT_KEEP_ALIVE, else 5, as vLLM)")
     p.add_argument("--http-header-timeout", type=float, default=60.0,

@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.supervisor.process import Child, GroupedProcess, keep_pump, pump_lines
 
@@ -35,8 +36,6 @@ FORK_REPLY_TIMEOUT_S = 30.0
 # The template reaps a worker right after it exits; past this its exit status is unknown.
 EXIT_STATUS_WAIT_S = 2.0
 UNKNOWN_EXIT = 255
-# Env var turning the template off (as --no-worker-preload): "0" spawns every worker.
-PRELOAD_ENV = "VLLM_PYFRONTEND_WORKER_PRELOAD"
 
 
 class TemplateError(Exception):
@@ -306,7 +305,7 @@ def preload_enabled(flag: bool | None = None) -> bool:
     """--no-worker-preload (flag False) or VLLM_PYFRONTEND_WORKER_PRELOAD=0 turn it off."""
     if flag is False:
         return False
-    return os.environ.get(PRELOAD_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return environment.worker_preload()
 
 
 

@@ -26,13 +26,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
+from vllm_pyfrontend.config import WorkerConfig
+from vllm_pyfrontend.environment import API_KEYS_ENV, MULTIPROC_ENV
 from vllm_pyfrontend.supervisor.forkserver import ForkedChild, TemplateError, WorkerTemplate, preload_enabled
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses
 
-# prometheus_client's multiprocess directory variable (see frontend/metrics).
-METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# prometheus_client's multiprocess directory variable (see frontend/metrics), set for workers.
+METRICS_DIR_ENV = MULTIPROC_ENV
 
 # Restart policy: a worker that dies within FAST_CRASH_S of its start is a "fast crash"; after
 # MAX_FAST_CRASHES in a row the slot is crash-looping (a bug or a broken dependency, not bad

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import sys
 
 import pytest
 
@@ -54,16 +55,130 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """CI (`CI=true`, a 2-core machine, a 40-minute budget) runs the real-engine checks that
+    """Marks the tiers (see `_mark_tier`). CI (`CI=true`, a 2-core machine, a 40-minute budget)
+    runs the real-engine checks that
     share engine starts; the long ones marked `on_demand` (several engine starts each: request
     migration, batches, prefix routing and the extra pooling models on the real engine) run
     everywhere else, and in CI with `VLLM_PYFRONTEND_FULL=1`."""
+    for item in items:
+        _mark_tier(item)
     if os.environ.get("CI", "").lower() not in ("1", "true") or os.environ.get("VLLM_PYFRONTEND_FULL") == "1":
         return
     skip = pytest.mark.skip(reason="on demand: VLLM_PYFRONTEND_FULL=1 runs it in CI")
     for item in items:
         if item.get_closest_marker("on_demand") is not None:
             item.add_marker(skip)
+
+
+# Names whose use in a test, its fixtures or the test modules' helpers they call means the test
+# starts OS processes: the supervisor (`Stack` and its subclasses, tests/stack.py; `start_pair`,
+# tests/e2e/vllm_pair.py), the supervisors' own classes run in the test, and child processes
+# started directly.
+_PROCESS_NAMES = frozenset({"Stack", "start_pair", "subprocess", "Popen", "multiprocessing", "fork",
+                            "create_subprocess_exec", "Supervisor", "DropinSupervisor", "WorkerPool",
+                            "WorkerTemplate", "Child"})
+
+
+def _mark_tier(item) -> None:
+    """The test tiers, as markers (pyproject.toml): `processes` for a test that starts OS
+    processes (found by `_starts_processes` in the test, its fixtures and the helpers they call;
+    every `real_engine` test), `inprocess` for one served by the in-process tier
+    (tests/inprocess.py: the worker and the simulated engine in threads of the test process).
+    `-m "not processes"` runs the tests that start none. A test can carry either mark itself."""
+    funcs = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        funcs += [d.func for defs in info.name2fixturedefs.values() for d in defs]
+    funcs = [f for f in funcs if f is not None]
+    if item.get_closest_marker("processes") is None and (
+            item.get_closest_marker("real_engine") is not None or any(_starts_processes(f) for f in funcs)):
+        item.add_marker(pytest.mark.processes)
+    if item.get_closest_marker("inprocess") is None and any(_uses_inprocess(f) for f in funcs):
+        item.add_marker(pytest.mark.inprocess)
+
+
+def _code_names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def _own_callables(func) -> tuple[set[str], list]:
+    """The global names `func` uses, and the functions and classes of the test packages among them."""
+    func = getattr(func, "__wrapped__", func)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return set(), []
+    names = _code_names(code)
+    found = []
+    for name in names:
+        obj = getattr(func, "__globals__", {}).get(name)
+        if callable(obj) and _in_tests(obj):
+            found.append(obj)
+    return names, found
+
+
+_TESTS = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _in_tests(obj) -> bool:
+    """Whether `obj` (a function or a class) is defined in a file under tests/ (test modules are
+    imported under their own names, not as `tests.<package>.<module>`)."""
+    code = getattr(getattr(obj, "__wrapped__", obj), "__code__", None)
+    if code is not None:
+        path = code.co_filename
+    else:
+        module = sys.modules.get(getattr(obj, "__module__", None) or "")
+        path = getattr(module, "__file__", None) or ""
+    return os.path.abspath(path).startswith(_TESTS)
+
+
+_visiting: set = set()
+
+
+def _reaches(obj, test) -> bool:
+    """Whether `test(names)` holds for the names that `obj` (a function, or a class's methods)
+    uses, or for those of the test packages' functions and classes it uses, transitively."""
+    try:
+        return _reaches_cached(obj, test)
+    except TypeError:  # unhashable
+        return False
+
+
+@functools.cache
+def _reaches_cached(obj, test) -> bool:
+    if obj in _visiting:  # a cycle: what it reaches counts where it began
+        return False
+    _visiting.add(obj)
+    try:
+        if isinstance(obj, type):
+            if test({c.__name__ for c in obj.__mro__}):  # (a subclass of Stack)
+                return True
+            if obj.__name__ == "InProcessStack":  # it runs the supervisor's parts, not its processes
+                return False
+            return any(_reaches(m, test) for m in vars(obj).values() if callable(m))
+        names, found = _own_callables(obj)
+        return test(names) or any(_reaches(o, test) for o in found)
+    finally:
+        _visiting.discard(obj)
+
+
+def _process_names(names: set[str]) -> bool:
+    return not names.isdisjoint(_PROCESS_NAMES)
+
+
+def _inprocess_names(names: set[str]) -> bool:
+    return "InProcessStack" in names
+
+
+def _starts_processes(func) -> bool:
+    return _reaches(func, _process_names)
+
+
+def _uses_inprocess(func) -> bool:
+    return _reaches(func, _inprocess_names)
 
 
 @functools.cache

@@ -17,7 +17,11 @@ done by its parts, each in its own module:
 - `health.Health`: engines down, the engine dead, the engine-hang watchdog;
 - `migration.Migrations`: the requests of an engine that went down, moved to a live one;
 - `outputs.OutputReader`: the output socket drained on the event loop (the hot path);
-- `delivery.Delivery`: the one way an output reaches its request's sink.
+- `delivery.Delivery`: the one way an output reaches its request's sink, stamped by the
+  client's `delivery.OutputClock` (`clock`: the sinks read it).
+
+What the client reports (scheduler stats, iterations, migrations) goes to the
+`observer.EngineObserver` it is built with (the worker's metrics), and nowhere else.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from .delivery import Delivery, OutputClock
 from .health import Health
 from .inflight import InFlight, fail_sink
 from .migration import Migrations
+from .observer import EngineObserver
 from .outputs import OutputReader
 from .routing import EngineStats, Router
 from .sending import Outbox
@@ -47,11 +52,14 @@ from .utility import UtilityCalls, UtilityError
 from .validate import validate_engine_request
 from .wire import encode_add
 
-__all__ = ["EngineClient", "OutputClock", "UtilityError"]
+__all__ = ["EngineClient", "EngineObserver", "OutputClock", "UtilityError"]
 
 
 class EngineClient:
-    """ZMQ client of one or more EngineCores (data parallel) for one worker."""
+    """ZMQ client of one or more EngineCores (data parallel) for one worker.
+
+    `observer` hears what the client reports as it happens (see `observer.EngineObserver`);
+    `clock` is this client's output clock, which the sinks it delivers to read."""
 
     def __init__(
         self,
@@ -65,6 +73,7 @@ class EngineClient:
         engine_timeout: float | None = None,
         migration_limit: int = 0,
         migration_timeout: float = 30.0,
+        observer: EngineObserver | None = None,
     ):
         if not engine_indices:
             raise ValueError("engine_indices must name at least one engine")
@@ -79,6 +88,7 @@ class EngineClient:
 
         self._infos: dict[int, EngineInfo] = {}
         self._max_model_len = 0
+        self.clock = OutputClock()
 
         indices = self.engine_indices
         self._inflight = InFlight(indices)
@@ -87,16 +97,19 @@ class EngineClient:
         self._utility = UtilityCalls(client_index, self._connection)
         self._aborts = Aborts(self._connection)
         # Requests of an engine that goes down continue on a live one (0 moves: they fail).
-        self._migrations = Migrations(max(0, migration_limit), migration_timeout, self._inflight,
-                                      self._live, self._resend)
+        self._migrations = Migrations(
+            max(0, migration_limit), migration_timeout, self._inflight, self._live, self._resend,
+            on_moved=observer.count_migration if observer is not None else None,
+            on_unmoved=observer.count_migration_failure if observer is not None else None)
         self._health = Health(indices, self.engine_timeout, self._inflight, self._aborts, self._utility,
                               self._migrations)
         self._engine_stats = EngineStats()
         self._router = Router(indices, self._inflight, self._health.engines_down, self._engine_stats)
         self._outbox = Outbox(self._connection, self._inflight, self._router, self._health, self._aborts)
-        self._delivery = Delivery(indices, self._inflight, self._outbox, self._aborts, self._health.mark_dead)
+        self._delivery = Delivery(indices, self._inflight, self._outbox, self._aborts, self._health.mark_dead,
+                                  self.clock, observer.observe_iteration if observer is not None else None)
         self._outputs = OutputReader(self._connection, self._outbox, self._delivery, self._health,
-                                     self._utility, self._engine_stats)
+                                     self._utility, self._engine_stats, self.clock, observer)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -187,25 +200,6 @@ class EngineClient:
         return self._migrations.limit
 
     @property
-    def on_migration(self) -> Callable[[str], None] | None:
-        """Called with the reason each time a request moves to another engine (metrics)."""
-        return self._migrations.on_moved
-
-    @on_migration.setter
-    def on_migration(self, callback: Callable[[str], None] | None) -> None:
-        self._migrations.on_moved = callback
-
-    @property
-    def on_migration_failure(self) -> Callable[[str], None] | None:
-        """Called with the reason when a request of an engine that went down fails instead of
-        moving (past the limit, not continuable exactly, no engine in time): metrics."""
-        return self._migrations.on_unmoved
-
-    @on_migration_failure.setter
-    def on_migration_failure(self, callback: Callable[[str], None] | None) -> None:
-        self._migrations.on_unmoved = callback
-
-    @property
     def scheduler_stats(self) -> dict[int, dict]:
         """Latest `scheduler_stats` per engine index, as seen by this client.
 
@@ -231,21 +225,6 @@ class EngineClient:
         requests that were aborted long ago)."""
         return dict(self._engine_stats.engine_time)
 
-    # The metrics tap (vllm_pyfrontend.metrics.install_stats_tap) reads `_stats_engine_at` and
-    # replaces `_stats` with a dict that reports each sample as the output reader stores it.
-
-    @property
-    def _stats(self) -> dict[int, dict]:
-        return self._engine_stats.latest
-
-    @_stats.setter
-    def _stats(self, latest: dict[int, dict]) -> None:
-        self._engine_stats.latest = latest
-
-    @property
-    def _stats_engine_at(self) -> dict[int, float]:
-        return self._engine_stats.engine_time
-
     @property
     def drain_hooks(self) -> tuple[Callable[[], None], Callable[[], None]] | None:
         """(begin, end), called around each drain of the output socket (one or more engine
@@ -265,16 +244,6 @@ class EngineClient:
     @on_mm_cache_miss.setter
     def on_mm_cache_miss(self, callback: Callable[[list[str]], None] | None) -> None:
         self._delivery.on_mm_cache_miss = callback
-
-    @property
-    def on_iteration(self) -> Callable[[int, int], None] | None:
-        """Called once per engine output message with (engine index, the iteration's tokens:
-        new token ids plus prompt tokens computed), for vllm:iteration_tokens_total."""
-        return self._delivery.on_iteration
-
-    @on_iteration.setter
-    def on_iteration(self, callback: Callable[[int, int], None] | None) -> None:
-        self._delivery.on_iteration = callback
 
     def in_flight_by_engine(self) -> dict[int, int]:
         return dict(self._inflight.count)

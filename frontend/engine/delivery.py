@@ -39,40 +39,49 @@ class OutputClock:
     a delivery. Per-token consumers (ITL metrics) read it instead of the clock: one clock read
     per engine step, not per token, and every output of one step stamped alike.
 
+    One per engine client (`EngineClient.clock`): its output reader and delivery set it, and
+    the sinks it delivers to read it (`llm.Generation.clock`, given by whoever creates them).
+
     A delivery may carry several engine steps of one stream (a backlog drained at once, see
     `OutputReader.drain`): `steps` says how many, `now` is when the first of them arrived and
     `last` when the last did (`last == now` for one step). `engine` is the message's own
     timestamp (`EngineCoreOutputs.timestamp`, the engine's clock), 0.0 for gathered steps."""
 
-    now = 0.0
-    last = 0.0
-    steps = 1
-    engine = 0.0
+    __slots__ = ("now", "last", "steps", "engine")
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.last = 0.0
+        self.steps = 1
+        self.engine = 0.0
 
 
 class Delivery:
-    """Hands outputs to the sinks of `inflight`. `mark_dead` is called with a message when an
-    output cannot be decoded (its request would hang); `on_mm_cache_miss`, when set, gets an
-    output's mm_cache_miss_hashes (frontend/multimodal's sender cache)."""
+    """Hands outputs to the sinks of `inflight`, stamped by `clock` (the output reader sets it
+    per message). `mark_dead` is called with a message when an output cannot be decoded (its
+    request would hang); `on_iteration`, when given, once per engine message with outputs:
+    (engine index, tokens of the iteration), as vLLM's IterationStats counts them (the
+    client's observer, frontend/metrics); `on_mm_cache_miss`, when set, gets an output's
+    mm_cache_miss_hashes (frontend/multimodal's sender cache)."""
 
     def __init__(self, engine_indices: list[int], inflight: InFlight, outbox: Outbox, aborts: Aborts,
-                 mark_dead: Callable[[str], None]):
+                 mark_dead: Callable[[str], None], clock: OutputClock,
+                 on_iteration: Callable[[int, int], None] | None = None):
         self._engines = frozenset(engine_indices)
         self._inflight = inflight
         self._outbox = outbox
         self._aborts = aborts
         self._mark_dead = mark_dead
+        self.clock = clock
         self.on_mm_cache_miss: Callable[[list[str]], None] | None = None
-        # Called once per engine message with outputs: (engine index, tokens of the iteration),
-        # as vLLM's IterationStats counts them (frontend/metrics).
-        self.on_iteration: Callable[[int, int], None] | None = None
+        self.on_iteration = on_iteration
 
     def deliver(self, outputs: list, frames: list | None, layout: WireLayout, engine: int | None,
                 gathering: dict[str, list] | None) -> None:
         """Every output of one message (`outputs`, as `wire.decode_message` leaves them; `frames`
         for the out-of-band parts of a full decode) from `engine` (None: steps gathered here).
-        Every output decoded in full carries the message's engine timestamp (`OutputClock.
-        engine`) on as `EngineOutput.engine_time`.
+        Every output decoded in full carries the message's engine timestamp (`clock.engine`)
+        on as `EngineOutput.engine_time`.
 
         `gathering`, during a backlog: rid -> [token ids, steps, first arrival, last arrival],
         where common steps are added instead of delivered. A stream's gathered steps go to
@@ -82,8 +91,9 @@ class Delivery:
         requests = inflight.requests
         plain_tail = layout.plain_tail
         error_index = layout.error_index
-        now = OutputClock.now
-        engine_time = OutputClock.engine or None
+        clock = self.clock
+        now = clock.now
+        engine_time = clock.engine or None
         tokens = 0  # of this iteration (see the module's docstring)
         for o in outputs:
             # The common step, a running request's new token ids and nothing else (`is_plain`,
@@ -148,11 +158,12 @@ class Delivery:
     def deliver_gathered(self, gathered: dict[str, list], layout: WireLayout) -> None:
         """Each stream's gathered steps as one common output, through `deliver`: the streams in
         the order they were gathered, one message per run of streams with the same clock (the
-        streams of one backlog mostly share it), with the OutputClock set to that clock for
+        streams of one backlog mostly share it), with the output clock set to that clock for
         the delivery and put back after it. A stream that ended meanwhile (aborted here, its
         engine down) gets nothing more."""
-        clock = OutputClock.now, OutputClock.last, OutputClock.steps, OutputClock.engine
-        OutputClock.engine = 0.0
+        oc = self.clock
+        clock = oc.now, oc.last, oc.steps, oc.engine
+        oc.engine = 0.0
         try:
             run: list[list] = []
             steps = first = last = None
@@ -164,12 +175,12 @@ class Delivery:
                         self.deliver(run, None, layout, None, None)
                         run = []
                     _, steps, first, last = entry
-                    OutputClock.steps, OutputClock.now, OutputClock.last = steps, first, last
+                    oc.steps, oc.now, oc.last = steps, first, last
                 run.append([rid, entry[0]])
             if run:
                 self.deliver(run, None, layout, None, None)
         finally:
-            OutputClock.now, OutputClock.last, OutputClock.steps, OutputClock.engine = clock
+            oc.now, oc.last, oc.steps, oc.engine = clock
 
     def _orphan(self, engine: int | None, out: EngineOutput) -> None:
         """An output nobody here waits for: aborted just now, left by a predecessor, or steps

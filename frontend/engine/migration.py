@@ -148,11 +148,12 @@ class Migrations:
     """Moves the requests of an engine that went down (`move_off`) and holds those that wait
     for a live engine (`parked`). `send(req, sink, engine)` tracks and queues a request (on
     the engine it returns; a sink with `on_sent(engine)` hears which);
-    `live()` says which engines take requests now; `on_moved(reason)` counts a move and
-    `on_unmoved(reason)` a request that failed instead."""
+    `live()` says which engines take requests now; `on_moved(reason)`, when given, counts a
+    move and `on_unmoved(reason)` a request that failed instead (the client's observer)."""
 
     def __init__(self, limit: int, timeout: float, inflight: InFlight, live: Callable[[], list[int]],
-                 send: Callable[[EngineRequest, OutputSink, int], int]):
+                 send: Callable[[EngineRequest, OutputSink, int], int],
+                 on_moved: Callable[[str], None] | None = None, on_unmoved: Callable[[str], None] | None = None):
         self.limit = limit
         self.timeout = timeout
         self._inflight = inflight
@@ -160,8 +161,8 @@ class Migrations:
         self._send = send
         self.parked: dict[str, Parked] = {}
         self.waiting_until = 0.0  # new requests wait for an engine until then (a restart)
-        self.on_moved: Callable[[str], None] | None = None
-        self.on_unmoved: Callable[[str], None] | None = None
+        self.on_moved = on_moved
+        self.on_unmoved = on_unmoved
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
 

@@ -25,6 +25,7 @@ import zmq
 from .connection import Connection
 from .delivery import Delivery, OutputClock
 from .health import Health
+from .observer import EngineObserver
 from .routing import EngineStats
 from .sending import Outbox
 from .utility import UtilityCalls
@@ -49,21 +50,25 @@ _DRAIN_HOLD_SECONDS = 0.05
 
 class OutputReader:
     """Reads `connection.output` on the event loop and hands each message's outputs to
-    `delivery`; before that, the message's envelope: the engine is heard from (`health`), its
-    scheduler stats are stored (`stats`), a utility reply resolved (`utility`).
+    `delivery`, with `clock` set to the message's arrival; before that, the message's envelope:
+    the engine is heard from (`health`), its scheduler stats are stored (`stats`) and reported
+    (`observer`, when given), a utility reply resolved (`utility`).
 
     `drain_hooks` (begin, end) are called around each drain of the socket (one or more engine
     steps' outputs): the server gathers a stream's writes of one drain into one
     (vllm_pyfrontend.serving.sse)."""
 
     def __init__(self, connection: Connection, outbox: Outbox, delivery: Delivery, health: Health,
-                 utility: UtilityCalls, stats: EngineStats):
+                 utility: UtilityCalls, stats: EngineStats, clock: OutputClock,
+                 observer: EngineObserver | None = None):
         self._connection = connection
         self._outbox = outbox
         self._delivery = delivery
         self._health = health
         self._utility = utility
         self._stats = stats
+        self._clock = clock
+        self._observer = observer
         self.drain_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fd: int | None = None
@@ -206,13 +211,14 @@ class OutputReader:
         return False
 
     def handle_message(self, frames: list) -> None:
-        """One output message, with the OutputClock set to its arrival (and, once decoded, to
+        """One output message, with the output clock set to its arrival (and, once decoded, to
         its engine timestamp)."""
-        OutputClock.now = OutputClock.last = time.monotonic()
+        clock = self._clock
+        clock.now = clock.last = time.monotonic()
         try:
             self._handle_batch(frames)
         finally:
-            OutputClock.now = OutputClock.last = OutputClock.engine = 0.0
+            clock.now = clock.last = clock.engine = 0.0
 
     def _handle_batch(self, frames: list) -> None:
         health = self._health
@@ -227,14 +233,19 @@ class OutputReader:
             health.mark_dead(f"Undecodable message from the engine: {e}")
             return
         engine = batch.engine_index
-        OutputClock.engine = batch.timestamp
+        self._clock.engine = batch.timestamp
         if engine in health.last_heard:
             health.heard_from(engine)
         if batch.scheduler_stats is not None:
             stats = self._stats
-            stats.engine_time[engine] = batch.timestamp  # first: the metrics tap reads it
+            stats.engine_time[engine] = batch.timestamp
             stats.received_at[engine] = time.time()
             stats.latest[engine] = batch.scheduler_stats
+            if self._observer is not None:
+                try:
+                    self._observer.record_scheduler_stats(engine, batch.scheduler_stats, batch.timestamp)
+                except Exception:  # metrics never stop the output path
+                    log.exception("scheduler stats metrics failed")
         if batch.utility_output is not None:
             self._utility.resolve(batch.utility_output)
         self._delivery.deliver(raw_outputs, frames, layout, engine, self._gathering)

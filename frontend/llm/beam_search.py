@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,9 +138,11 @@ async def beam_search(
     priority: int = 0,
     cache_salt: str | None = None,
     trace_headers: dict[str, str] | None = None,
+    send: Callable[[Submission], None] | None = None,
 ) -> list[BeamResult]:
     """Run vLLM's beam search; `step_sampling` is each step's engine sampling map
-    (`max_tokens` 1, `logprobs` 2 * beam width, the request's temperature)."""
+    (`max_tokens` 1, `logprobs` 2 * beam width, the request's temperature). `send`: sends one
+    step's submission (the request's scope, which counts and aborts them); default: submit it."""
     import numpy as np
 
     width = params.beam_width
@@ -152,7 +155,10 @@ async def beam_search(
         for i, beam in enumerate(beams):
             sub.add(i, beam.tokens, step_sampling, external_id=external_id, priority=priority,
                     cache_salt=cache_salt, trace_headers=trace_headers, lora_request=lora_request)
-        sub.submit()
+        if send is not None:
+            send(sub)
+        else:
+            sub.submit()
         try:
             await step.done
         finally:

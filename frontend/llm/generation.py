@@ -79,13 +79,14 @@ class Generation:
         "finish_reason",
         "stop_reason",
         "admission",
-        "quota",
+        "metrics",
         "queue_time",
         "timing",
         "prompt_logprobs",
         "output_ids",
         "moves",
         "engines",
+        "clock",
     )
 
     def __init__(
@@ -95,11 +96,16 @@ class Generation:
         consumer: GenerationConsumer,
         client: EngineSubmitter,
         num_prompt_tokens: int,
+        clock: OutputClock | None = None,
     ):
         self.request_id = request_id
         self.index = index
         self.consumer = consumer
         self.client = client
+        # The output clock of the engine client that delivers to this generation
+        # (`EngineClient.clock`): when the output being delivered arrived, read by its consumer
+        # for inter-token latency. A generation no client feeds gets one at rest.
+        self.clock = clock if clock is not None else OutputClock()
         self.num_prompt_tokens = num_prompt_tokens
         self.num_output_tokens = 0
         self.num_cached_tokens: int | None = None
@@ -108,9 +114,9 @@ class Generation:
         self.stop_reason: int | str | None = None
         # Admission control's counts (serving/admission.py), only with a queue bound set.
         self.admission = None
-        # The tenant's quota lease (tenants/quotas.py), only for a named key: charged the
-        # completion tokens once, at the end.
-        self.quota = None
+        # Its per-request metrics (frontend/metrics RequestMetrics), started by the request's
+        # scope when it is sent (serving/scope.py); None: not recorded.
+        self.metrics = None
         self.queue_time: float | None = None  # the engine's QUEUED -> SCHEDULED (seconds)
         # The engine's events and step times of this request (vLLM's request phases), from its
         # outputs decoded in full (they carry `engine_time`); None until the first of them.
@@ -243,8 +249,8 @@ class Generation:
             return
         t = self.timing
         if t is not None:  # finished here, as vLLM's output processor finishes it: at this step
-            if OutputClock.engine:
-                t.last_token_at = OutputClock.engine
+            if self.clock.engine:
+                t.last_token_at = self.clock.engine
             t.finished = True
         self._finish(finish_reason, stop_reason)
         self.client.abort((self.request_id,))
@@ -270,5 +276,3 @@ class Generation:
         self.stop_reason = stop_reason
         if self.admission is not None:
             self.admission.on_end(self)
-        if self.quota is not None:
-            self.quota.on_end(self)

@@ -10,23 +10,27 @@ the same requests vLLM refuses; tests/e2e/test_validation_parity.py holds one ro
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.errors import InvalidRequestError
 
-# vLLM's VLLM_MAX_STOP_STRINGS (default 4): the request protocol's bound on `stop`.
-MAX_STOP_STRINGS = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))
+# `check_stop`'s default bound: vLLM's VLLM_MAX_STOP_STRINGS (default 4), the request
+# protocol's bound on `stop`, read when a request gives stop strings.
+VLLM_MAX_STOP_STRINGS = -1
 _MAX_CACHE_SALT_LENGTH = 128
 _CACHE_SALT_FORBIDDEN = frozenset("@/\\\x00")
 
 
-def check_stop(stop: str | Sequence[str] | None, *, limit: int | None = MAX_STOP_STRINGS) -> list[str]:
+def check_stop(stop: str | Sequence[str] | None, *, limit: int | None = VLLM_MAX_STOP_STRINGS) -> list[str]:
     """The stop strings as a list: none empty (vLLM: "stop cannot contain an empty string"),
-    and at most `limit` of them (vLLM's request protocol, VLLM_MAX_STOP_STRINGS)."""
+    and at most `limit` of them (None: any number; by default vLLM's request protocol's bound,
+    VLLM_MAX_STOP_STRINGS)."""
     if stop is None:
         return []
     stops = [stop] if isinstance(stop, str) else list(stop)
+    if limit == VLLM_MAX_STOP_STRINGS:
+        limit = environment.max_stop_strings()
     if limit is not None and len(stops) > limit:
         raise InvalidRequestError(f"stop may hold at most {limit} strings, got {len(stops)}.", "stop")
     if any(not s for s in stops):

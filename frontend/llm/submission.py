@@ -29,6 +29,9 @@ class Submission:
         # Requests may move to another engine (engine/migration.py): each Generation keeps its
         # token ids.
         self.keep_outputs = getattr(engine, "migration_limit", 0) > 0
+        # The engine client's output clock, which its Generations read (a stand-in engine of a
+        # test may have none: they get one at rest).
+        self.clock = getattr(engine, "clock", None)
 
     def add(
         self,
@@ -48,7 +51,7 @@ class Submission:
         """One engine request for choice `index`; returns the Generation that tracks it (its
         output sink). `consumer`: this choice's own consumer instead of the submission's."""
         engine_id = make_request_id(self.id_prefix, self.worker_index)
-        gen = Generation(engine_id, index, consumer or self.consumer, self.engine, len(prompt_ids))
+        gen = Generation(engine_id, index, consumer or self.consumer, self.engine, len(prompt_ids), self.clock)
         if self.keep_outputs:
             gen.output_ids = []  # what a move to another engine continues from
         req = EngineRequest(

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.errors import MediaError
 
 MiB = 1024 * 1024
@@ -18,18 +19,6 @@ MiB = 1024 * 1024
 DEFAULT_LIMIT_PER_PROMPT = 999
 MODALITIES = ("image", "audio", "video")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else bool(int(value))
 
 
 def default_mm_workers() -> int:
@@ -240,13 +229,13 @@ class MediaPolicy:
     def from_env(cls, **overrides: Any) -> "MediaPolicy":
         """Defaults from vLLM's environment variables, then `overrides`."""
         values: dict[str, Any] = dict(
-            max_bytes=max(0, _env_int("VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB", 256)) * MiB,
-            max_audio_bytes=max(0, _env_int("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", 25)) * MiB,
-            image_fetch_timeout_s=float(_env_int("VLLM_IMAGE_FETCH_TIMEOUT", 5)),
-            audio_fetch_timeout_s=float(_env_int("VLLM_AUDIO_FETCH_TIMEOUT", 10)),
-            video_fetch_timeout_s=float(_env_int("VLLM_VIDEO_FETCH_TIMEOUT", 30)),
-            max_redirects=10 if _env_bool("VLLM_MEDIA_URL_ALLOW_REDIRECTS", True) else 0,
-            max_image_pixels=_env_int("VLLM_MAX_IMAGE_PIXELS", 178_956_970),
+            max_bytes=max(0, environment.max_media_download_size_mb()) * MiB,
+            max_audio_bytes=max(0, int(environment.max_audio_clip_filesize_mb())) * MiB,
+            image_fetch_timeout_s=float(environment.image_fetch_timeout()),
+            audio_fetch_timeout_s=float(environment.audio_fetch_timeout()),
+            video_fetch_timeout_s=float(environment.video_fetch_timeout()),
+            max_redirects=10 if environment.media_url_allow_redirects() else 0,
+            max_image_pixels=environment.max_image_pixels(),
         )
         values.update(overrides)
         return cls(**values)

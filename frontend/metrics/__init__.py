@@ -73,8 +73,8 @@ from vllm_pyfrontend.metrics.buckets import (  # noqa: F401
     REQUEST_NUM_PREEMPTIONS_BUCKETS, REQUEST_PARAMS_N_BUCKETS, TIME_TO_FIRST_TOKEN_BUCKETS, build_1_2_5_buckets,
 )
 from vllm_pyfrontend.metrics.request import EngineTiming, RequestMetrics  # noqa: F401
-
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+from vllm_pyfrontend import environment
+from vllm_pyfrontend.environment import MULTIPROC_ENV  # noqa: F401  (PROMETHEUS_MULTIPROC_DIR)
 
 
 def _use_remembered_pid() -> None:
@@ -103,7 +103,7 @@ UNINSTRUMENTED_ROUTES = frozenset({"/metrics", "/health", "/ready", "/load", "/p
 
 
 def multiprocess_dir() -> str | None:
-    return os.environ.get(MULTIPROC_ENV) or None
+    return environment.prometheus_multiproc_dir()
 
 
 def render_latest(registry: CollectorRegistry | None = None) -> bytes:
@@ -132,7 +132,9 @@ class WorkerMetrics:
 
     One instance per worker process (`ServerState.metrics`). Families live in a private
     registry so tests can build several in one process; in multiprocess mode the values go to
-    the shared files regardless, and `render()` merges those.
+    the shared files regardless, and `render()` merges those. It is an engine client's observer
+    (`vllm_pyfrontend.engine.observer.EngineObserver`: scheduler stats, iterations, migrations),
+    directly or through a `MetricsRelay`.
     """
 
     def __init__(self, model_name: str, engine_indices: list[int], max_model_len: int):
@@ -466,47 +468,30 @@ class _EngineChildren:
         return self.phases
 
 
-def install_stats_tap(engine: Any, metrics: WorkerMetrics) -> None:
-    """Feed every `SchedulerStats` sample the engine client receives into `metrics`; also its
-    iterations (`on_iteration`: vllm:iteration_tokens_total) and its engines' cache
-    configuration (`engine_infos`: vllm:cache_config_info) when the client has them.
+class MetricsRelay:
+    """The engine client's observer (`vllm_pyfrontend.engine.observer.EngineObserver`) for a
+    worker that builds its `WorkerMetrics` after its engine client (`ServerState` owns them,
+    and is built from the started client): it forwards each report to `metrics` once that is
+    set, and drops the reports before (the engine's first stats samples, while the worker
+    starts)."""
 
-    Uses the client's `stats_listeners` list when it has one. Otherwise (today's EngineClient)
-    the client's latest-stats dict is replaced by one that reports each assignment: the client
-    stores every received sample there (`self._stats[engine] = stats`) as it decodes it, so
-    this sees each sample exactly once, at receipt.
-    """
-    if hasattr(engine, "on_iteration"):  # vllm:iteration_tokens_total
-        engine.on_iteration = metrics.observe_iteration
-    infos = getattr(engine, "engine_infos", None)
-    if isinstance(infos, list) and infos:
-        metrics.record_cache_config(infos)
-    listeners = getattr(engine, "stats_listeners", None)
-    if isinstance(listeners, list):
-        listeners.append(metrics.record_scheduler_stats)
-        return
-    current = getattr(engine, "_stats", None)
-    if not isinstance(current, dict):
-        raise TypeError("engine client exposes no scheduler stats to tap")
-    engine_times = getattr(engine, "_stats_engine_at", None)  # set before each sample is stored
-    if isinstance(engine_times, dict):
-        def record(idx: int, stats: dict[str, Any]) -> None:
-            metrics.record_scheduler_stats(idx, stats, engine_times.get(idx))
-    else:
-        record = metrics.record_scheduler_stats
-    engine._stats = _StatsTap(current, record)
+    __slots__ = ("metrics",)
 
+    def __init__(self, metrics: WorkerMetrics | None = None):
+        self.metrics = metrics
 
-class _StatsTap(dict):
-    __slots__ = ("_on_set",)
+    def record_scheduler_stats(self, engine: int, stats: dict[str, Any], engine_time: float | None = None) -> None:
+        if self.metrics is not None:
+            self.metrics.record_scheduler_stats(engine, stats, engine_time)
 
-    def __init__(self, initial: dict, on_set):
-        super().__init__(initial)
-        self._on_set = on_set
+    def observe_iteration(self, engine: int, tokens: int) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_iteration(engine, tokens)
 
-    def __setitem__(self, key, value) -> None:
-        super().__setitem__(key, value)
-        try:
-            self._on_set(key, value)
-        except Exception:  # metrics must never break the engine's output path
-            pass
+    def count_migration(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count_migration(reason)
+
+    def count_migration_failure(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count_migration_failure(reason)

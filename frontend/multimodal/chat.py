@@ -152,7 +152,7 @@ def _make_loader(model, pool, config):
 
 
 def runtime_for(state: Any) -> MultimodalRuntime:
-    rt = getattr(state, "multimodal", None)
+    rt = state.multimodal
     if rt is None:
         rt = state.multimodal = MultimodalRuntime(state)
     return rt
@@ -295,7 +295,7 @@ async def prepare_chat(state: Any, messages: list[dict[str, Any]],
                        io_kwargs: dict[str, Any] | None = None) -> tuple[Any, MediaPrompt]:
     """Parse a media request's messages (step 1-2). Returns the runtime's model and the parsed
     prompt; a text-only model answers 400 as before."""
-    rt = getattr(state, "multimodal", None)
+    rt = state.multimodal
     if rt is None and not looks_multimodal(state.config.model):
         raise APIError(400, "Content parts with media are not supported by this text-only model.", "messages")
     rt = runtime_for(state)

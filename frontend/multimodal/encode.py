@@ -15,14 +15,13 @@ Runs in the multimodal pool (torch is imported there, never on a text-only worke
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import ormsgpack
 
+from vllm_pyfrontend import environment
+
 _EXT_RAW_VIEW = 3
-# vLLM's envs.VLLM_MSGPACK_ZERO_COPY_THRESHOLD (bytes): smaller tensors travel inline.
-ZERO_COPY_THRESHOLD = int(os.environ.get("VLLM_MSGPACK_ZERO_COPY_THRESHOLD", "256"))
 
 # vLLM's MMF_CLASS_TO_FACTORY: field class name -> MultiModalFieldConfig factory.
 _FIELD_FACTORIES = {
@@ -33,10 +32,11 @@ _FIELD_FACTORIES = {
 
 
 class FeatureEncoder:
-    """Encodes one request's features; `aux` collects the out-of-band buffers."""
+    """Encodes one request's features; `aux` collects the out-of-band buffers. Tensors below
+    `threshold` bytes travel inline (default: vLLM's VLLM_MSGPACK_ZERO_COPY_THRESHOLD)."""
 
-    def __init__(self, threshold: int = ZERO_COPY_THRESHOLD):
-        self.threshold = threshold
+    def __init__(self, threshold: int | None = None):
+        self.threshold = environment.msgpack_zero_copy_threshold() if threshold is None else threshold
         self.aux: list[Any] = []
 
     def tensor(self, t: Any) -> list[Any]:

@@ -17,6 +17,10 @@ is built from `lit`, `seq`, `choice`, `many`, `opt`, `take_until`,
 `json_value` (a JSON scanner that returns the raw slice, never
 re-serialised), `ws` and `end`; `fmap` turns matches into values.
 
+Every ``parse`` also takes the active `Probe` (``pr``, None: the normal,
+zero-cost case) and passes it on to the parsers it calls: `probe` runs a
+parse with one, and `tag`ged parsers report to it (see `probe`).
+
 `safe_text(buffer, markers)` is the other half: in free text, the longest
 prefix that can be released because it contains no marker and does not end
 with the start of one. Text that might be a marker is held and released as
@@ -62,11 +66,12 @@ Result = Ok | _Need | Fail
 
 
 class P:
-    """A parser: ``parse(s, pos, eof) -> Ok | NEED | Fail``."""
+    """A parser: ``parse(s, pos, eof, pr=None) -> Ok | NEED | Fail`` (``pr``: the active
+    `Probe`, which a parser passes on to the parsers it calls)."""
 
     __slots__ = ()
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:  # pragma: no cover
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:  # pragma: no cover
         raise NotImplementedError
 
     def __call__(self, s: str, eof: bool = True) -> Result:
@@ -81,7 +86,7 @@ class _Lit(P):
     def __init__(self, text: str) -> None:
         self.text = text
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         t = self.text
         if s.startswith(t, pos):
             return Ok(pos + len(t), t)
@@ -111,7 +116,7 @@ class _Ws(P):
     def __init__(self, minimum: int) -> None:
         self.min = minimum
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         i = pos
         n = len(s)
         while i < n and s[i].isspace():
@@ -131,7 +136,7 @@ def ws(minimum: int = 0) -> P:
 class _End(P):
     __slots__ = ()
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         if pos == len(s):
             return Ok(pos) if eof else NEED
         return Fail(pos)
@@ -150,7 +155,7 @@ class _TakeUntil(P):
         self.at_eof = at_eof
         self.min = minimum
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         best = -1
         for stop in self.stops:
             j = s.find(stop, pos)
@@ -182,7 +187,7 @@ class _CharsWhile(P):
         self.pred = pred
         self.min = minimum
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         i = pos
         n = len(s)
         pred = self.pred
@@ -224,7 +229,7 @@ class _JsonValue(P):
     def __init__(self, kinds: str | None) -> None:
         self.kinds = kinds
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         if self.kinds is not None:
             if pos >= len(s):
                 return Fail(pos) if eof else NEED
@@ -250,10 +255,10 @@ class _Seq(P):
     def __init__(self, parts: Sequence[P]) -> None:
         self.parts = tuple(parts)
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         values = []
         for p in self.parts:
-            r = p.parse(s, pos, eof)
+            r = p.parse(s, pos, eof, pr)
             if not isinstance(r, Ok):
                 return r
             values.append(r.value)
@@ -272,12 +277,11 @@ class _Choice(P):
     def __init__(self, alts: Sequence[P]) -> None:
         self.alts = tuple(alts)
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         furthest = pos
-        pr = _probe
         mark = len(pr.events) if pr is not None else 0
         for p in self.alts:
-            r = p.parse(s, pos, eof)
+            r = p.parse(s, pos, eof, pr)
             if isinstance(r, Fail):
                 furthest = max(furthest, r.pos)
                 if pr is not None:
@@ -306,7 +310,7 @@ class _Many(P):
         self.ws_sep = ws_sep
         self.outer = outer
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         n = len(s)
         if self.outer:
             while pos < n and s[pos].isspace():
@@ -314,7 +318,6 @@ class _Many(P):
             if pos == n and not eof:
                 return NEED  # more whitespace may follow
         values: list[Any] = []
-        pr = _probe
         while True:
             at = pos
             mark = len(pr.events) if pr is not None else 0
@@ -324,7 +327,7 @@ class _Many(P):
                 if at == n and not eof:
                     return NEED
             elif values and self.sep is not None:
-                r = self.sep.parse(s, at, eof)
+                r = self.sep.parse(s, at, eof, pr)
                 if r is NEED:
                     return NEED
                 if isinstance(r, Fail):
@@ -333,7 +336,7 @@ class _Many(P):
                     break
                 assert isinstance(r, Ok)
                 at = r.end
-            r = self.item.parse(s, at, eof)
+            r = self.item.parse(s, at, eof, pr)
             if r is NEED:
                 return NEED
             if isinstance(r, Fail):
@@ -381,10 +384,9 @@ class _Opt(P):
         self.p = p
         self.default = default
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        pr = _probe
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         mark = len(pr.events) if pr is not None else 0
-        r = self.p.parse(s, pos, eof)
+        r = self.p.parse(s, pos, eof, pr)
         if isinstance(r, Fail):
             if pr is not None:
                 del pr.events[mark:]
@@ -403,10 +405,9 @@ class _Map(P):
         self.p = p
         self.f = f
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        pr = _probe
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         mark = len(pr.events) if pr is not None else 0
-        r = self.p.parse(s, pos, eof)
+        r = self.p.parse(s, pos, eof, pr)
         if isinstance(r, Ok):
             try:
                 return Ok(r.end, self.f(r.value))
@@ -430,10 +431,10 @@ class _Lazy(P):
         self.make = make
         self._p: P | None = None
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         if self._p is None:
             self._p = self.make()
-        return self._p.parse(s, pos, eof)
+        return self._p.parse(s, pos, eof, pr)
 
 
 def lazy(make: Callable[[], P]) -> P:
@@ -442,12 +443,9 @@ def lazy(make: Callable[[], P]) -> P:
 
 
 # ------------------------------------------------------------------- probing
-#: The active probe (see `probe`), or None: the normal, zero-cost case.
-_probe: "Probe | None" = None
-
-
 class Probe:
-    """What tagged parsers saw during one parse of a partial input.
+    """What tagged parsers saw during one parse of a partial input (`probe`), passed down the
+    parse as every ``parse``'s ``pr``.
 
     ``events``: ``(kind, start, end, value)`` in the order the tagged parsers
     returned (inner before outer). ``end`` is -1 for a parser that answered
@@ -455,56 +453,58 @@ class Probe:
     text so far. Alternatives that failed leave no events (the combinators
     roll them back), so with a NEED result the events describe the one path
     the parse is still on.
+
+    ``closing``: the caller completes what the text holds (a tool-call section that failed or
+    an output that ended, tool/base.py): the ``partial`` functions then report every open
+    value, however short.
     """
 
-    __slots__ = ("events", "memo")
+    __slots__ = ("events", "memo", "closing")
 
-    def __init__(self) -> None:
+    def __init__(self, closing: bool = False) -> None:
         self.events: list[tuple[str, int, int, Any]] = []
         # Results of parsers that memoize within one probe (they report no events), keyed
         # by (parser, input, position, eof).
         self.memo: dict[tuple[Any, str, int, bool], Any] = {}
+        self.closing = closing
 
 
-def probe(p: P, s: str, pos: int = 0, eof: bool = False) -> tuple[Result, list[tuple[str, int, int, Any]]]:
-    """Parse with tagged parsers reporting (see `tag`); returns the result and events."""
-    global _probe
-    saved = _probe
-    pr = _probe = Probe()
-    try:
-        r = p.parse(s, pos, eof)
-    finally:
-        _probe = saved
+def probe(p: P, s: str, pos: int = 0, eof: bool = False,
+          closing: bool = False) -> tuple[Result, list[tuple[str, int, int, Any]]]:
+    """Parse with tagged parsers reporting (see `tag`); returns the result and events.
+    ``closing``: see `Probe`."""
+    pr = Probe(closing)
+    r = p.parse(s, pos, eof, pr)
     return r, pr.events
 
 
 class _Tag(P):
     __slots__ = ("kind", "p", "partial")
 
-    def __init__(self, kind: str, p: P, partial: Callable[[str, int, list], Any] | None) -> None:
+    def __init__(self, kind: str, p: P, partial: "Callable[[str, int, Probe], Any] | None") -> None:
         self.kind = kind
         self.p = p
         self.partial = partial
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        r = self.p.parse(s, pos, eof)
-        pr = _probe
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
+        r = self.p.parse(s, pos, eof, pr)
         if pr is not None:
             if isinstance(r, Ok):
                 pr.events.append((self.kind, pos, r.end, r.value))
             elif r is NEED:
-                value = self.partial(s, pos, pr.events) if self.partial is not None else None
+                value = self.partial(s, pos, pr) if self.partial is not None else None
                 pr.events.append((self.kind, pos, -1, value))
         return r
 
 
-def tag(kind: str, p: P, partial: Callable[[str, int, list], Any] | None = None) -> P:
+def tag(kind: str, p: P, partial: "Callable[[str, int, Probe], Any] | None" = None) -> P:
     """``p``, reporting its matches to an active `probe` as ``kind`` events.
 
-    ``partial(s, pos, events)`` runs when ``p`` answers NEED under a probe:
-    its result is the event's value (what can be said of the text so far).
-    Without a probe a tag costs one attribute read. The tool engine uses the
-    kinds ``"call"``, ``"name"`` and ``"args"`` (see tool/base.py).
+    ``partial(s, pos, pr)`` runs when ``p`` answers NEED under a probe (``pr``,
+    whose ``events`` so far it may read): its result is the event's value (what
+    can be said of the text so far). Without a probe a tag costs one test.
+    The tool engine uses the kinds ``"call"``, ``"name"`` and ``"args"`` (see
+    tool/base.py).
     """
     return _Tag(kind, p, partial)
 
@@ -515,7 +515,7 @@ class _Const(P):
     def __init__(self, value: Any) -> None:
         self.value = value
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: "Probe | None" = None) -> Result:
         return Ok(pos, self.value)
 
 

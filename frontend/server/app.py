@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import msgspec
 from aiohttp import web
 
-from vllm_pyfrontend import __version__
+from vllm_pyfrontend import __version__, environment
 from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.api.anthropic import add_anthropic_routes
-from vllm_pyfrontend.api.openai.chat_routes import handle_chat_completions
-from vllm_pyfrontend.api.openai.completion_routes import handle_completions
+from vllm_pyfrontend.api.openai.chat_routes import chat_completions, handle_chat_completions
+from vllm_pyfrontend.api.openai.completion_routes import completions, handle_completions
 from vllm_pyfrontend.api.openai.tokenize_routes import handle_detokenize, handle_tokenize
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.middleware import build_middlewares
@@ -21,7 +20,10 @@ from vllm_pyfrontend.server.middleware import install as install_middleware_hook
 from vllm_pyfrontend.serving.lora import add_lora_routes, model_cards as lora_model_cards
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
 from vllm_pyfrontend.api.responses import add_responses_routes
+from vllm_pyfrontend.api.responses.routes import create_response
+from vllm_pyfrontend.api.responses.service import RESPONSES
 from vllm_pyfrontend.api.pooling import add_pooling_routes
+from vllm_pyfrontend.api.pooling.routes import embeddings
 from vllm_pyfrontend.server.openapi import openapi_bytes
 from vllm_pyfrontend.server.root_path import RootPathRouter, normalize_root
 from vllm_pyfrontend.serving.state import ServerState
@@ -35,6 +37,15 @@ from vllm_pyfrontend.serving.state import STATE
 
 log = logging.getLogger(__name__)
 _json = msgspec.json.encode
+
+
+def batch_endpoints(app: web.Application) -> dict:
+    """What a batch line of each url runs: the endpoint that url's HTTP route calls."""
+    async def responses(state, scope, body: bytes):
+        return await create_response(state, app[RESPONSES], scope, body)
+
+    return {"/v1/chat/completions": chat_completions, "/v1/completions": completions,
+            "/v1/embeddings": embeddings, "/v1/responses": responses}
 
 
 @web.middleware
@@ -102,7 +113,7 @@ async def handle_models(request: web.Request) -> web.Response:
 async def handle_version(request: web.Request) -> web.Response:
     state: ServerState = request.app[STATE]
     body = {"version": state.engine.vllm_version, "frontend_version": __version__}
-    if os.environ.get("VLLM_USE_RUST_FRONTEND", "").lower() in ("1", "true"):
+    if environment.use_rust_frontend():
         # Selected by vLLM's launcher in place of its Rust frontend: that frontend reports the
         # vLLM release it serves under this name (vLLM's tests compare it with vLLM's version).
         body["rust_frontend_version"] = state.engine.vllm_version
@@ -151,7 +162,7 @@ async def handle_openapi(request: web.Request) -> web.Response:
 def build_app(state: ServerState) -> web.Application:
     root = normalize_root(state.config.policy.root_path)
     app = web.Application(
-        middlewares=[*build_middlewares(state.config, state.metrics, getattr(state, "tenants", None)),
+        middlewares=[*build_middlewares(state.config, state.metrics, state.tenants),
                      error_middleware],
         client_max_size=state.config.max_request_body_bytes,
         router=RootPathRouter(root) if root else None,
@@ -177,5 +188,5 @@ def build_app(state: ServerState) -> web.Application:
     admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes
     sagemaker.add_routes(app, chat=handle_chat_completions, completion=handle_completions)  # /ping, /invocations
     add_speech_routes(app)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/api/speech)
-    add_batch_routes(app)  # /v1/files, /v1/batches; the batch runner (frontend/api/batches)
+    add_batch_routes(app, batch_endpoints(app))  # /v1/files, /v1/batches; the batch runner (frontend/api/batches)
     return app

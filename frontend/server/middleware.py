@@ -21,12 +21,16 @@ What a handler can read from the request (aiohttp's per-request mapping):
                               W3C traceparent: give it to EngineRequest.trace_headers
     request[TENANT]           the key's `Tenant` on guarded paths (read it with
                               `vllm_pyfrontend.tenants.tenant_of`)
-    request[LEASE]            a named key's quota lease on its POSTs (tenants/quotas.py)
+    request[QUOTA]            a named key's `TenantQuota` (tenants/quotas.py), which the
+                              request's scope admits against (serving/scope.py)
+
+The request log line is the request scope's where the route runs one (it knows the tenant,
+the tokens and the engines, and it outlives the HTTP exchange of a background response);
+this middleware writes it for the other routes.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 import uuid
@@ -39,9 +43,10 @@ from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.metrics import UNINSTRUMENTED_ROUTES, WorkerMetrics
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.root_path import normalize_root, route_path
-from vllm_pyfrontend.tenants import TENANT, Tenant, key_digest, key_owner
-from vllm_pyfrontend.tenants.key_table import LEASE, TenantKeys
-from vllm_pyfrontend.tenants.quotas import QuotaExceeded
+from vllm_pyfrontend.tenants import TENANT
+from vllm_pyfrontend.tenants.api_keys import ApiKeys
+from vllm_pyfrontend.serving.scope import CLIENT_CLOSED, QUOTA, SCOPE
+from vllm_pyfrontend.tenants.key_table import TenantKeys
 
 request_log = logging.getLogger("vllm_pyfrontend.requests")
 
@@ -49,54 +54,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # vLLM's AuthenticationMiddleware.GUARDED_PREFIX.
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
-# Status for a request whose client went away before the response (nginx's convention).
-CLIENT_CLOSED = 499
 _PREFLIGHT_MAX_AGE = "600"
 _SAFE_HEADERS = frozenset({"accept", "accept-language", "content-language", "content-type"})
 
 
 # ---------------------------------------------------------------------------- API keys
-
-
-class ApiKeys:
-    """Constant-time check of a Bearer token against several keys, and the tenant it names.
-
-    Keys and the presented token are hashed first (SHA-256), so every comparison is between
-    equal-length digests, and every key is compared (no early exit): the time taken does not
-    depend on which key matched or how much of it did.
-    """
-
-    def __init__(self, keys: list[str]):
-        self._digests = [key_digest(k) for k in keys if k]
-        self._tenants = [Tenant("", key_owner(d)) for d in self._digests]
-
-    def __bool__(self) -> bool:
-        return bool(self._digests)
-
-    def check(self, authorization: str | None, api_key: str | None = None) -> bool:
-        """`Authorization: Bearer <key>`, or Anthropic's `x-api-key: <key>` header."""
-        return self.tenant(authorization, api_key) is not None
-
-    def tenant(self, authorization: str | None, api_key: str | None = None) -> Tenant | None:
-        """The tenant of the presented key, None when no key matches."""
-        token = None
-        if authorization:
-            scheme, _, bearer = authorization.partition(" ")
-            if scheme.lower() == "bearer":
-                token = bearer
-        if token is not None:
-            found = self._match(token)
-            if found is not None:
-                return found
-        return self._match(api_key) if api_key else None
-
-    def _match(self, token: str) -> Tenant | None:
-        presented = key_digest(token)
-        found = -1
-        for i, digest in enumerate(self._digests):
-            if hmac.compare_digest(presented, digest):
-                found = i
-        return self._tenants[found] if found >= 0 else None
 
 
 def auth_middleware(keys: ApiKeys, guard_metrics: bool, root: str = ""):
@@ -116,16 +78,15 @@ def auth_middleware(keys: ApiKeys, guard_metrics: bool, root: str = ""):
     return auth
 
 
-def tenant_auth_middleware(keys: TenantKeys, guard_metrics: bool):
+def tenant_auth_middleware(keys: TenantKeys, guard_metrics: bool, root: str = ""):
     """Authentication with a keys file (`--api-keys-file`): the key's tenant, and for a named
-    key its quotas. A POST of a named key's tenant is admitted against its limits (a 429
-    before anything is read) and holds its lease until the handler ends, whatever ended it
-    (answer, error, client gone, engine failure): the one place concurrency is given back."""
+    key its quota, which the request's scope admits against (serving/scope.py: a 429 before
+    any work, the lease held until the request's work ends, on every path)."""
     prefixes = GUARDED_PREFIXES + (("/metrics",) if guard_metrics else ())
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method != "OPTIONS" and request.path.startswith(prefixes):
+        if request.method != "OPTIONS" and route_path(request, root).startswith(prefixes):
             found = keys.lookup(request.headers.get("Authorization"), request.headers.get("x-api-key"))
             if found is None:
                 resp = APIError(401, "Unauthorized: a valid API key is required.").to_response()
@@ -133,16 +94,8 @@ def tenant_auth_middleware(keys: TenantKeys, guard_metrics: bool):
                 return resp
             tenant, quota = found
             request[TENANT] = tenant
-            if quota is not None and request.method == "POST":
-                try:
-                    lease = quota.admit()
-                except QuotaExceeded as e:
-                    return e.to_response()
-                request[LEASE] = lease
-                try:
-                    return await handler(request)
-                finally:
-                    lease.release()
+            if quota is not None:
+                request[QUOTA] = quota
         return await handler(request)
 
     return auth
@@ -274,7 +227,7 @@ def context_middleware(config: WorkerConfig, metrics: WorkerMetrics | None):
                 metrics.in_flight.dec()
             if metrics is not None and route not in UNINSTRUMENTED_ROUTES:
                 metrics.observe_http(request.method, route or "none", status, elapsed)
-            if log_requests:
+            if log_requests and SCOPE not in request:  # (a request's scope writes its own line)
                 _log_request(request, route, status, elapsed, max_log_len)
 
     return context
@@ -300,12 +253,6 @@ def _log_request(request: web.Request, route: str | None, status: int, elapsed: 
     trace = request.get("trace_headers")
     if trace is not None:
         record["traceparent"] = trace["traceparent"]
-    engines = request.get("engines")
-    if engines is not None:  # the engines it ran on, several when it moved (engine/migration.py)
-        record["engines"] = engines
-        moves = request.get("migrations")
-        if moves:
-            record["migrations"] = moves
     request_log.info("%s", msgspec.json.encode(record).decode())
 
 
@@ -338,7 +285,7 @@ def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None, tenan
             policy.allowed_origins, policy.allowed_methods, policy.allowed_headers,
             policy.allow_credentials)))
     if tenants is not None:
-        mws.append(tenant_auth_middleware(tenants, policy.metrics_require_api_key))
+        mws.append(tenant_auth_middleware(tenants, policy.metrics_require_api_key, normalize_root(policy.root_path)))
         return mws
     keys = ApiKeys(config.api_keys)
     if keys:

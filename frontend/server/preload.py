@@ -37,7 +37,8 @@ import socket
 import sys
 import traceback
 
-from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
+from vllm_pyfrontend import environment
+from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.server import worker as worker_module
 from vllm_pyfrontend.server.malloc_heap import release_free_heap, seal_free_heap
 from vllm_pyfrontend.server.worker import SharedParts
@@ -238,8 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-fd", type=int, required=True)
     args = parser.parse_args(argv)
     config = WorkerConfig.from_json(args.config_json)
-    keys = os.environ.pop(API_KEYS_ENV, None)
-    api_keys = [k for k in json.loads(keys) if k] if keys else []
+    api_keys = environment.take_api_keys() or []
     worker_module._setup_logging(config)
     sock = socket.socket(fileno=args.control_fd)
     sock.setblocking(True)

@@ -24,11 +24,12 @@ from typing import Any
 from aiohttp import web
 
 from vllm_pyfrontend.chat.template import load_chat_template
-from vllm_pyfrontend.config import API_KEYS_ENV, WorkerConfig
+from vllm_pyfrontend import environment
+from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.engine.client import EngineClient
 from vllm_pyfrontend.engine.types import EngineInfo
 from vllm_pyfrontend.llm.sampling import GenerationDefaults
-from vllm_pyfrontend.metrics import install_stats_tap
+from vllm_pyfrontend.metrics import MetricsRelay
 from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.server import log_lines
 from vllm_pyfrontend.server.app import build_app
@@ -118,16 +119,31 @@ class SharedParts:
         )
 
 
-async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) -> int:
-    """Serve until SIGTERM/SIGINT. `shared`: the parts loaded by a worker template before it
+@dataclass
+class WorkerParts:
+    """A worker's objects, as `build_worker` makes them: `run_worker` serves `app`, and
+    `close_worker` closes them once the HTTP server has stopped (the in-process test tier,
+    tests/inprocess.py, serves and closes the same objects)."""
+
+    engine: EngineClient
+    state: ServerState
+    app: web.Application
+    kv_events: Any  # the KV event subscriber of prefix-aware routing, or None
+
+
+async def build_worker(config: WorkerConfig, shared: SharedParts | None = None) -> WorkerParts:
+    """The engine client (started: the engines' ready responses read), the serving state and
+    the aiohttp app of one worker. `shared`: the parts loaded by a worker template before it
     forked this worker (loaded here when absent or built from other config fields)."""
-    loop = asyncio.get_running_loop()
     if shared is None or shared.key != SharedParts.key_of(config):
         shared = SharedParts.load(config)
     tokenizer, template = shared.tokenizer, shared.template
     defaults, model_config = shared.defaults, shared.model_config
     log.info("tokenizer backend: %s; chat template: %s", tokenizer.backend, "yes" if template else "none")
 
+    # The engine's reports (scheduler stats, iterations, migrations) go to the metrics `state`
+    # owns, once it is built from the started engine (below).
+    observer = MetricsRelay()
     engine = EngineClient(
         client_index=(config.worker_index if config.engine_client_index is None
                       else config.engine_client_index),
@@ -139,6 +155,7 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         max_logprobs=int(config.engine_flag("--max-logprobs") or 20),  # the engine's flag (vLLM's default 20)
         migration_limit=config.policy.migration_limit,
         migration_timeout=config.policy.migration_timeout,
+        observer=observer,
     )
     known = [EngineInfo.from_json(d) for d in config.engine_infos] if config.engine_infos else None
     infos = await engine.start(engine_infos=known, timeout=config.engine_ready_timeout)
@@ -149,7 +166,12 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
 
     kv_events = engine.start_prefix_routing(config.engine_args, config.policy.routing_policy,
                                             config.policy.routing_prefix_weight, config.policy.kv_events_host)
-    state = ServerState(config, tokenizer, template, engine, defaults, model_config)
+    tracer = None
+    if config.policy.otlp_traces_endpoint:
+        from vllm_pyfrontend.tracing import RequestTracer  # OpenTelemetry only with the flag
+
+        tracer = RequestTracer(config.policy.otlp_traces_endpoint, config.worker_index)
+    state = ServerState(config, tokenizer, template, engine, defaults, model_config, tracer=tracer)
     engine.drain_hooks = state.drain.hooks  # one write per stream per drain
     state.supported_tasks = await engine_tasks(engine)
     if any(t in POOLING_TASKS for t in state.supported_tasks):
@@ -160,19 +182,15 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
                                                 json.loads(overrides) if overrides else None)
         log.info("pooling model: tasks %s, pooling task %s", state.supported_tasks,
                  state.pooling_model.pooling_task)
-    engine.on_migration = state.metrics.count_migration
-    engine.on_migration_failure = state.metrics.count_migration_failure
-    try:
-        install_stats_tap(engine, state.metrics)
-    except TypeError as e:
-        log.warning("engine scheduler stats will not reach /metrics: %s", e)
-    if config.policy.otlp_traces_endpoint:
-        from vllm_pyfrontend.tracing import RequestTracer  # OpenTelemetry only with the flag
-
-        state.tracer = RequestTracer(config.policy.otlp_traces_endpoint, config.worker_index)
+    observer.metrics = state.metrics
+    state.metrics.record_cache_config(engine.engine_infos)  # vllm:cache_config_info
     app = build_app(state)
-    policy = config.policy
-    runner = web.AppRunner(
+    return WorkerParts(engine, state, app, kv_events)
+
+
+def make_runner(app: web.Application, policy) -> web.AppRunner:
+    """The aiohttp runner of a worker's app, with the worker's HTTP settings (`policy`)."""
+    return web.AppRunner(
         app,
         handler_cancellation=True,
         access_log=None,
@@ -188,6 +206,24 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         max_field_size=policy.h11_max_incomplete_event_size,
         max_headers=policy.h11_max_header_count,
     )
+
+
+async def close_worker(parts: WorkerParts) -> None:
+    """Close what `build_worker` made, once nothing is served any more."""
+    if parts.kv_events is not None:
+        await parts.kv_events.close()
+    await parts.engine.close()
+    if parts.state.tracer is not None:
+        parts.state.tracer.shutdown()  # flush the batched spans
+
+
+async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (`shared`: see build_worker)."""
+    loop = asyncio.get_running_loop()
+    worker = await build_worker(config, shared)
+    engine, state, app = worker.engine, worker.state, worker.app
+    policy = config.policy
+    runner = make_runner(app, policy)
     await runner.setup()
     if config.listen_fd is not None:
         sock = socket.socket(fileno=config.listen_fd)
@@ -275,11 +311,7 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
     if cert_refresher is not None:
         await cert_refresher.stop()
     await runner.cleanup()
-    if kv_events is not None:
-        await kv_events.close()
-    await engine.close()
-    if state.tracer is not None:
-        state.tracer.shutdown()  # flush the batched spans
+    await close_worker(worker)
     return 0
 
 
@@ -298,9 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = WorkerConfig.from_json(args.config_json)
     # API keys come through the environment (never argv); don't leave them there.
-    keys = os.environ.pop(API_KEYS_ENV, None)
-    if keys:
-        config.api_keys = [k for k in json.loads(keys) if k]
+    keys = environment.take_api_keys()
+    if keys is not None:
+        config.api_keys = keys
     _setup_logging(config)
     try:
         import uvloop

@@ -37,21 +37,14 @@ def error_entry(custom_id: str | None, code: str, message: str) -> bytes:
                                 "error": {"code": code, "message": message}})
 
 
-def answer_entry(custom_id: str, status: int, body: bytes, request_id: str | None) -> tuple[bytes, bool]:
-    """The output (or error) line for a route's answer; whether it goes to the error file."""
-    try:
-        _decoder.decode(body)
-        raw: Any = msgspec.Raw(body)
-    except msgspec.DecodeError:  # (every route answers JSON; kept as text otherwise)
-        raw = body.decode("utf-8", "replace")
-    if request_id is None and isinstance(raw, msgspec.Raw):
-        try:
-            rid = msgspec.json.decode(body).get("id")
-            request_id = rid if isinstance(rid, str) else None
-        except (msgspec.DecodeError, AttributeError):
-            request_id = None
+def answer_entry(custom_id: str, status: int, body: Any, request_id: str | None) -> tuple[bytes, bool]:
+    """The output (or error) line for an endpoint's answer (its body object, encoded once
+    here); whether it goes to the error file."""
+    if request_id is None and isinstance(body, dict):
+        rid = body.get("id")
+        request_id = rid if isinstance(rid, str) else None
     entry = {"id": line_id(), "custom_id": custom_id,
-             "response": {"status_code": status, "request_id": request_id or "", "body": raw}, "error": None}
+             "response": {"status_code": status, "request_id": request_id or "", "body": body}, "error": None}
     return msgspec.json.encode(entry), status >= 400
 
 

@@ -29,6 +29,9 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
+
+from vllm_pyfrontend.errors import APIError
 
 from vllm_pyfrontend.serving.batch_lines import (
     RETRY_STATUSES, InputError, answer_entry, expired_entry, parse_input)
@@ -38,8 +41,8 @@ from vllm_pyfrontend.tenants import Tenant
 
 log = logging.getLogger(__name__)
 
-# call(url, body, tenant) -> (HTTP status, response body, request id or None)
-LineCall = Callable[[str, bytes, Tenant], Awaitable[tuple[int, bytes, "str | None"]]]
+# call(url, body, tenant) -> (HTTP status, the answer's body object, request id or None)
+LineCall = Callable[[str, bytes, Tenant], Awaitable[tuple[int, Any, "str | None"]]]
 
 
 @dataclass(frozen=True)
@@ -190,8 +193,7 @@ class BatchRunner:
                 raise
             except Exception:  # noqa: BLE001 - the line is answered with the failure
                 log.exception("batch %s line %d failed", line.batch_id, line.idx)
-                status, body, request_id = 500, b'{"error": {"message": "Internal server error.", ' \
-                                                 b'"type": "InternalServerError", "param": null, "code": 500}}', None
+                status, body, request_id = 500, APIError(500, "Internal server error.").body(), None
             if status in RETRY_STATUSES:  # full or unavailable for now: run it again later
                 self._backoff_until = time.monotonic() + self.settings.poll_s
                 await self.batches.release(self.me, [key])

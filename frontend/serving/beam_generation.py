@@ -15,17 +15,15 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from aiohttp import web
-
 from vllm_pyfrontend.engine.types import EngineDeadError
 from vllm_pyfrontend.llm.beam_search import BeamSearchFailed, BeamSearchParams, beam_search
 from vllm_pyfrontend.errors import InvalidRequestError
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.llm.sampling import GenerationDefaults, SamplingOptions, lower_sampling
 from vllm_pyfrontend.errors import APIError
-from vllm_pyfrontend.serving.responder import respond
+from vllm_pyfrontend.serving.responder import Answer, answer_run
+from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
-from vllm_pyfrontend.tenants.key_table import LEASE
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +51,6 @@ class _NoEngine:
         pass
 
 
-class _NoSubmission:
-    requests: list = []
-
-
 def beam_choice(index: int, assistant) -> Choice:
     return Choice(index, _FixedText(), assistant)  # type: ignore[arg-type]
 
@@ -73,19 +67,21 @@ def step_sampling(state, width: int, temperature: float | None) -> dict[str, Any
     return sampling
 
 
-async def respond_beam_search(
-    state, request: web.Request, run: RequestRun, prompts: list[list[int]], params: list[BeamSearchParams],
+async def answer_beam_search(
+    state, scope: RequestScope, run: RequestRun, prompts: list[list[int]], params: list[BeamSearchParams],
     sampling: dict[str, Any], *, skip_special_tokens: bool, lora_request: list[Any] | None,
     priority: int, cache_salt: str | None, role_chunks: bool,
-) -> web.StreamResponse:
+) -> Answer:
     """Search every prompt's beams (`params[i]` for prompt i, whose beams are choices
-    i*width ..), then answer."""
-    lease = request.get(LEASE)
-    if lease is not None:  # a named key's max_tokens caps the beams (tokens are not charged)
-        cap = lease.quota.limits.max_tokens
-        if cap is not None:
-            params = [replace(p, max_tokens=min(p.max_tokens, cap)) for p in params]
+    i*width ..), in the request's scope (its step requests counted and aborted with it, the
+    tenant's tokens reserved for every beam), then answer."""
+    cap = scope.max_tokens_cap
+    if cap is not None:  # a named key's max_tokens caps the beams
+        params = [replace(p, max_tokens=min(p.max_tokens, cap)) for p in params]
     width = params[0].beam_width
+    scope.reserve_tokens(sum(len(ids) + width * p.max_tokens for ids, p in zip(prompts, params)))
+    scope.name(run.response_id, run.model)
+    scope.follow(run)
     id_prefix = run.response_id.split("-", 1)[0]
     engine = _NoEngine()
 
@@ -93,8 +89,7 @@ async def respond_beam_search(
         return pi, await beam_search(
             state.engine, state.worker_index, prompt_ids, params[pi], sampling,
             eos_token_id=state.limits.eos_token_id, id_prefix=id_prefix, external_id=run.response_id,
-            lora_request=lora_request, priority=priority, cache_salt=cache_salt,
-            trace_headers=request.get("trace_headers"),
+            lora_request=lora_request, priority=priority, cache_salt=cache_salt, send=scope.submit_steps,
         )
 
     def answer(found) -> None:
@@ -105,6 +100,7 @@ async def respond_beam_search(
                 gen = Generation(f"{run.response_id}-beam-{bi}", choice.index, run, engine, prompt_len)
                 gen.num_output_tokens = len(beam.token_ids)
                 gen._finish(beam.finish_reason, beam.stop_reason)
+                scope.adopt(gen, prompts[pi], params[pi].max_tokens)
                 choice.gen = gen
                 choice.text.text = state.tokenizer.decode(beam.text_token_ids,  # type: ignore[union-attr]
                                                           skip_special_tokens=skip_special_tokens)
@@ -145,8 +141,6 @@ async def respond_beam_search(
             run.fail(APIError(500, "Internal server error."))
 
     task = asyncio.ensure_future(search())
-    try:
-        return await respond(state, request, run, _NoSubmission(), role_chunks=role_chunks)  # type: ignore[arg-type]
-    finally:
-        if not task.done():
-            task.cancel()
+    scope.on_end(task.cancel)  # (a no-op once the search is over)
+    scope.on_end(run.release)
+    return await answer_run(state, run, role_chunks=role_chunks)

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.engine.client import UtilityError
 from vllm_pyfrontend.llm.lora import LoRAAdapter, LoRAStore, parse_lora_modules
 from vllm_pyfrontend.errors import APIError
@@ -28,14 +29,13 @@ from vllm_pyfrontend.serving.state import STATE
 
 log = logging.getLogger(__name__)
 
-RUNTIME_UPDATING_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 _STATIC_CLAIM = "static-loaded"
 _STATIC_DONE = "static-done"
 
 
 def runtime_updating_allowed() -> bool:
     """vLLM's envs.VLLM_ALLOW_RUNTIME_LORA_UPDATING: "1" or "true" (any case)."""
-    return os.environ.get(RUNTIME_UPDATING_ENV, "0").strip().lower() in ("1", "true")
+    return environment.runtime_lora_updating()
 
 
 class LoadLoRAAdapterRequest(msgspec.Struct):
@@ -52,7 +52,7 @@ class UnloadLoRAAdapterRequest(msgspec.Struct):
 
 def lora_request_for(state, model: str) -> list[Any] | None:
     """The engine's `lora_request` for a checked model name (None: a base model)."""
-    store: LoRAStore | None = getattr(state, "loras", None)
+    store: LoRAStore | None = state.loras
     if store is None or model in state.model_names:
         return None
     adapter = store.get(model)
@@ -60,13 +60,13 @@ def lora_request_for(state, model: str) -> list[Any] | None:
 
 
 def is_adapter(state, name: str) -> bool:
-    store: LoRAStore | None = getattr(state, "loras", None)
+    store: LoRAStore | None = state.loras
     return store is not None and store.get(name) is not None
 
 
 def model_cards(state, created: int) -> list[dict[str, Any]]:
     """vLLM's ModelCards of the adapters: root = the adapter's path, parent = its base model."""
-    store: LoRAStore | None = getattr(state, "loras", None)
+    store: LoRAStore | None = state.loras
     if store is None:
         return []
     return [

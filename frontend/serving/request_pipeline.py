@@ -15,7 +15,6 @@ import asyncio
 from typing import Any, Protocol
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta, AssistantStream
-from vllm_pyfrontend.engine.client import OutputClock
 from vllm_pyfrontend.engine.types import Failure, FailureKind, Logprobs
 from vllm_pyfrontend.llm.generation import Generation
 from vllm_pyfrontend.errors import APIError
@@ -374,11 +373,12 @@ class ChoiceStep:
             waiter.set_result(None)
         if token_ids:
             metrics = choice.metrics
-            if metrics is not None:  # inter-token latency
-                if OutputClock.steps == 1:
-                    metrics.on_output(OutputClock.now or None)
+            if metrics is not None:  # inter-token latency, by the engine client's output clock
+                clock = gen.clock
+                if clock.steps == 1:
+                    metrics.on_output(clock.now or None)
                 else:  # a backlog's steps at once: each step still counts for ITL, as in vLLM
-                    metrics.on_steps(OutputClock.now, OutputClock.last, OutputClock.steps)
+                    metrics.on_steps(clock.now, clock.last, clock.steps)
         if finish_reason is not None:
             text, matched = self.text.feed(token_ids, finish_reason == "stop")
             self._last(gen, token_ids, logprobs, finish_reason, stop_reason, text, matched)

@@ -11,31 +11,25 @@ vLLM's `model_dump_json(exclude_unset=True)` output.
 from __future__ import annotations
 
 import asyncio
-import os
 from time import monotonic
 from typing import Callable
 
 import msgspec
+
+from vllm_pyfrontend import environment
 
 _enc = msgspec.json.encode
 DONE = b"data: [DONE]\n\n"
 KEEP_ALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it, idle-timeout proxies see bytes
 
 
-def _env_bytes(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-# Backpressure (a client that reads slower than the engine writes). Above SOFT_LIMIT bytes in
-# the transport's write buffer, events are held here and written as one chunk once the buffer
-# drains (coalesced: one frame instead of hundreds). Past HARD_LIMIT bytes (held + buffered)
+# Backpressure (a client that reads slower than the engine writes). Above a writer's soft limit
+# (bytes in the transport's write buffer), events are held here and written as one chunk once the
+# buffer drains (coalesced: one frame instead of hundreds). Past its hard limit (held + buffered)
 # the stream is aborted: the connection is dropped and `alive` turns false, which cancels the
-# request in the engine. So a stream costs at most about HARD_LIMIT bytes of worker memory.
-SOFT_LIMIT = _env_bytes("VLLM_PYFRONTEND_SSE_SOFT_LIMIT", 256 * 1024)
-HARD_LIMIT = _env_bytes("VLLM_PYFRONTEND_SSE_HARD_LIMIT", 8 * 1024 * 1024)
+# request in the engine. So a stream costs at most about its hard limit in worker memory. Both
+# are read from the environment when the writer is made (VLLM_PYFRONTEND_SSE_SOFT_LIMIT, 256 KiB;
+# VLLM_PYFRONTEND_SSE_HARD_LIMIT, 8 MiB: vllm_pyfrontend.environment).
 _RETRY_S = 0.05  # how often held events retry while the writer waits for the client
 
 
@@ -105,7 +99,8 @@ class SSEWriter:
     keep_alive_frame = KEEP_ALIVE
 
     __slots__ = ("prefix", "transport", "pending", "alive", "usage_prefix", "usage_suffix", "held", "_retry",
-                 "out", "text", "last_write", "_keep_alive", "_content_head", "ending", "drain")
+                 "out", "text", "last_write", "_keep_alive", "_content_head", "ending", "drain",
+                 "soft_limit", "hard_limit")
 
     def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
@@ -130,6 +125,9 @@ class SSEWriter:
         self.ending = False
         # The drain that gathers this stream's writes (`StreamDrain`); by default none does.
         self.drain = _NO_DRAIN
+        # Backpressure bounds in bytes (see above).
+        self.soft_limit = environment.sse_soft_limit()
+        self.hard_limit = environment.sse_hard_limit()
 
     def take_pending(self) -> bytes:
         """The events written so far, before `attach`: they go out with the response's headers
@@ -208,7 +206,7 @@ class SSEWriter:
         """`_frame_text` + `_write_now` when the chunk is all a drain has for the stream: the
         chunked frame built in one piece."""
         t = self.transport
-        if t is not None and self.held is None and not t.is_closing() and t.get_write_buffer_size() <= SOFT_LIMIT:
+        if t is not None and self.held is None and not t.is_closing() and t.get_write_buffer_size() <= self.soft_limit:
             head = self._content_head
             body = _enc(text)
             t.write(b"%x\r\n%b%b%b\r\n" % (len(head) + len(body) + _CONTENT_TAIL_LEN, head, body, _CONTENT_TAIL))
@@ -223,16 +221,16 @@ class SSEWriter:
             return
         buffered = t.get_write_buffer_size()
         held = self.held
-        if held is None and buffered <= SOFT_LIMIT:
+        if held is None and buffered <= self.soft_limit:
             t.write(b"%x\r\n%b\r\n" % (len(data), data))  # the hot path
             self.last_write = now or monotonic()
             return
         if held is None:
             held = self.held = bytearray()
         held += data
-        if buffered + len(held) > HARD_LIMIT:
+        if buffered + len(held) > self.hard_limit:
             self.abort()
-        elif buffered <= SOFT_LIMIT:
+        elif buffered <= self.soft_limit:
             self._flush()  # the client caught up: out it goes, as one frame
         elif self._retry is None:
             self._retry = asyncio.get_running_loop().call_later(_RETRY_S, self._retry_flush)
@@ -292,7 +290,7 @@ class SSEWriter:
             return
         if t is None or t.is_closing():
             self._dead()
-        elif t.get_write_buffer_size() <= SOFT_LIMIT:
+        elif t.get_write_buffer_size() <= self.soft_limit:
             self._flush()
         else:
             self._retry = asyncio.get_running_loop().call_later(_RETRY_S, self._retry_flush)

@@ -17,11 +17,13 @@ from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin
 from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
-from vllm_pyfrontend.serving.worker_slots import WorkerSlots
+from vllm_pyfrontend.serving.in_flight import InFlight
+from vllm_pyfrontend.serving.scope import RequestScopes
 from vllm_pyfrontend.serving.admission import REASONS as ADMISSION_REASONS, Admission
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.output_log import OutputLog
 from vllm_pyfrontend.serving.sse import StreamDrain
+from vllm_pyfrontend.tenants.api_keys import ApiKeys
 from vllm_pyfrontend.tenants.key_table import TenantKeys
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -65,6 +67,7 @@ class ServerState:
         engine: EngineClient,
         generation_defaults: GenerationDefaults,
         model_config: ModelConfig | None = None,
+        tracer: Any = None,
     ):
         model_config = model_config or ModelConfig()
         self.config = config
@@ -109,10 +112,8 @@ class ServerState:
         # Prometheus families of this worker (frontend/metrics); the request pipeline records
         # into `metrics.start_request()`, the worker tracks serving/draining.
         self.metrics = WorkerMetrics(self.model_names[0], list(config.engine_indices), self.max_model_len)
-        self.in_flight = 0
-        # the deployment's in-flight requests for /load (one slot per worker; one worker: in_flight)
-        self.load_slots = (WorkerSlots(config.runtime_dir, "server_load", config.worker_index, config.num_workers)
-                           if config.num_workers > 1 else None)
+        # Requests in flight (serving/in_flight.py): the drain waits for them, /load reports them.
+        self.load = InFlight(config.runtime_dir, config.worker_index, config.num_workers)
         policy = config.policy
         self.admission: Admission | None = None
         if policy.max_num_queued_reqs is not None or policy.max_num_queued_tokens is not None:
@@ -128,8 +129,18 @@ class ServerState:
             self.tenants = TenantKeys(config.runtime_dir, config.worker_index, config.num_workers,
                                       config.api_keys, recorder=self.metrics.tenant_recorder())
             self.tenants.load()
-        # Request spans (frontend/tracing.py), set by the worker with --otlp-traces-endpoint.
-        self.tracer = None
+        # Who a key is (the keys file's table, or the anonymous `--api-key` keys), for the paths
+        # that authenticate outside the HTTP middleware (gRPC); None: no key is asked for.
+        self.keys: TenantKeys | ApiKeys | None = self.tenants
+        if self.keys is None and any(config.api_keys):
+            self.keys = ApiKeys(config.api_keys)
+        # Request spans (frontend/tracing.py), with --otlp-traces-endpoint.
+        self.tracer = tracer
+        # Every request runs in a scope (serving/scope.py) opened from these.
+        self.scopes = RequestScopes(
+            engine=engine, worker_index=config.worker_index, metrics=self.metrics, in_flight=self.load,
+            admission=self.admission, tracer=tracer, log_requests=policy.enable_log_requests,
+            max_log_len=policy.max_log_len, draining=lambda: self.draining)
         # The deployment's LoRA adapters (frontend/llm/lora.py), set by serving/lora.py when
         # adapters can be served.
         self.loras = None
@@ -140,8 +151,6 @@ class ServerState:
         self.speech: Any = None
         self.speech_ready: asyncio.Future | None = None
         self.tokenizer_info: dict[str, Any] | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     # -- request gates ---------------------------------------------------------------------
     async def read_body(self, request: web.Request) -> bytes:
@@ -176,12 +185,7 @@ class ServerState:
                            f"{tasks}: use the pooling routes (/v1/embeddings, /classify, /score, ...).", "model")
 
     def check_engine(self) -> None:
-        if self.draining:
-            raise APIError(503, "The server is shutting down.")
-        if not self.engine.healthy:
-            raise APIError(503, "The engine is not available.")
-        if self.admission is not None:
-            self.admission.check()
+        self.scopes.check_engine()
 
     # -- prompt ---------------------------------------------------------------------------------
     def render_and_tokenize(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
@@ -212,30 +216,17 @@ class ServerState:
         return text
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def request_started(self) -> None:
-        self.in_flight += 1
-        self._idle.clear()
-        if self.load_slots is not None:
-            self.load_slots.set(self.in_flight)
-
-    def request_finished(self) -> None:
-        self.in_flight -= 1
-        if self.load_slots is not None:
-            self.load_slots.set(self.in_flight)
-        if self.in_flight == 0:
-            self._idle.set()
+    @property
+    def in_flight(self) -> int:
+        return self.load.count
 
     @property
     def server_load(self) -> int:
         """In-flight requests of the whole deployment (every worker's)."""
-        return self.load_slots.total() if self.load_slots is not None else self.in_flight
+        return self.load.total()
 
     async def wait_idle(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        return await self.load.wait_idle(timeout)
 
 
 STATE = web.AppKey("state", ServerState)

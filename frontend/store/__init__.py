@@ -32,7 +32,11 @@ from __future__ import annotations
 
 import os
 import logging
+from collections.abc import Mapping
 from typing import Any, Callable, Protocol
+
+from vllm_pyfrontend import environment
+from vllm_pyfrontend.environment import STORE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -96,18 +100,19 @@ SQLITE_NAME = "responses.sqlite3"
 BUSY_TIMEOUT_S = 0.5  # the longest a store operation waits for another writer's lock
 HEARTBEAT_S = 1.0  # a worker running stored responses beats this often
 STALE_S = 5.0  # a worker silent this long is gone: its in-progress records are failed
-# vLLM's switch: its store is off unless this is 1. Here the store is on by default; "0"
-# turns it off, unless --response-store is given (a flag beats the environment).
-STORE_ENV = "VLLM_ENABLE_RESPONSES_API_STORE"
+# vLLM's switch, STORE_ENV (`VLLM_ENABLE_RESPONSES_API_STORE`): its store is off unless this is
+# 1. Here the store is on by default; "0" turns it off, unless --response-store is given (a flag
+# beats the environment).
 NONE = "none"
 
 
-def store_disabled(url: str | None, environ: dict[str, str] | os._Environ = os.environ) -> bool:
+def store_disabled(url: str | None, environ: Mapping[str, str] | None = None) -> bool:
     """Whether storing is off: `--response-store none`, or no flag and vLLM's
-    `VLLM_ENABLE_RESPONSES_API_STORE` set to 0 (read as vLLM does: an integer)."""
+    `VLLM_ENABLE_RESPONSES_API_STORE` set to 0 (read as vLLM does: an integer; from `environ`
+    instead of this process's environment when given)."""
     if url:
         return url.strip().lower() == NONE
-    value = environ.get(STORE_ENV)
+    value = environment.responses_api_store(environ)
     if value is None or not value.strip():
         return False
     try:

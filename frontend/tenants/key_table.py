@@ -22,10 +22,6 @@ from vllm_pyfrontend.tenants.quotas import TenantQuota, TenantQuotas
 
 log = logging.getLogger(__name__)
 
-# The key a request's quota `Lease` is stored under in aiohttp's per-request mapping (only
-# requests of a named tenant have one).
-LEASE = "tenant_lease"
-
 Entry = tuple[Tenant, "TenantQuota | None"]
 
 

@@ -24,13 +24,14 @@ counts (those requests are gone).
 
 What is limited and when:
 
-- `admit` (the auth middleware, each POST on a guarded path, before the body is read):
-  concurrency, requests per second, and tokens per minute already spent; it starts the
-  request's `Lease`, which the middleware releases when the handler ends, whatever ended it.
-- `Lease.check_submit` / `Lease.submitted` (serving/responder.py, when a generation request is
-  sent): the `max_tokens` rule (more than the tenant's limit asked: 400 naming it; not asked: capped
-  to it) and the prompt tokens against tokens per minute, charged once the request is sent.
-- `Lease.on_end` (llm/generation.py, each engine request's end): its completion tokens.
+- `admit` (a request's scope opens, serving/scope.py: every request of every API style and
+  path, HTTP, batch lines and gRPC alike): concurrency, requests per second, and tokens per
+  minute already spent; it starts the request's `Lease`, released when the scope ends,
+  whatever ended it (a background response holds it until its run ends).
+- `Lease.reserve` (before engine work is sent): the `max_tokens` rule (more than the tenant's
+  limit asked: 400 naming it; not asked: capped to it), then the prompt plus every engine
+  request's `max_tokens` reserved against tokens per minute, counted at once.
+- `Lease.settle` (the scope's end): the reservation comes down to the tokens used.
 
 Over a limit the answer is a 429 in OpenAI's shape (`type` "requests" or "tokens", `code`
 "rate_limit_exceeded") with `Retry-After` (whole seconds) and `retry-after-ms`.
@@ -265,28 +266,50 @@ class TenantQuota:
         if tokens > 0 and self.limits.tokens_per_minute is not None:
             self._add(_TPM, TPM_WINDOW, tokens, time.monotonic())
 
+    def refund_tokens(self, tokens: int) -> None:
+        """Give back part of a reservation made in this window or the one before (an older
+        one no longer counts anyway)."""
+        board = self._board
+        if tokens <= 0 or board is None or self.limits.tokens_per_minute is None:
+            return
+        off = self._own + _TPM * 8
+        win = int(time.monotonic() / TPM_WINDOW)
+        w, cur, prev = _RATE.unpack_from(board.map, off)
+        if w == win:
+            take = min(cur, tokens)
+            cur -= take
+            prev = max(0, prev - (tokens - take))
+        elif w == win - 1:  # the reservation is in what is now the previous window
+            w, cur, prev = win, 0, max(0, cur - tokens)
+        else:
+            return
+        _RATE.pack_into(board.map, off, w, cur, prev)
+
 
 class Lease:
-    """One admitted request of a named tenant: released once (the middleware's `finally`);
-    the output sink's `quota` of its engine requests, which charge their completion tokens at
-    their end (`on_end`)."""
+    """One admitted request of a named tenant, held by its request scope (serving/scope.py):
+    tokens reserved before its engine work is sent (`reserve`), settled to what was used and
+    released once when the scope ends, whatever ended it."""
 
-    __slots__ = ("quota", "released")
+    __slots__ = ("quota", "released", "reserved")
 
     def __init__(self, quota: TenantQuota):
         self.quota = quota
         self.released = False
+        self.reserved = 0  # tokens counted against tokens per minute, until `settle`
 
     def release(self) -> None:
         if not self.released:
             self.released = True
             self.quota._release()
 
-    def check_submit(self, samplings: list[dict[str, Any]], requested_max_tokens: int | None,
-                     prompt_tokens: int) -> None:
-        """Before a generation request is sent: the `max_tokens` rule (raises APIError 400
+    def reserve(self, samplings: list[dict[str, Any]], requested_max_tokens: int | None,
+                prompt_tokens: int) -> None:
+        """Before generation requests are sent: the `max_tokens` rule (raises APIError 400
         when more was asked than the tenant may; an unset `max_tokens` is capped in the
-        sampling maps) and the prompt against tokens per minute (raises QuotaExceeded)."""
+        sampling maps), then the prompt and every engine request's `max_tokens` reserved
+        against tokens per minute (raises QuotaExceeded): what the request may use at most is
+        counted before it runs, so a burst of requests cannot spend past the limit."""
         q = self.quota
         cap = q.limits.max_tokens
         if cap is not None:
@@ -298,22 +321,27 @@ class Lease:
             for sampling in samplings:
                 if sampling.get("max_tokens", cap + 1) > cap:
                     sampling["max_tokens"] = cap
-        q.check_tokens(prompt_tokens)
+        self.reserve_tokens(prompt_tokens + sum(s.get("max_tokens") or 0 for s in samplings))
 
-    def submitted(self, prompt_tokens: int) -> None:
-        """The request reached the engine: its prompt tokens count."""
+    def reserve_tokens(self, tokens: int) -> None:
+        """`tokens` more reserved against tokens per minute (raises QuotaExceeded)."""
         q = self.quota
-        q.charge_tokens(prompt_tokens)
-        if q._recorder is not None:
-            q._recorder.tenant_tokens(q.name, prompt_tokens, 0)
-
-    def on_end(self, gen) -> None:
-        """An engine request ended (`Generation._finish`): its completion tokens count."""
-        q = self.quota
-        tokens = gen.num_output_tokens
+        q.check_tokens(tokens)
         q.charge_tokens(tokens)
-        if q._recorder is not None:
-            q._recorder.tenant_tokens(q.name, 0, tokens)
+        self.reserved += tokens
+
+    def settle(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """The request ended: what it used stays counted, the rest of its reservation is given
+        back. Called once, by the request's scope."""
+        q = self.quota
+        unused = self.reserved - prompt_tokens - completion_tokens
+        self.reserved = 0
+        if unused > 0:
+            q.refund_tokens(unused)
+        elif unused < 0:  # (used more than reserved: an engine that overran max_tokens)
+            q.charge_tokens(-unused)
+        if q._recorder is not None and (prompt_tokens or completion_tokens):
+            q._recorder.tenant_tokens(q.name, prompt_tokens, completion_tokens)
 
 
 class TenantQuotas:

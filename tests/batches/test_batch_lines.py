@@ -56,11 +56,11 @@ def test_repeated_custom_id_and_file_errors():
 
 
 def test_answer_entries():
-    line, failed = answer_entry("a", 200, b'{"id": "chatcmpl-1", "object": "chat.completion"}', None)
+    line, failed = answer_entry("a", 200, {"id": "chatcmpl-1", "object": "chat.completion"}, None)
     entry = json.loads(line)
     assert not failed and entry["error"] is None and entry["custom_id"] == "a"
     assert entry["response"] == {"status_code": 200, "request_id": "chatcmpl-1",
                                  "body": {"id": "chatcmpl-1", "object": "chat.completion"}}
-    line, failed = answer_entry("b", 400, b'{"error": {"message": "bad", "code": 400}}', None)
+    line, failed = answer_entry("b", 400, {"error": {"message": "bad", "code": 400}}, None)
     assert failed and json.loads(line)["response"]["body"]["error"]["message"] == "bad"
     assert json.loads(expired_entry("c"))["error"]["code"] == "batch_expired"

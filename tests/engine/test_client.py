@@ -517,14 +517,14 @@ async def test_many_batches_are_all_delivered(addresses, zctx):
 @on_uvloop
 async def test_a_backlog_is_delivered_once_per_stream(addresses, zctx, monkeypatch):
     """Messages queued behind the first of a drain: each stream's plain token steps go to its
-    sink once, at the drain's end, in order, with the number of steps on the OutputClock; a
-    stream's finish comes after the steps gathered before it; a stream aborted meanwhile gets
-    nothing more."""
+    sink once, at the drain's end, in order, with the number of steps on the client's output
+    clock; a stream's finish comes after the steps gathered before it; a stream aborted
+    meanwhile gets nothing more."""
     import vllm_pyfrontend.engine.outputs as outputs_mod
-    from vllm_pyfrontend.engine.client import OutputClock
 
     monkeypatch.setattr(outputs_mod, "_DRAIN_SECONDS", 60.0)  # the whole backlog in one drain
     client, (eng,), _ = await _started(addresses, zctx)
+    clock = client.clock
 
     class Clocked(Sink):
         def __init__(self, on_gathered=None):
@@ -534,8 +534,8 @@ async def test_a_backlog_is_delivered_once_per_stream(addresses, zctx, monkeypat
 
         def on_output(self, o) -> None:
             super().on_output(o)
-            self.seen.append((len(o.new_token_ids), OutputClock.steps, OutputClock.last >= OutputClock.now > 0))
-            if OutputClock.steps > 1 and self.on_gathered:
+            self.seen.append((len(o.new_token_ids), clock.steps, clock.last >= clock.now > 0))
+            if clock.steps > 1 and self.on_gathered:
                 self.on_gathered()
 
     try:
@@ -558,7 +558,7 @@ async def test_a_backlog_is_delivered_once_per_stream(addresses, zctx, monkeypat
         assert r1.tokens == list(range(11)) and r1.seen == [(1, 1, True), (9, 9, True), (1, 1, True)]
         assert r2.tokens == [0] and r2.seen == [(1, 1, True)]  # aborted by r0's delivery
         assert await eng.recv() == (b"\x01", ["r2"])
-        assert OutputClock.now == OutputClock.last == 0.0 and OutputClock.steps == 1
+        assert clock.now == clock.last == 0.0 and clock.steps == 1
         assert client.num_in_flight == 1  # r0 runs on
     finally:
         await client.close()

@@ -19,9 +19,9 @@ from vllm_pyfrontend.metrics import (
     MULTIPROC_ENV,
     REQUEST_LATENCY_BUCKETS,
     TIME_TO_FIRST_TOKEN_BUCKETS,
+    MetricsRelay,
     WorkerMetrics,
     build_1_2_5_buckets,
-    install_stats_tap,
     render_latest,
 )
 
@@ -199,40 +199,50 @@ def test_waiting_by_reason_splits_the_waiting_gauge():
     assert value(s, "vllm:num_requests_waiting_by_reason", engine=0, reason="deferred") == 3
 
 
-class _FakeClient:
-    def __init__(self):
-        self._stats: dict[int, dict] = {}
+def _observed_client(observer):
+    """An engine client (not started) built with `observer`, and a function that hands its
+    output reader one engine message carrying a scheduler stats sample, as the engine sends it."""
+    from vllm_pyfrontend.engine.client import EngineClient
+    from vllm_pyfrontend.supervisor.sim import wire as sim_wire
 
-    def receive(self, engine: int, stats: dict) -> None:  # what EngineClient does on receipt
-        self._stats[engine] = stats
+    client = EngineClient(client_index=0, input_address="ipc:///nonexistent-in",
+                          output_address="ipc:///nonexistent-out", engine_indices=[0], observer=observer)
+
+    def receive(engine: int, stats: dict, timestamp: float = 1000.0) -> None:
+        client._outputs.handle_message([sim_wire.pack_outputs(engine, [], timestamp, scheduler_stats=stats)])
+
+    return client, receive
 
 
-def test_stats_tap_sees_every_sample_once():
+def test_the_engine_client_reports_every_stats_sample_once():
     m = WorkerMetrics("m", [0], 128)
-    client = _FakeClient()
-    install_stats_tap(client, m)
+    client, receive = _observed_client(m)
     for q in (5, 6, 7):
-        client.receive(0, {"num_running_reqs": q, "prefix_cache_stats": {"queries": q, "hits": 0}})
-    assert client._stats[0]["num_running_reqs"] == 7  # the client's own view is unchanged
+        receive(0, {"num_running_reqs": q, "prefix_cache_stats": {"queries": q, "hits": 0}})
+    assert client.scheduler_stats[0]["num_running_reqs"] == 7  # the client's own view
     s = samples(m.render())
     assert value(s, "vllm:prefix_cache_queries_total") == 18
     assert value(s, "vllm:num_requests_running") == 7
 
 
-def test_stats_tap_on_the_real_engine_client():
-    """The tap relies on EngineClient keeping each received sample in `_stats` (or, later, a
-    `stats_listeners` hook): pin that against the real class."""
-    from vllm_pyfrontend.engine.client import EngineClient
-
-    client = EngineClient(client_index=0, input_address="ipc:///nonexistent-in",
-                          output_address="ipc:///nonexistent-out", engine_indices=[0])
+def test_the_relay_forwards_once_the_metrics_exist():
+    """A worker builds its metrics after its engine client: what the client reports before
+    they exist is dropped, everything after reaches them."""
     m = WorkerMetrics("m", [0], 128)
-    install_stats_tap(client, m)
-    if isinstance(getattr(client, "stats_listeners", None), list):
-        return
-    client._stats[0] = {"num_running_reqs": 2, "prefix_cache_stats": {"queries": 3, "hits": 0}}
+    relay = MetricsRelay()
+    client, receive = _observed_client(relay)
+    receive(0, {"num_running_reqs": 1, "prefix_cache_stats": {"queries": 4, "hits": 0}})
+    relay.metrics = m
+    receive(0, {"num_running_reqs": 2, "prefix_cache_stats": {"queries": 3, "hits": 0}})
+    relay.observe_iteration(0, 5)
+    relay.count_migration("engine_down")
+    relay.count_migration_failure("limit")
     assert client.scheduler_stats[0]["num_running_reqs"] == 2
-    assert value(samples(m.render()), "vllm:prefix_cache_queries_total") == 3
+    s = samples(m.render())
+    assert value(s, "vllm:prefix_cache_queries_total") == 3
+    assert value(s, "vllm:iteration_tokens_total_sum") == 5
+    assert value(s, "vllm:request_migrations_total", reason="engine_down") == 1
+    assert value(s, "vllm:request_migration_failures_total", reason="limit") == 1
 
 
 _WORKER_SCRIPT = textwrap.dedent("""
@@ -349,18 +359,13 @@ def test_multiprocess_gauge_is_the_engines_newest_step_not_the_latest_receipt(tm
     assert running == [0]
 
 
-def test_stats_tap_passes_the_engines_clock():
-    from vllm_pyfrontend.engine.client import EngineClient
-
-    client = EngineClient(client_index=0, input_address="ipc:///nonexistent-in",
-                          output_address="ipc:///nonexistent-out", engine_indices=[0])
+def test_the_engine_client_reports_the_engines_clock_with_each_sample():
     m = WorkerMetrics("m", [0], 128)
     seen = []
     m.record_scheduler_stats = lambda idx, stats, engine_time=None: seen.append((idx, engine_time))
-    install_stats_tap(client, m)
-    client._stats_engine_at[0] = 1234.5  # as EngineClient stores it, before the sample
-    client._stats[0] = {"num_running_reqs": 1}
-    assert seen == [(0, 1234.5)]
+    client, receive = _observed_client(m)
+    receive(0, {"num_running_reqs": 1}, timestamp=1234.5)
+    assert seen == [(0, 1234.5)] and client.scheduler_stats_engine_time == {0: 1234.5}
 
 
 def test_steps_delivered_at_once_count_as_steps():

@@ -15,6 +15,7 @@ import pytest
 from tests.reliability.helpers import (
     chat_body, open_stream, read_until, request, sim_args, sse_events, wait_all_serving, wait_for,
 )
+from tests.inprocess import InProcessStack
 from tests.stack import Stack
 from vllm_pyfrontend.serving.admission import Admission, OverloadedError
 
@@ -154,6 +155,6 @@ def test_token_bound_end_to_end():
 
 
 def test_no_bound_no_queue_report():
-    with Stack(sim_args(workers=1)) as stack:
+    with InProcessStack(sim_args(workers=1)) as stack:
         load = json.loads(_get(stack, "/load")[2])
         assert "queue" not in load

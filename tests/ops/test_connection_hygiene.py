@@ -20,6 +20,7 @@ import httpx
 import openai
 import pytest
 
+from tests.inprocess import InProcessStack
 from tests.stack import Stack
 
 MODEL = "demo:deepseek-v4"
@@ -199,7 +200,7 @@ def test_half_open_and_idle_connections_are_closed_while_clients_are_served():
 
 def test_a_slow_head_gets_the_header_timeout_not_the_idle_timeout():
     """Once a head's first bytes arrive, the (longer) header timeout applies, not keep-alive."""
-    with Stack(sim("--http-header-timeout", "6", "--http-timeout-keep-alive", "1", workers=1)) as stack:
+    with InProcessStack(sim("--http-header-timeout", "6", "--http-timeout-keep-alive", "1", workers=1)) as stack:
         s = socket.create_connection(("127.0.0.1", stack.port), timeout=10)
         try:
             for piece in (b"GET /hea", b"lth HTTP/1.1\r\n", b"Host: x\r\n"):
@@ -224,7 +225,7 @@ def test_a_slow_head_gets_the_header_timeout_not_the_idle_timeout():
 def test_a_trickled_head_is_cut_at_the_header_timeout_whatever_the_keep_alive():
     """Slowloris: a head sent one byte at a time never completes; with a long keep-alive
     timeout (aiohttp's only timer) it would live that long, the header timeout cuts it."""
-    with Stack(sim("--http-header-timeout", "2", "--http-timeout-keep-alive", "60", workers=1)) as stack:
+    with InProcessStack(sim("--http-header-timeout", "2", "--http-timeout-keep-alive", "60", workers=1)) as stack:
         s = socket.create_connection(("127.0.0.1", stack.port), timeout=10)
         t0 = time.monotonic()
         closed_after = None
@@ -246,7 +247,7 @@ def test_a_trickled_head_is_cut_at_the_header_timeout_whatever_the_keep_alive():
 
 
 def test_a_stalled_body_is_cut_with_408():
-    with Stack(sim("--http-body-timeout", "1", workers=1)) as stack:
+    with InProcessStack(sim("--http-body-timeout", "1", workers=1)) as stack:
         s = socket.create_connection(("127.0.0.1", stack.port), timeout=20)
         try:
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -266,7 +267,8 @@ def test_a_stalled_body_is_cut_with_408():
 
 def test_the_connection_cap_refuses_cleanly_and_logs_rarely():
     cap = 20
-    with Stack(sim("--max-connections-per-worker", str(cap), "--http-timeout-keep-alive", "60", workers=1)) as stack:
+    with InProcessStack(sim("--max-connections-per-worker", str(cap), "--http-timeout-keep-alive", "60",
+                            workers=1)) as stack:
         time.sleep(0.5)  # the health probes' connections are gone
         held = [socket.create_connection(("127.0.0.1", stack.port), timeout=10) for _ in range(cap)]
         try:
@@ -461,7 +463,7 @@ def test_serving_on_a_unix_socket_shared_by_the_workers(tmp_path):
 
 
 def test_sse_keep_alive_comments_during_a_pause():
-    with Stack(sim("--sse-keep-alive-interval", "0.3", workers=1, step=1.2)) as stack:
+    with InProcessStack(sim("--sse-keep-alive-interval", "0.3", workers=1, step=1.2)) as stack:
         body = dict(CHAT, max_tokens=3, stream=True)
         with httpx.Client(base_url=stack.base_url, timeout=30) as c:
             with c.stream("POST", "/v1/chat/completions", json=body) as r:

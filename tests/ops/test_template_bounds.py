@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from vllm_pyfrontend.chat.template import ChatTemplate, ChatTemplateError
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
 MODEL = "demo:deepseek-v4"
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -42,8 +42,8 @@ def test_runaway_templates_are_cut_off(name):
 
 @pytest.fixture(scope="module")
 def trusting_stack():
-    s = Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.005", "--max-model-len", "4096",
-               "--served-model-name", "dsv4", "--trust-request-chat-template", MODEL], ready_timeout=120)
+    s = InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.005", "--max-model-len", "4096",
+                        "--served-model-name", "dsv4", "--trust-request-chat-template", MODEL], ready_timeout=120)
     yield s
     s.terminate()
 

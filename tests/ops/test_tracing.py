@@ -15,7 +15,8 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tests.reliability.helpers import SERVED, chat_body, sim_args, wait_for
-from tests.stack import Stack, free_port
+from tests.inprocess import InProcessStack
+from tests.stack import free_port
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_SPAN = "b7ad6b7169203331"
@@ -58,8 +59,8 @@ def _attrs(span) -> dict:
 
 def test_one_span_per_request_parented_to_traceparent(receiver):
     endpoint, servicer = receiver
-    with Stack(sim_args("--otlp-traces-endpoint", endpoint, workers=1),
-               env={"OTEL_BSP_SCHEDULE_DELAY": "100"}) as stack:
+    with InProcessStack(sim_args("--otlp-traces-endpoint", endpoint, workers=1),
+                        env={"OTEL_BSP_SCHEDULE_DELAY": "100"}) as stack:
         req = urllib.request.Request(
             stack.base_url + "/v1/chat/completions",
             data=chat_body(max_tokens=5, temperature=0.5, top_p=0.9, n=2),

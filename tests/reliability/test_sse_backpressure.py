@@ -48,8 +48,9 @@ def payloads(writes: list[bytes]) -> bytes:
 
 @pytest.fixture
 def limits(monkeypatch):
-    monkeypatch.setattr(sse, "SOFT_LIMIT", 1000)
-    monkeypatch.setattr(sse, "HARD_LIMIT", 5000)
+    """Small backpressure bounds for the writers made in the test (read when one is made)."""
+    monkeypatch.setenv("VLLM_PYFRONTEND_SSE_SOFT_LIMIT", "1000")
+    monkeypatch.setenv("VLLM_PYFRONTEND_SSE_HARD_LIMIT", "5000")
 
 
 def event(i: int) -> bytes:

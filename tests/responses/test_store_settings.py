@@ -1,4 +1,5 @@
-"""The response store's settings, end to end (two workers, simulated engine, `openai` SDK):
+"""The response store's settings, end to end (a worker in the test process, tests/inprocess.py,
+on the simulated engine; `openai` SDK):
 byte bounds per record and in all, `--response-store none`, and vLLM's
 `VLLM_ENABLE_RESPONSES_API_STORE=0`."""
 
@@ -11,9 +12,9 @@ import pytest
 
 from vllm_pyfrontend.store import store_disabled
 from tests.responses.helpers import client
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
-SIM = ["--engine", "sim", "--workers", "2", "--sim-step-time", "0.002", "--max-model-len", "8192",
+SIM = ["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--max-model-len", "8192",
        "--served-model-name", "dsv4", "--shutdown-timeout", "5"]
 MODEL = "demo:deepseek-v4"
 
@@ -26,7 +27,7 @@ def test_byte_bounds(tmp_path):
     path = str(tmp_path / "responses.db")
     args = [*SIM, "--response-store", f"sqlite:///{path}", "--response-store-max-bytes", "300000",
             "--response-store-max-record-bytes", "100000", MODEL]
-    with Stack(args) as s:
+    with InProcessStack(args) as s:
         c = client(s.base_url)
         c.responses.create(model="dsv4", input="warm", max_output_tokens=2)
         before = _store_bytes(path)
@@ -61,12 +62,12 @@ def test_byte_bounds(tmp_path):
 
 
 def test_response_store_none():
-    with Stack([*SIM, "--response-store", "none", MODEL]) as s:
+    with InProcessStack([*SIM, "--response-store", "none", MODEL]) as s:
         _check_store_off(s.base_url)
 
 
 def test_env_var_turns_the_default_store_off_and_the_flag_wins(tmp_path):
-    with Stack([*SIM, MODEL], env={"VLLM_ENABLE_RESPONSES_API_STORE": "0"}) as s:
+    with InProcessStack([*SIM, MODEL], env={"VLLM_ENABLE_RESPONSES_API_STORE": "0"}) as s:
         _check_store_off(s.base_url)
     assert store_disabled(None, {"VLLM_ENABLE_RESPONSES_API_STORE": "0"})
     assert not store_disabled(None, {"VLLM_ENABLE_RESPONSES_API_STORE": "1"})

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from tests.responses.helpers import client, create_on, on_worker
+from tests.inprocess import InProcessStack
 from tests.stack import Stack
 
 KEY_A, KEY_B = "key-of-tenant-a", "key-of-tenant-b"
@@ -87,7 +88,7 @@ def test_keys_are_isolated_across_workers():
 def test_keys_are_isolated_across_deployments_sharing_redis(redis_url):
     redis.Redis.from_url(redis_url).flushdb()
     args = [*SIM, "--workers", "1", "--response-store", redis_url, "demo:deepseek-v4"]
-    with Stack(args) as a, Stack(args) as b:
+    with InProcessStack(args) as a, InProcessStack(args) as b:
         _check_isolation(a.base_url, b.base_url, None, None)
         # and A's own response is A's on the other deployment
         first = client(a.base_url, api_key=KEY_A).responses.create(model="dsv4", input="Hi", max_output_tokens=5)

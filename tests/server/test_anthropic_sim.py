@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
 KEY = "test-key"
 D = "｜DSML｜"
@@ -44,7 +44,7 @@ def sim_args(*extra: str, step: str = "0.002") -> list[str]:
 
 @pytest.fixture(scope="module")
 def stack():
-    s = Stack(sim_args("--api-key", KEY, "--enable-log-requests"))
+    s = InProcessStack(sim_args("--api-key", KEY, "--enable-log-requests"))
     yield s
     s.terminate()
 
@@ -257,7 +257,7 @@ def test_raw_stream_events(stack):
 
 
 def test_ping_events_keep_a_silent_stream_alive():
-    with Stack(sim_args("--sse-keep-alive-interval", "0.15", step="0.6")) as s:
+    with InProcessStack(sim_args("--sse-keep-alive-interval", "0.15", step="0.6")) as s:
         body = {"model": "dsv4", "max_tokens": 2, "messages": [USER], "stream": True}
         with httpx.stream("POST", s.base_url + "/v1/messages", json=body, timeout=30) as r:
             lines = [line for line in r.iter_lines() if line]

@@ -1,4 +1,4 @@
-"""The whole stack on the simulated engine: openai client -> supervisor + 2 workers -> sim engine."""
+"""A worker on the simulated engine: openai client -> the in-process worker (tests/inprocess.py) -> sim engine."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import httpx
 import openai
 import pytest
 
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
 MODEL = "demo:deepseek-v4"
 
 
 @pytest.fixture(scope="module")
 def stack():
-    s = Stack(
-        ["--engine", "sim", "--workers", "2", "--sim-step-time", "0.005", "--max-model-len", "4096",
+    s = InProcessStack(
+        ["--engine", "sim", "--workers", "1", "--sim-step-time", "0.005", "--max-model-len", "4096",
          "--served-model-name", "dsv4", "--shutdown-timeout", "5", MODEL],
         ready_timeout=120,
     )

@@ -10,14 +10,14 @@ import time
 import httpx
 import pytest
 
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
 MODEL = "demo:deepseek-v4"
 
 
 @pytest.fixture(scope="module")
 def stack():
-    s = Stack(["--engine", "sim", "--workers", "2", "--sim-step-time", "0.005", "--max-model-len", "4096",
+    s = InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.005", "--max-model-len", "4096",
                "--served-model-name", "dsv4", "--shutdown-timeout", "5", MODEL], ready_timeout=120)
     yield s
     assert "unhandled error" not in s.logs() and "failed" not in s.logs(), s.logs()

@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from tests.inprocess import InProcessStack
 from tests.stack import Stack
 
 MODEL = "demo:deepseek-v4"
@@ -22,9 +23,9 @@ KEY = "sk-options"
 
 @pytest.fixture(scope="module")
 def plain():
-    s = Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--max-model-len", "4096",
-               "--served-model-name", "dsv4", "--max-logprobs", "64", "--trust-request-chat-template", MODEL],
-              ready_timeout=120, env={"VLLM_USE_RUST_FRONTEND": "1"})
+    s = InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--max-model-len", "4096",
+                        "--served-model-name", "dsv4", "--max-logprobs", "64", "--trust-request-chat-template", MODEL],
+                       ready_timeout=120, env={"VLLM_USE_RUST_FRONTEND": "1"})
     yield s
     assert s.terminate() == 0, s.logs()
 
@@ -248,10 +249,10 @@ def test_fingerprint_mode_content_format_and_error_stacks():
     OpenAI's list of parts (a template that reads `content[0].text` sees the text);
     --log-error-stack puts an error response's stack trace in the log."""
     template = "{% for m in messages %}{{ m.role }}: {{ m.content[0].text }}\n{% endfor %}assistant:"
-    s = Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--served-model-name", "dsv4",
-               "--fingerprint-mode", "custom", "--fingerprint-value", "fp-test",
-               "--chat-template-content-format", "openai", "--trust-request-chat-template", "--log-error-stack",
-               MODEL], ready_timeout=120)
+    s = InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--served-model-name", "dsv4",
+                        "--fingerprint-mode", "custom", "--fingerprint-value", "fp-test",
+                        "--chat-template-content-format", "openai", "--trust-request-chat-template",
+                        "--log-error-stack", MODEL], ready_timeout=120)
     try:
         c = _client(s)
         r = c.chat.completions.create(model="dsv4", messages=[{"role": "user", "content": "a b c d e f g"}],

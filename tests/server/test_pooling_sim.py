@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 from vllm_pyfrontend.supervisor.vllm_flags import pooler_config_from
 
 MODEL = "demo:deepseek-v4"
@@ -20,8 +20,8 @@ STEP = 2.0  # seconds per engine step: a request's inputs run one per step (max-
 
 @pytest.fixture(scope="module")
 def stack():
-    s = Stack(
-        ["--engine", "sim", "--workers", "2", "--sim-step-time", str(STEP), "--max-num-seqs", "1",
+    s = InProcessStack(
+        ["--engine", "sim", "--workers", "1", "--sim-step-time", str(STEP), "--max-num-seqs", "1",
          "--max-model-len", "4096", "--served-model-name", "emb", "--shutdown-timeout", "5",
          "--runner", "pooling", MODEL],
         ready_timeout=120,

@@ -13,7 +13,7 @@ import os
 import openai
 import pytest
 
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.supervisor.demo_model import materialize_deepseek_v4
 
@@ -51,7 +51,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(model_dir):
-    s = Stack(["--engine", "sim", "--workers", "2", "--sim-step-time", "0.001", "--max-model-len", "8192",
+    s = InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.001", "--max-model-len", "8192",
                "--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf",
                "--served-model-name", "m", "--shutdown-timeout", "5", model_dir])
     try:

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from vllm_pyfrontend.supervisor.cli import parse_args
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
 D = "｜DSML｜"
 FORGED = "[worker 0] 00:00:00 ERROR forged by a client"
@@ -39,7 +39,7 @@ def sim_args(*extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def on():
-    s = Stack(sim_args("--enable-per-request-metrics", "--enable-log-requests", "--enable-log-outputs",
+    s = InProcessStack(sim_args("--enable-per-request-metrics", "--enable-log-requests", "--enable-log-outputs",
                        "--max-log-len", "300", "--anthropic-disabled-thinking-effort", "low",
                        "--h11-max-incomplete-event-size", "3000", "--h11-max-header-count", "24",
                        "--tokens-only", "--tokenizer-backend", "tokenizers"))
@@ -49,19 +49,19 @@ def on():
 
 @pytest.fixture(scope="module")
 def off():
-    s = Stack(sim_args("--enable-log-requests"))
+    s = InProcessStack(sim_args("--enable-log-requests"))
     yield s
     s.terminate()
 
 
 @pytest.fixture(scope="module")
 def no_deltas():
-    s = Stack(sim_args("--enable-log-requests", "--enable-log-outputs", "--no-enable-log-deltas"))
+    s = InProcessStack(sim_args("--enable-log-requests", "--enable-log-outputs", "--no-enable-log-deltas"))
     yield s
     s.terminate()
 
 
-def client(stack: Stack) -> openai.OpenAI:
+def client(stack: InProcessStack) -> openai.OpenAI:
     return openai.OpenAI(base_url=stack.base_url + "/v1", api_key="x", max_retries=0, timeout=60)
 
 
@@ -69,7 +69,7 @@ def script(text: str) -> dict:
     return {"vllm_xargs": {"sim_text": text}}
 
 
-def generated_lines(stack: Stack, request_id: str, count: int) -> list[str]:
+def generated_lines(stack: InProcessStack, request_id: str, count: int) -> list[str]:
     """The request log's "Generated response" lines of one request, once `count` are there
     (and a stream's complete line, its last)."""
     def lines() -> list[str]:
@@ -326,7 +326,7 @@ def test_dropin_takes_the_same_flags():
 
 
 def test_disabled_thinking_takes_the_configured_effort(on, off):
-    def ask(stack: Stack):
+    def ask(stack: InProcessStack):
         a = anthropic.Anthropic(base_url=stack.base_url, api_key="x", max_retries=0, timeout=30)
         r = a.messages.create(model="dsv4", max_tokens=50, messages=USER, thinking={"type": "disabled"},
                               extra_body=script("Thought.</think>Answer."))
@@ -345,7 +345,7 @@ def test_disabled_thinking_takes_the_configured_effort(on, off):
 # -- --h11-max-incomplete-event-size, --h11-max-header-count ----------------------------------
 
 
-def exchange(stack: Stack, *parts: bytes) -> bytes:
+def exchange(stack: InProcessStack, *parts: bytes) -> bytes:
     """Send the parts (each its own write), then read the answer until the server closes."""
     with socket.create_connection(("127.0.0.1", stack.port), timeout=10) as s:
         for part in parts:

@@ -34,7 +34,7 @@ class _Detok:
 
 def _state() -> SimpleNamespace:
     return SimpleNamespace(
-        system_fingerprint=None, tracer=None, request_started=lambda: None, request_finished=lambda: None,
+        system_fingerprint=None,
         config=SimpleNamespace(policy=SimpleNamespace(sse_keep_alive_interval=0)),
     )
 
@@ -45,7 +45,7 @@ async def _answer(request: web.Request) -> web.StreamResponse:
                      stream=True, include_usage=False, continuous_usage=False, formatter=ChatFormatter(str, 0))
     run.sse = SSEWriter("chatcmpl-t", "m", 0)
     run.done.set_result(None)  # nothing to wait for: the role chunks, then [DONE]
-    return await respond(_state(), request, run, SimpleNamespace(requests=[]), role_chunks=True)
+    return await respond(_state(), request, run, role_chunks=True)
 
 
 def _count_writes(monkeypatch) -> list[bytes]:
@@ -117,7 +117,7 @@ async def _respond_while(request: web.Request, first_output: bool) -> web.Stream
 
     task = asyncio.ensure_future(steps())
     try:
-        return await respond(_state(), request, run, SimpleNamespace(requests=[]), role_chunks=True)
+        return await respond(_state(), request, run, role_chunks=True)
     finally:
         await task
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from vllm_pyfrontend.supervisor.cli import parse_args
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
 D = "｜DSML｜"
 USER = [{"role": "user", "content": "hi"}]
@@ -37,19 +37,19 @@ def sim_args(*extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def every3():
-    s = Stack(sim_args("--stream-interval", "3"))
+    s = InProcessStack(sim_args("--stream-interval", "3"))
     yield s
     s.terminate()
 
 
 @pytest.fixture(scope="module")
 def plain():
-    s = Stack(sim_args())
+    s = InProcessStack(sim_args())
     yield s
     s.terminate()
 
 
-def events(stack: Stack, route: str, body: dict) -> list[dict]:
+def events(stack: InProcessStack, route: str, body: dict) -> list[dict]:
     body = {"model": "dsv4", "stream": True, **body}
     r = httpx.post(stack.base_url + route, json=body, timeout=60)
     assert r.status_code == 200, r.text
@@ -58,7 +58,7 @@ def events(stack: Stack, route: str, body: dict) -> list[dict]:
             if line.startswith("data: ") and line != "data: [DONE]"]
 
 
-def chat(stack: Stack, **body) -> list[dict]:
+def chat(stack: InProcessStack, **body) -> list[dict]:
     return events(stack, "/v1/chat/completions", {"messages": USER, "return_token_ids": True, **body})
 
 

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from vllm_pyfrontend.chat.tools import ToolChoiceError, plan_tools
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
 D = "｜DSML｜"
 CALL = (
@@ -31,7 +31,7 @@ MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def stack():
-    s = Stack(["--engine", "sim", "--workers", "2", "--sim-step-time", "0.002", "--max-model-len", "4096",
+    s = InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--max-model-len", "4096",
                "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4",
                "--reasoning-parser", "deepseek_v4", "--served-model-name", "dsv4", "--shutdown-timeout", "5",
                "demo:deepseek-v4"])

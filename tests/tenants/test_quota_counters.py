@@ -29,11 +29,6 @@ class _Recorder:
         self.tokens.append((name, p, c))
 
 
-class _Gen:
-    def __init__(self, tokens: int):
-        self.num_output_tokens = tokens
-
-
 def _workers(tmp_path, entries, n=2, recorder=None):
     out = []
     for w in range(n):
@@ -81,29 +76,41 @@ def test_requests_per_second_over_workers_and_the_429(tmp_path):
     assert rec.admitted.count("a") == 3 and rec.admitted.count("b") == 20
 
 
-def test_tokens_per_minute_prompt_and_completion(tmp_path):
+def test_tokens_per_minute_reserved_then_settled(tmp_path):
     rec = _Recorder()
     entries = parse_entries([{"name": "a", "key": "k", "tokens_per_minute": 100}])
     w0, w1 = _workers(tmp_path, entries, recorder=rec)
     lease = w0["a"].admit()
-    lease.check_submit([{"max_tokens": 10}], None, 60)
-    lease.submitted(60)
-    lease.on_end(_Gen(30))  # 90 of 100 spent, counted in worker 0's slot
-    lease.release()
+    lease.reserve([{"max_tokens": 30}], None, 60)  # 90 reserved before it runs, in worker 0's slot
     other = w1["a"].admit()  # 90 < 100: admitted
     with pytest.raises(QuotaExceeded) as e:
-        other.check_submit([{"max_tokens": 10}], None, 20)  # 90 + 20 > 100
+        other.reserve([{"max_tokens": 10}], None, 20)  # 90 + 30 > 100, while the first still runs
     assert e.value.reason == "tokens_per_minute" and json.loads(e.value.to_bytes())["error"]["type"] == "tokens"
     assert 1 <= int(e.value.to_response().headers["Retry-After"]) <= 67
     with pytest.raises(QuotaExceeded) as e:
-        other.check_submit([{}], None, 101)  # never fits: no Retry-After
+        other.reserve([{"max_tokens": 1}], None, 100)  # never fits: no Retry-After
     assert "Request too large" in e.value.message and "Retry-After" not in e.value.to_response().headers
-    other.check_submit([{}], None, 10)
-    other.submitted(10)
+    lease.settle(60, 10)  # it used 70 of its 90: 20 given back
+    lease.release()
+    other.reserve([{"max_tokens": 10}], None, 10)  # 70 + 20 <= 100
+    other.settle(10, 10)
     other.release()
-    with pytest.raises(QuotaExceeded):  # 100 spent: refused before any work
-        w1["a"].admit()
-    assert rec.tokens == [("a", 60, 0), ("a", 0, 30), ("a", 10, 0)]
+    with pytest.raises(QuotaExceeded):  # 90 spent: a request of 11 tokens no longer fits
+        w1["a"].admit().reserve([{"max_tokens": 1}], None, 10)
+    assert rec.tokens == [("a", 60, 10), ("a", 10, 10)]
+
+
+def test_a_refund_never_goes_below_zero(tmp_path):
+    entries = parse_entries([{"name": "a", "key": "k", "tokens_per_minute": 100}])
+    (w0,) = _workers(tmp_path, entries, n=1)
+    lease = w0["a"].admit()
+    lease.reserve([{"max_tokens": 10}], None, 10)
+    lease.settle(0, 0)  # nothing used (failed before the engine): the whole reservation back
+    lease.release()
+    big = w0["a"].admit()
+    big.reserve([{"max_tokens": 50}], None, 50)  # 100: fits only if the refund was whole
+    big.settle(50, 50)
+    big.release()
 
 
 def test_max_tokens_rule(tmp_path):
@@ -111,11 +118,11 @@ def test_max_tokens_rule(tmp_path):
     (w0,) = _workers(tmp_path, entries, n=1)
     lease = w0["a"].admit()
     samplings = [{"max_tokens": 1000}, {"max_tokens": 5}]
-    lease.check_submit(samplings, None, 1)  # not asked: capped
+    lease.reserve(samplings, None, 1)  # not asked: capped
     assert samplings == [{"max_tokens": 8}, {"max_tokens": 5}]
-    lease.check_submit([{"max_tokens": 8}], 8, 1)
+    lease.reserve([{"max_tokens": 8}], 8, 1)
     with pytest.raises(APIError) as e:
-        lease.check_submit([{"max_tokens": 9}], 9, 1)
+        lease.reserve([{"max_tokens": 9}], 9, 1)
     assert e.value.status == 400 and e.value.param == "max_tokens" and "limit of 8" in e.value.message
 
 

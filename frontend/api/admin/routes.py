@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from vllm_pyfrontend import __version__
+from vllm_pyfrontend import __version__, environment
 from vllm_pyfrontend.engine.client import UtilityError
 from vllm_pyfrontend.engine.kv_events import KvEventsConfig
 from vllm_pyfrontend.engine.types import EngineDeadError
@@ -38,10 +38,7 @@ PAUSE_MODES = ("abort", "wait", "keep")
 
 def dev_mode() -> bool:
     """vLLM's VLLM_SERVER_DEV_MODE (an int flag: "1" on, "0" or unset off)."""
-    try:
-        return bool(int(os.environ.get("VLLM_SERVER_DEV_MODE", "0")))
-    except ValueError:
-        return False
+    return environment.server_dev_mode()
 
 
 def _ok(body: Any | None = None) -> web.Response:
@@ -215,7 +212,7 @@ async def handle_server_info(request: web.Request) -> web.Response:
         "num_workers": state.config.num_workers,
     }
     # vLLM lists its VLLM_* settings, leaving out any whose name holds "KEY".
-    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VLLM_") and "KEY" not in k}
+    env = environment.vllm_variables()
     system = {"python_version": sys.version, "python_platform": platform.platform(),
               "os": platform.system(), "machine": platform.machine(), "cpu_count": os.cpu_count()}
     return _ok({"vllm_config": json.dumps(config) if fmt == "text" else config, "vllm_env": env,

@@ -27,7 +27,8 @@ from vllm_pyfrontend.api.anthropic.protocol import (
     error_body,
 )
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest, chat_run, lower_chat, lower_chat_prompt, submit_chat
-from vllm_pyfrontend.serving.responder import respond
+from vllm_pyfrontend.serving.responder import Answer, answer_run, write_answer
+from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.state import STATE
 
@@ -37,7 +38,7 @@ _json = msgspec.json.encode
 
 def accepts_media(state) -> bool:
     """Whether the served model takes images (the worker's multimodal processing is set up)."""
-    return getattr(state, "multimodal", None) is not None
+    return state.multimodal is not None
 
 
 def _chat_request(lowered: LoweredChat, req: MessagesRequest | None = None) -> ChatRequest:
@@ -60,11 +61,17 @@ async def _disabled_effort(state, req: MessagesRequest | CountTokensRequest) -> 
 
 async def handle_messages(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    body = await state.read_body(request)
+    async with state.scopes.http(request, "messages") as scope:
+        answer = await messages(state, scope, await state.read_body(request))
+        return await write_answer(request, answer)
+
+
+async def messages(state, scope: RequestScope, body: bytes) -> Answer:
+    """The endpoint: a request body, in its scope, to its answer."""
     req: MessagesRequest = decode_body(body, MessagesRequest)
     model = state.check_model(req.model)
     state.check_generation()
-    state.check_engine()
+    scope.check_engine()
     chat = _chat_request(lower_request(req, allow_media=accepts_media(state),
                                        disabled_thinking_effort=await _disabled_effort(state, req)), req)
     low = await lower_chat(state, chat)
@@ -81,7 +88,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
                    formatter=formatter, sse=sse, run_class=AnthropicRun)
     if state.output_log is not None:  # vLLM serves Messages through its chat code, which logs them
         state.output_log.attach(run)
-    return await respond(state, request, run, submit_chat(state, request, chat, low, run), role_chunks=False)
+    submit_chat(state, scope, chat, low, run)
+    return await answer_run(state, run, role_chunks=False)
 
 
 async def handle_count_tokens(request: web.Request) -> web.Response:

@@ -12,6 +12,7 @@ takes "low" when "none" fails to render or renders the same prompt as one of the
 from __future__ import annotations
 
 import logging
+from weakref import WeakKeyDictionary
 
 from vllm_pyfrontend.llm.sampling import SamplingOptions
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest, lower_chat_prompt
@@ -20,7 +21,9 @@ log = logging.getLogger(__name__)
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")  # vLLM's AnthropicEffort
 
-_probed: dict[int, str] = {}  # id(state) -> the effort "auto" resolved to in this worker
+# state -> the effort "auto" resolved to in this worker (weak: a ServerState that is gone takes its
+# answer along, and a later one at the same address is probed again)
+_probed: WeakKeyDictionary = WeakKeyDictionary()
 
 
 async def disabled_thinking_effort(state) -> str:
@@ -28,9 +31,9 @@ async def disabled_thinking_effort(state) -> str:
     configured = state.config.policy.anthropic_disabled_thinking_effort
     if configured != "auto":
         return configured
-    effort = _probed.get(id(state))
+    effort = _probed.get(state)
     if effort is None:
-        effort = _probed[id(state)] = await _probe(state)
+        effort = _probed[state] = await _probe(state)
         log.info("Anthropic thinking.type=disabled maps to reasoning_effort=%r", effort)
     return effort
 

@@ -6,9 +6,9 @@ file and batch records the owner scope of the key that created it (`tenants`); a
 id is answered exactly like an unknown one (404).
 
 Each worker runs a `BatchRunner` (serving/batch_runner.py) on the shared store; a line runs
-through the handler the app registers for its url (`call_route`: the same lowering, checks,
-admission and answer as an online request, under the batch owner's tenant and at the batch
-priority), so nothing here reimplements a route.
+through the endpoint its url's HTTP route calls (`line_caller`: the same lowering, checks and
+answer as an online request, in a request scope of its own under the batch owner's tenant and
+quota, at the batch priority), so nothing here reimplements a route or goes through HTTP.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import msgspec
-from aiohttp import streams, web
+from aiohttp import web
 
 from vllm_pyfrontend.api.batches.formatter import list_page, new_batch
 from vllm_pyfrontend.api.batches.schemas import CreateBatchRequest, check_create
@@ -29,10 +29,12 @@ from vllm_pyfrontend.errors import APIError, InvalidRequestError
 from vllm_pyfrontend.metrics.batches import BatchMetrics
 from vllm_pyfrontend.serving.batch_runner import BatchRunner, RunnerSettings
 from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.responder import Endpoint, JsonAnswer
+from vllm_pyfrontend.serving.scope import Caller, status_of
 from vllm_pyfrontend.serving.state import STATE
 from vllm_pyfrontend.store.batches import BatchStore, open_batch_store
 from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore, open_file_store
-from vllm_pyfrontend.tenants import TENANT, Tenant, tenant_of
+from vllm_pyfrontend.tenants import Tenant, tenant_of
 
 FILES_SUBDIR = "files"  # under the runtime directory when --files-dir is not given
 UPLOAD_PURPOSES = ("batch",)
@@ -64,7 +66,9 @@ def files_dir_of(config) -> str:
     return os.path.abspath(config.policy.files_dir or os.path.join(config.runtime_dir, FILES_SUBDIR))
 
 
-def add_batch_routes(app: web.Application) -> None:
+def add_batch_routes(app: web.Application, endpoints: dict[str, Endpoint]) -> None:
+    """The files and batches routes, and the batch runner; `endpoints`: what a line runs, by
+    its url (the endpoints the HTTP routes of those urls call)."""
     app.router.add_post("/v1/files", handle_upload)
     app.router.add_get("/v1/files", handle_list_files)
     app.router.add_get("/v1/files/{file_id}", handle_retrieve_file)
@@ -89,7 +93,7 @@ def add_batch_routes(app: web.Application) -> None:
             max_body_bytes=cfg.max_request_body_bytes)
         runner = None
         if policy.batch_max_concurrency > 0:  # 0: this deployment stores files and batches, runs none
-            runner = BatchRunner(batches=batches, files=files, contents=contents, call=route_caller(app),
+            runner = BatchRunner(batches=batches, files=files, contents=contents, call=line_caller(state, endpoints),
                                  settings=settings, draining=lambda: state.draining,
                                  metrics=BatchMetrics(state.metrics.registry))
             runner.start()
@@ -105,48 +109,37 @@ def add_batch_routes(app: web.Application) -> None:
     app.on_cleanup.append(stop)
 
 
-# -- running a line through the app's own route --------------------------------------------------
-_protocol: Any = None  # a body fed whole never pauses its protocol: a Mock, made by the first line
-
-
-def _whole_body_protocol() -> Any:
-    global _protocol
-    if _protocol is None:
-        from unittest import mock  # (with aiohttp.test_utils: ~2 MiB a worker that runs no batch need not load)
-
-        _protocol = mock.Mock(_reading_paused=False)
-    return _protocol
-
-
-def route_caller(app: web.Application):
-    """call(url, body, tenant): the app's handler for POST `url`, on a request that carries
-    `body` and the tenant, answered as the error middleware would answer it."""
-    async def call(url: str, body: bytes, tenant: Tenant) -> tuple[int, bytes, str | None]:
-        from aiohttp.test_utils import make_mocked_request
-
-        payload = streams.StreamReader(_whole_body_protocol(), 1 << 16, loop=asyncio.get_running_loop())
-        payload.feed_data(body)
-        payload.feed_eof()
-        request = make_mocked_request("POST", url, app=app, payload=payload, headers={
-            "Content-Type": "application/json", "Content-Length": str(len(body))})
-        request[TENANT] = tenant
-        match = await app.router.resolve(request)
-        if match.http_exception is not None:
-            return 404, APIError(404, f"Not found: {url}").to_bytes(), None
+# -- running a line through its endpoint ------------------------------------------------------------
+def line_caller(state, endpoints: dict[str, Endpoint]):
+    """call(url, body, tenant): the line's endpoint (the same one its HTTP route calls), in a
+    request scope of its own under the batch owner's tenant and quota; its answer's body
+    object, or its error in OpenAI's shape (a 429 or 503 sends the line back for later)."""
+    async def call(url: str, body: bytes, tenant: Tenant) -> tuple[int, Any, str | None]:
+        endpoint = endpoints.get(url)
+        if endpoint is None:
+            return 404, APIError(404, f"Not found: {url}").body(), None
+        quota = state.tenants.quotas.by_name.get(tenant.name) if state.tenants is not None and tenant.name else None
         try:
-            resp = await match.handler(request)
+            scope = state.scopes.open(Caller(tenant=tenant, quota=quota, path=url), "batch")
         except APIError as e:
-            return e.status, e.to_bytes(), None
-        except InvalidRequestError as e:
-            return 400, APIError(400, e.message, e.param).to_bytes(), None
-        except RecursionError:
-            return 400, APIError(400, "The request body is nested too deeply.").to_bytes(), None
-        except web.HTTPException as e:
-            return e.status, APIError(e.status, e.text or e.reason).to_bytes(), None
-        body_out = resp.body if isinstance(resp, web.Response) else None
-        if not isinstance(body_out, bytes):
-            return 500, APIError(500, "The route did not answer with a JSON body.").to_bytes(), None
-        return resp.status, body_out, resp.headers.get("X-Request-Id")
+            return e.status, e.body(), None
+        error: BaseException | None = None
+        try:
+            answer = await endpoint(state, scope, body)
+        except BaseException as e:
+            error = e
+            if isinstance(e, APIError):
+                return e.status, e.body(), None
+            if isinstance(e, InvalidRequestError):
+                return 400, APIError(400, e.message, e.param).body(), None
+            if isinstance(e, RecursionError):
+                return 400, APIError(400, "The request body is nested too deeply.").body(), None
+            raise
+        finally:
+            scope.end(error, status_of(error))
+        if not isinstance(answer, JsonAnswer):
+            return 500, APIError(500, "The endpoint did not answer with a whole body.").body(), None
+        return answer.status, answer.body, None
 
     return call
 

@@ -29,10 +29,36 @@ SERVER_OPTIONS = [
 ]
 
 
+class KeyCheck(grpc.aio.ServerInterceptor):
+    """With API keys (`--api-key` or `--api-keys-file`), every call of the engine service
+    presents one as HTTP does (`authorization: Bearer <key>` or `x-api-key` metadata);
+    without one it is refused UNAUTHENTICATED before its handler runs. Health and reflection
+    stay open, as /health does."""
+
+    def __init__(self, keys: Any):
+        self.keys = keys
+
+    async def intercept_service(self, continuation, details):
+        if not details.method.startswith(f"/{SERVICE_NAME}/"):
+            return await continuation(details)
+        md = {k: v for k, v in details.invocation_metadata or () if isinstance(v, str)}
+        if self.keys.lookup(md.get("authorization"), md.get("x-api-key")) is None:
+            return _DENIED
+        return await continuation(details)
+
+
+async def _deny(request, context):
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "Unauthorized: a valid API key is required.")
+
+
+_DENIED = grpc.unary_unary_rpc_method_handler(_deny)
+
+
 class GrpcFrontend:
     def __init__(self, state: Any, host: str, port: int):
         self.state = state
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
+        interceptors = [KeyCheck(state.keys)] if state.keys is not None else []
+        self.server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         self.servicer = VllmEngineServicer(state)
         pb_grpc.add_VllmEngineServicer_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(state), self.server)

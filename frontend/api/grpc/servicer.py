@@ -37,11 +37,13 @@ from smg_grpc_proto.generated import common_pb2
 
 from vllm_pyfrontend.api.grpc import kv_stream
 from vllm_pyfrontend.engine.kv_events import KvEventsConfig
-from vllm_pyfrontend.engine.types import EngineDeadError, Failure, FailureKind, Logprobs
+from vllm_pyfrontend.engine.types import Failure, FailureKind, Logprobs
 from vllm_pyfrontend.api.grpc.lowering import Lowered, engine_limits, lower_generate
-from vllm_pyfrontend.errors import InvalidRequestError
+from vllm_pyfrontend.errors import APIError, InvalidRequestError
 from vllm_pyfrontend.llm.generation import DeltaConsumer, Generation
-from vllm_pyfrontend.llm.submission import Submission
+from vllm_pyfrontend.serving.scope import Caller, RequestScope
+from vllm_pyfrontend.tenants import ANONYMOUS
+from vllm_pyfrontend.tenants.quotas import QuotaExceeded
 from vllm_pyfrontend.text.text_stream import TextStream
 
 log = logging.getLogger(__name__)
@@ -164,6 +166,35 @@ class VllmEngineServicer(pb_grpc.VllmEngineServicer):
     async def Generate(self, request, context):  # noqa: N802 - the RPC's name
         state = self.state
         self.last_receive = time.time()
+        try:
+            scope = state.scopes.open(self._caller(context), "grpc")
+        except QuotaExceeded as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, e.message)
+        error: BaseException | None = None
+        try:
+            async for response in self._generate(scope, request, context):
+                yield response
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            scope.end(error)
+
+    def _caller(self, context) -> Caller:
+        """The call's tenant (its key was checked by `server.KeyCheck`) and trace headers."""
+        md = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        tenant, quota = ANONYMOUS, None
+        keys = self.state.keys
+        if keys is not None:
+            found = keys.lookup(md.get("authorization"), md.get("x-api-key"))
+            if found is not None:
+                tenant, quota = found
+        trace = {k: md[k] for k in ("traceparent", "tracestate") if k in md} or None
+        return Caller(tenant=tenant, quota=quota, path=f"/{SERVICE_NAME}/Generate",
+                      request_id=md.get("x-request-id"), trace_headers=trace)
+
+    async def _generate(self, scope: RequestScope, request, context):
+        state = self.state
         if state.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "The server is shutting down.")
         if not state.engine.healthy:
@@ -185,24 +216,23 @@ class VllmEngineServicer(pb_grpc.VllmEngineServicer):
                 for _ in range(n)
             ]
         call = _Call(texts)
-        sub = Submission(state.engine, state.worker_index, call, "grpc")
         external = request.request_id or None
-        trace = _trace_headers(context)
-        arrival = time.monotonic()
-        gens: list[Generation] = []
-        for i, sampling in enumerate(lowered.samplings):
-            gen = sub.add(i, lowered.prompt_ids, sampling, external_id=external or "", trace_headers=trace)
-            gens.append(gen)
-            call.choices_metrics.append(state.metrics.start_request(arrival=arrival))
+        scope.name(external or "grpc", state.model_names[0])
+        requested = request.sampling_params.max_tokens if request.sampling_params.HasField("max_tokens") else None
         try:
-            sub.submit()
+            sub = scope.submit(call, [(i, lowered.prompt_ids, s, None) for i, s in enumerate(lowered.samplings)],
+                               id_prefix="grpc", external_id=external or "", requested_max_tokens=requested)
         except InvalidRequestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
-        except EngineDeadError as e:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"The engine is not available: {e}")
+        except QuotaExceeded as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, e.message)
+        except APIError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT if e.status < 500 else grpc.StatusCode.UNAVAILABLE,
+                                e.message)
+        gens = [gen for _, gen in sub.requests]
+        call.choices_metrics = [gen.metrics for gen in gens]
         if external:
             self._calls.setdefault(external, []).append((call, gens))
-        state.request_started()
         error: Failure | None = None
         try:
             async for response in self._responses(call, gens, lowered, bool(request.stream)):
@@ -211,23 +241,14 @@ class VllmEngineServicer(pb_grpc.VllmEngineServicer):
                     break
                 yield response
         finally:
-            for gen in gens:
-                gen.cancel()  # no-op for finished choices; aborts the rest in the engine
-            state.request_finished()
             if external:
                 entries = self._calls.get(external)
                 if entries is not None:
                     entries[:] = [e for e in entries if e[0] is not call]
                     if not entries:
                         del self._calls[external]
-            for i, (req, gen) in enumerate(sub.requests):
-                m = call.choices_metrics[gen.index]
-                reason = "error" if error is not None else (gen.finish_reason or "abort")
-                m.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
-                              max_tokens=request.sampling_params.max_tokens
-                              if request.sampling_params.HasField("max_tokens") else None,
-                              n=len(sub.requests) if i == 0 else None, timing=gen.timing)
         if error is not None:
+            scope.fail(APIError(503 if error.kind.engine_unavailable else 500, error.message))
             await context.abort(_status_for(error), error.message)
 
     async def _responses(self, call: _Call, gens: list[Generation], lowered: Lowered, stream: bool):
@@ -418,12 +439,6 @@ def _complete(ids, lp, num_lp, finish, stop_reason, num_prompt, cached, index) -
         output_ids=ids, finish_reason=finish or "stop", prompt_tokens=num_prompt, completion_tokens=len(ids),
         cached_tokens=cached, index=index, output_logprobs=_output_logprobs(lp, num_lp), **kwargs,
     ))
-
-
-def _trace_headers(context) -> dict[str, str] | None:
-    md = context.invocation_metadata() or ()
-    found = {k: v for k, v in md if k in ("traceparent", "tracestate") and isinstance(v, str)}
-    return found or None
 
 
 def _read_json(path: str) -> dict:

@@ -12,12 +12,13 @@ import time
 from aiohttp import web
 
 from vllm_pyfrontend.llm.request_ids import make_request_id
-from vllm_pyfrontend.serving.beam_generation import respond_beam_search, step_sampling
+from vllm_pyfrontend.serving.beam_generation import answer_beam_search, step_sampling
 from vllm_pyfrontend.serving.formatters import ChatFormatter
 from vllm_pyfrontend.serving.lora import lora_request_for
 from vllm_pyfrontend.api.openai.lowering import chat_request_from_openai
 from vllm_pyfrontend.serving.lowering.chat import chat_run, lower_chat, submit_chat
-from vllm_pyfrontend.serving.responder import new_sse, respond
+from vllm_pyfrontend.serving.responder import Answer, answer_run, new_sse, write_answer
+from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.api.openai.schemas import ChatCompletionRequest
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.state import STATE
@@ -33,12 +34,18 @@ def chat_response_role(response_role: str, chat) -> str:
 
 async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    body = await state.read_body(request)
+    async with state.scopes.http(request, "chat.completions") as scope:
+        answer = await chat_completions(state, scope, await state.read_body(request))
+        return await write_answer(request, answer)
+
+
+async def chat_completions(state, scope: RequestScope, body: bytes) -> Answer:
+    """The endpoint: a request body, in its scope, to its answer (HTTP routes and batch lines)."""
     req: ChatCompletionRequest = decode_body(body, ChatCompletionRequest, lax=True)
     model = state.check_model(req.model)
     lora = lora_request_for(state, model)
     state.check_generation()
-    state.check_engine()
+    scope.check_engine()
     chat = chat_request_from_openai(state, req, lora)
     low = await lower_chat(state, chat)
 
@@ -61,12 +68,13 @@ async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
     run = chat_run(state, chat, low, response_id=response_id, model=model, created=created, formatter=formatter,
                    sse=sse)
     if beam:
-        return await respond_beam_search(
-            state, request, run, [low.prompt.prompt_ids], [low.beams], step_sampling(state, low.prompt.n,
+        return await answer_beam_search(
+            state, scope, run, [low.prompt.prompt_ids], [low.beams], step_sampling(state, low.prompt.n,
                                                                                      chat.options.temperature),
             skip_special_tokens=chat.options.skip_special_tokens, lora_request=lora, priority=chat.priority,
             cache_salt=chat.cache_salt, role_chunks=True,
         )
     if state.output_log is not None:
         state.output_log.attach(run)
-    return await respond(state, request, run, submit_chat(state, request, chat, low, run), role_chunks=True)
+    submit_chat(state, scope, chat, low, run)
+    return await answer_run(state, run, role_chunks=True)

@@ -12,7 +12,7 @@ import time
 from aiohttp import web
 
 from vllm_pyfrontend.llm.request_ids import make_request_id
-from vllm_pyfrontend.serving.beam_generation import respond_beam_search, step_sampling
+from vllm_pyfrontend.serving.beam_generation import answer_beam_search, step_sampling
 from vllm_pyfrontend.serving.lora import lora_request_for
 from vllm_pyfrontend.api.openai.lowering import completion_request_from_openai
 from vllm_pyfrontend.serving.lowering.completion import (
@@ -20,7 +20,8 @@ from vllm_pyfrontend.serving.lowering.completion import (
     lower_completion,
     submit_completion,
 )
-from vllm_pyfrontend.serving.responder import new_sse, respond
+from vllm_pyfrontend.serving.responder import Answer, answer_run, new_sse, write_answer
+from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.api.openai.schemas import CompletionRequest
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.state import STATE
@@ -28,12 +29,18 @@ from vllm_pyfrontend.serving.state import STATE
 
 async def handle_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    body = await state.read_body(request)
+    async with state.scopes.http(request, "completions") as scope:
+        answer = await completions(state, scope, await state.read_body(request))
+        return await write_answer(request, answer)
+
+
+async def completions(state, scope: RequestScope, body: bytes) -> Answer:
+    """The endpoint: a request body, in its scope, to its answer (HTTP routes and batch lines)."""
     req: CompletionRequest = decode_body(body, CompletionRequest, lax=True)
     model = state.check_model(req.model)
     lora = lora_request_for(state, model)
     state.check_generation()
-    state.check_engine()
+    scope.check_engine()
     comp = completion_request_from_openai(state, req, lora)
     low = lower_completion(state, comp)
 
@@ -42,10 +49,11 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
     sse = new_sse(state, response_id, model, created, "text_completion") if comp.stream else None
     run = completion_run(state, comp, low, response_id=response_id, model=model, created=created, sse=sse)
     if comp.use_beam_search:
-        return await respond_beam_search(
-            state, request, run, low.prompts.prompt_ids, low.beams,
+        return await answer_beam_search(
+            state, scope, run, low.prompts.prompt_ids, low.beams,
             step_sampling(state, low.prompts.n, comp.options.temperature),
             skip_special_tokens=comp.options.skip_special_tokens, lora_request=lora, priority=comp.priority,
             cache_salt=comp.cache_salt, role_chunks=False,
         )
-    return await respond(state, request, run, submit_completion(state, request, comp, low, run), role_chunks=False)
+    submit_completion(state, scope, comp, low, run)
+    return await answer_run(state, run, role_chunks=False)

@@ -32,6 +32,7 @@ from vllm_pyfrontend.llm.structured import STRUCTURED_KEYS, lower_structured_out
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.api.openai.scale_out import scale_out_disabled
 from vllm_pyfrontend.serving.responder import new_choice, new_sse, respond, submit_choices
+from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.api.openai.token_schemas import GenerateRequest, options_of
@@ -196,10 +197,15 @@ def _structured(so: dict[str, Any] | None) -> dict[str, Any] | None:
 
 async def handle_generate(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
+    async with state.scopes.http(request, "generate") as scope:
+        return await _generate(request, state, scope)
+
+
+async def _generate(request: web.Request, state, scope: RequestScope) -> web.StreamResponse:
     req: GenerateRequest = decode_body(await state.read_body(request), GenerateRequest)
     model = state.check_model(req.model)
     state.check_generation()
-    state.check_engine()
+    scope.check_engine()
     sp = req.sampling_params
     if not req.token_ids:
         raise APIError(400, "token_ids must hold at least one token id.", "token_ids")
@@ -268,13 +274,13 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
                      return_token_ids=True,
                      sse=new_sse(state, response_id, model, created, "generate") if stream else None,
                      stream_interval=max(sp.stream_interval or 1, state.stream_interval))
-    sub = submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(choices, samplings)],
+    sub = submit_choices(state, scope, run, [(c, prompt_ids, s) for c, s in zip(choices, samplings)],
                          priority=req.priority, cache_salt=req.cache_salt, requested_max_tokens=opts.max_tokens)
     peers = request.app.get(PEER_ABORT)
     if peers is not None:
         peers.track(response_id, sub)
     try:
-        return await respond(state, request, run, sub, role_chunks=False)
+        return await respond(state, request, run, role_chunks=False)
     finally:
         if peers is not None:
             peers.untrack(response_id, sub)

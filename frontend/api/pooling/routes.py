@@ -27,7 +27,7 @@ from aiohttp import web
 # numpy is imported in the functions that use it: only a pooling model's requests need it, and the
 # worker imports it at start when its model pools (server/worker.py), so no request waits for it.
 
-from vllm_pyfrontend.engine.types import EngineDeadError, PooledTensor
+from vllm_pyfrontend.engine.types import PooledTensor
 from vllm_pyfrontend.llm.pooling import PoolingBatch, PoolingFailed, pooling_params
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.api.pooling import inputs
@@ -41,6 +41,8 @@ from vllm_pyfrontend.api.pooling.schemas import (
     ScoreRequest,
 )
 from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.responder import JsonAnswer, http_response
+from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.state import STATE
 
 _json = msgspec.json.encode
@@ -51,7 +53,7 @@ _NATIVE = sys.byteorder
 
 
 def _model(state: Any) -> PoolingModel:
-    pm = getattr(state, "pooling_model", None)
+    pm = state.pooling_model
     return pm if pm is not None else PoolingModel(supported_tasks=tuple(state.supported_tasks))
 
 
@@ -65,9 +67,9 @@ def _unsupported(what: str, task: str, pm: PoolingModel) -> APIError:
     return APIError(400, f"The model does not support {what} (task `{task}`): {_serves(pm)}.", "model")
 
 
-def _request_id(request: web.Request, given: str | None) -> str:
+def _request_id(scope: RequestScope, given: str | None) -> str:
     """vLLM's: the X-Request-Id header, else the body's `request_id`, else a random one."""
-    return request.headers.get("X-Request-Id") or given or secrets.token_hex(8)
+    return scope.caller.request_id or given or secrets.token_hex(8)
 
 
 def _usage(n: int, *, full: bool = True) -> dict[str, Any]:
@@ -77,35 +79,30 @@ def _usage(n: int, *, full: bool = True) -> dict[str, Any]:
             "prompt_tokens_details": None, "completion_tokens_details": None}
 
 
-def _respond(body: dict[str, Any]) -> web.Response:
-    return web.Response(body=_json(body), content_type="application/json")
+def _http(style: str, endpoint):
+    """The HTTP route of a pooling endpoint: its body, in the request's scope, to JSON."""
+    async def handle(request: web.Request) -> web.Response:
+        state = request.app[STATE]
+        async with state.scopes.http(request, style) as scope:
+            return http_response(await endpoint(state, scope, await state.read_body(request)))
+
+    return handle
 
 
-async def _begin(state: Any, request: web.Request, cls: type) -> Any:
-    req = decode_body(await state.read_body(request), cls)
-    return req
-
-
-async def _pool(state: Any, request: web.Request, prompts: list[list[int]], params: list[list[Any]],
+async def _pool(state: Any, scope: RequestScope, prompts: list[list[int]], params: list[list[Any]],
                 prefix: str, external_id: str, req: Any) -> list[PooledTensor]:
-    """Send one engine request per prompt, wait for all, answer their outputs in order."""
-    state.check_engine()
+    """Send one engine request per prompt in the request's scope, wait for all, answer their
+    outputs in order (the scope aborts what is left if the request ends first)."""
+    scope.check_engine()
+    scope.name(external_id, getattr(req, "model", None) or state.model_names[0])
     batch = PoolingBatch(state.engine, state.worker_index, prefix, external_id)
-    trace = request.get("trace_headers")
     for ids, p in zip(prompts, params):
-        batch.add(ids, p, priority=getattr(req, "priority", 0), cache_salt=getattr(req, "cache_salt", None),
-                  trace_headers=trace)
-    try:
-        batch.submit()
-    except EngineDeadError as e:
-        raise APIError(503, f"The engine is not available: {e}") from None
-    state.request_started()
+        batch.add(ids, p, priority=getattr(req, "priority", 0), cache_salt=getattr(req, "cache_salt", None))
+    scope.submit_pooling(batch)
     try:
         return await batch.results()
     except PoolingFailed as e:
         raise APIError(503 if e.failure.kind.engine_unavailable else 500, e.failure.message) from None
-    finally:
-        state.request_finished()
 
 
 def _activation(pm: PoolingModel, req: Any) -> bool | None:
@@ -170,9 +167,8 @@ def _encoded(t: PooledTensor, fmt: str, embed_dtype: str, endianness: str) -> An
 # --------------------------------------------------------------------------- embeddings
 
 
-async def handle_embeddings(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    req: EmbeddingRequest = await _begin(state, request, EmbeddingRequest)
+async def embeddings(state, scope: RequestScope, body: bytes) -> JsonAnswer:
+    req: EmbeddingRequest = decode_body(body, EmbeddingRequest)
     model = state.check_model(req.model)
     pm = _model(state)
     if pm.pooling_task != "embed":
@@ -181,12 +177,12 @@ async def handle_embeddings(request: web.Request) -> web.Response:
     _check_dimensions(pm, req.dimensions, model)
     prompts = inputs.prompts_from(state, req)
     params = pooling_params("embed", use_activation=_activation(pm, req), dimensions=req.dimensions)
-    rid = _request_id(request, req.request_id)
-    outs = await _pool(state, request, prompts, [params] * len(prompts), "embd", rid, req)
+    rid = _request_id(scope, req.request_id)
+    outs = await _pool(state, scope, prompts, [params] * len(prompts), "embd", rid, req)
     data = [{"index": i, "object": "embedding",
              "embedding": _encoded(t, req.encoding_format, req.embed_dtype, req.endianness)}
             for i, t in enumerate(outs)]
-    return _respond({"id": f"embd-{rid}", "object": "list", "created": int(time.time()), "model": model,
+    return JsonAnswer({"id": f"embd-{rid}", "object": "list", "created": int(time.time()), "model": model,
                      "data": data, "usage": _usage(sum(len(p) for p in prompts))})
 
 
@@ -200,11 +196,10 @@ def _pack_bits(floats: np.ndarray, signed: bool) -> list:
     return (packed.astype(np.int16) - 128).tolist() if signed else packed.tolist()
 
 
-async def handle_cohere_embed(request: web.Request) -> web.Response:
+async def cohere_embed(state, scope: RequestScope, body: bytes) -> JsonAnswer:
     import numpy as np
 
-    state = request.app[STATE]
-    req: CohereEmbedRequest = await _begin(state, request, CohereEmbedRequest)
+    req: CohereEmbedRequest = decode_body(body, CohereEmbedRequest)
     model = state.check_model(req.model)
     pm = _model(state)
     if pm.pooling_task != "embed":
@@ -237,8 +232,8 @@ async def handle_cohere_embed(request: web.Request) -> web.Response:
                            "truncate=NONE. Set truncate to END or START to truncate automatically.", "texts")
         prompts.append(inputs.check_length(ids, max_len, "texts"))
     params = pooling_params("embed", use_activation=pm.use_activation, dimensions=req.output_dimension)
-    rid = _request_id(request, None)
-    outs = await _pool(state, request, prompts, [params] * len(prompts), "embd", rid, req)
+    rid = _request_id(scope, None)
+    outs = await _pool(state, scope, prompts, [params] * len(prompts), "embd", rid, req)
     floats = [_floats(t) for t in outs]
     embeddings: dict[str, Any] = {}
     for kind in req.embedding_types or ["float"]:
@@ -250,7 +245,7 @@ async def handle_cohere_embed(request: web.Request) -> web.Response:
         else:
             embeddings[kind] = _pack_bits(np.asarray(floats, dtype=np.float64), signed=kind == "binary")
     tokens = sum(len(p) for p in prompts)
-    return _respond({
+    return JsonAnswer({
         "id": f"embd-{rid}", "embeddings": embeddings, "texts": req.texts,
         "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens, "image_tokens": 0}},
         "response_type": "embeddings_by_type",
@@ -260,32 +255,30 @@ async def handle_cohere_embed(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------- classify / pooling
 
 
-async def handle_classify(request: web.Request) -> web.Response:
+async def classify(state, scope: RequestScope, body: bytes) -> JsonAnswer:
     import numpy as np
 
-    state = request.app[STATE]
-    req: ClassificationRequest = await _begin(state, request, ClassificationRequest)
+    req: ClassificationRequest = decode_body(body, ClassificationRequest)
     model = state.check_model(req.model)
     pm = _model(state)
     if "classify" not in pm.supported_tasks:
         raise _unsupported("classification", "classify", pm)
     prompts = inputs.prompts_from(state, req)
     params = pooling_params("classify", use_activation=_activation(pm, req))
-    rid = _request_id(request, req.request_id)
-    outs = await _pool(state, request, prompts, [params] * len(prompts), "classify", rid, req)
+    rid = _request_id(scope, req.request_id)
+    outs = await _pool(state, scope, prompts, [params] * len(prompts), "classify", rid, req)
     data = []
     for i, t in enumerate(outs):
         probs = t.array().reshape(-1)
         top = int(np.argmax(probs)) if probs.size else 0
         data.append({"index": i, "label": pm.id2label.get(top), "probs": probs.tolist(),
                      "num_classes": int(probs.size)})
-    return _respond({"id": f"classify-{rid}", "object": "list", "created": int(time.time()), "model": model,
+    return JsonAnswer({"id": f"classify-{rid}", "object": "list", "created": int(time.time()), "model": model,
                      "data": data, "usage": _usage(sum(len(p) for p in prompts))})
 
 
-async def handle_pooling(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    req: PoolingRequest = await _begin(state, request, PoolingRequest)
+async def pooling(state, scope: RequestScope, body: bytes) -> JsonAnswer:
+    req: PoolingRequest = decode_body(body, PoolingRequest)
     model = state.check_model(req.model)
     pm = _model(state)
     inputs.check_removed(req)
@@ -304,12 +297,12 @@ async def handle_pooling(request: web.Request) -> web.Response:
         raise APIError(400, "dimensions is currently not supported", "dimensions")
     prompts = inputs.prompts_from(state, req)
     params = pooling_params(task, use_activation=_activation(pm, req))
-    rid = _request_id(request, req.request_id)
-    outs = await _pool(state, request, prompts, [params] * len(prompts), "pooling", rid, req)
+    rid = _request_id(scope, req.request_id)
+    outs = await _pool(state, scope, prompts, [params] * len(prompts), "pooling", rid, req)
     data = [{"index": i, "object": "pooling",
              "data": _encoded(t, req.encoding_format, req.embed_dtype, req.endianness)}
             for i, t in enumerate(outs)]
-    return _respond({"id": f"pooling-{rid}", "object": "list", "created": int(time.time()), "model": model,
+    return JsonAnswer({"id": f"pooling-{rid}", "object": "list", "created": int(time.time()), "model": model,
                      "data": data, "usage": _usage(sum(len(p) for p in prompts))})
 
 
@@ -429,7 +422,7 @@ async def _scores(state: Any, request: web.Request, req: Any, side1: list[str], 
             extra = {"compressed_token_type_ids": boundary} if boundary is not None else None
             prompts.append(ids)
             params.append(pooling_params("classify", use_activation=_activation(pm, req), extra_kwargs=extra))
-        outs = await _pool(state, request, prompts, params, "score", rid, req)
+        outs = await _pool(state, scope, prompts, params, "score", rid, req)
         return [float(t.array().reshape(-1)[0]) for t in outs], sum(len(p) for p in prompts)
     task = "embed" if kind == "bi-encoder" else "token_embed"
     max_len = state.max_model_len
@@ -438,7 +431,7 @@ async def _scores(state: Any, request: web.Request, req: Any, side1: list[str], 
                         req.truncate_prompt_tokens,
                         req.truncation_side, max_len), max_len, "documents") for t in side1 + side2]
     params = pooling_params(task, use_activation=_activation(pm, req))
-    outs = await _pool(state, request, prompts, [params] * len(prompts), "score", rid, req)
+    outs = await _pool(state, scope, prompts, [params] * len(prompts), "score", rid, req)
     arrays = [t.array() for t in outs]
     qs, ds = arrays[:len(side1)], arrays[len(side1):]
     if len(qs) == 1:
@@ -447,9 +440,8 @@ async def _scores(state: Any, request: web.Request, req: Any, side1: list[str], 
     return [combine(q, d) for q, d in zip(qs, ds)], sum(len(p) for p in prompts)
 
 
-async def handle_score(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    req: ScoreRequest = await _begin(state, request, ScoreRequest)
+async def score(state, scope: RequestScope, body: bytes) -> JsonAnswer:
+    req: ScoreRequest = decode_body(body, ScoreRequest)
     model = state.check_model(req.model)
     inputs.check_removed(req)
     if req.queries is not None:
@@ -459,22 +451,21 @@ async def handle_score(request: web.Request) -> web.Response:
     else:
         a, b, names = req.text_1, req.text_2, ("text_1", "text_2")
     side1, side2 = inputs.score_texts(a, names[0]), inputs.score_texts(b, names[1])
-    rid = _request_id(request, req.request_id)
+    rid = _request_id(scope, req.request_id)
     scores, tokens = await _scores(state, request, req, side1, side2, rid)
     data = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
-    return _respond({"id": f"score-{rid}", "object": "list", "created": int(time.time()), "model": model,
+    return JsonAnswer({"id": f"score-{rid}", "object": "list", "created": int(time.time()), "model": model,
                      "data": data, "usage": _usage(tokens)})
 
 
-async def handle_rerank(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    req: RerankRequest = await _begin(state, request, RerankRequest)
+async def rerank(state, scope: RequestScope, body: bytes) -> JsonAnswer:
+    req: RerankRequest = decode_body(body, RerankRequest)
     model = state.check_model(req.model)
     inputs.check_removed(req)
     if not isinstance(req.query, str):
         raise APIError(400, "`query` must be a string.", "query")
     docs = inputs.score_texts(req.documents, "documents")
-    rid = _request_id(request, req.request_id)
+    rid = _request_id(scope, req.request_id)
     scores, tokens = await _scores(state, request, req, [req.query], docs, rid)
     order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
     if req.top_n and req.top_n < len(order):
@@ -486,17 +477,17 @@ async def handle_rerank(request: web.Request) -> web.Response:
             item["document"] = {"text": docs[i], "multi_modal": None}
         item["relevance_score"] = scores[i]
         results.append(item)
-    return _respond({"id": f"score-{rid}", "model": model, "usage": _usage(tokens, full=False),
+    return JsonAnswer({"id": f"score-{rid}", "model": model, "usage": _usage(tokens, full=False),
                      "results": results})
 
 
 def add_pooling_routes(app: web.Application) -> None:
     """Register the pooling routes (each answers 400 where the model's tasks do not cover it)."""
-    app.router.add_post("/v1/embeddings", handle_embeddings)
-    app.router.add_post("/v2/embed", handle_cohere_embed)
-    app.router.add_post("/classify", handle_classify)
-    app.router.add_post("/pooling", handle_pooling)
+    app.router.add_post("/v1/embeddings", _http("embeddings", embeddings))
+    app.router.add_post("/v2/embed", _http("cohere.embed", cohere_embed))
+    app.router.add_post("/classify", _http("classify", classify))
+    app.router.add_post("/pooling", _http("pooling", pooling))
     for path in ("/score", "/v1/score"):
-        app.router.add_post(path, handle_score)
+        app.router.add_post(path, _http("score", score))
     for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
-        app.router.add_post(path, handle_rerank)
+        app.router.add_post(path, _http("rerank", rerank))

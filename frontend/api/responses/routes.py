@@ -48,6 +48,8 @@ from vllm_pyfrontend.api.responses.lowering import (
 from vllm_pyfrontend.api.responses.schemas import ResponsesRequest
 from vllm_pyfrontend.serving import per_request_metrics
 from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.responder import Answer, JsonAnswer, StreamAnswer, write_answer
+from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.sse import SSEWriter
 from vllm_pyfrontend.store import (
     RecordTooLarge,
@@ -98,21 +100,24 @@ def _json(state, body: dict[str, Any], status: int = 200) -> web.Response:
                         headers={WORKER_HEADER: str(state.worker_index)})
 
 
+def _answer(state, body: dict[str, Any]) -> JsonAnswer:
+    return JsonAnswer(body, headers={WORKER_HEADER: str(state.worker_index)})
+
+
 def _not_found(response_id: str) -> APIError:
     return APIError(404, f"Response with id '{response_id}' not found.", "response_id")
 
 
-async def owned_record(request: web.Request, response_id: str) -> dict[str, Any]:
-    """The stored record `response_id` of the request's owner; another owner's record, an id
-    that does not exist and storing off are the same 404. A record left in progress by a
-    worker that is gone is failed first."""
-    responses: Responses = request.app[RESPONSES]
+async def owned_record(responses: Responses, owner: str, response_id: str) -> dict[str, Any]:
+    """The stored record `response_id` of `owner`; another owner's record, an id that does
+    not exist and storing off are the same 404. A record left in progress by a worker that is
+    gone is failed first."""
     store = responses.store
     if store is None:
         raise _not_found(response_id)
     try:
         record = await store.get(response_id)
-        if record is None or record.get("owner", "") != tenant_of(request).owner:
+        if record is None or record.get("owner", "") != owner:
             raise _not_found(response_id)
         worker = record.get("worker")
         if worker is not None and worker != responses.worker_id and not await store.worker_alive(worker):
@@ -151,14 +156,14 @@ class _Sink:
 class _Turn:
     """One accepted Responses request: its run, formatter and what its final object needs."""
 
-    def __init__(self, state, request: web.Request, req: ResponsesRequest, model: str,
+    def __init__(self, state, responses: Responses, req: ResponsesRequest, model: str,
                  messages: list[dict[str, Any]], sampling: dict[str, Any], run: RequestRun,
-                 formatter: ResponsesFormatter, sink: _Sink, sub, owner: str | None):
-        self.state, self.request, self.req, self.model = state, request, req, model
-        self.messages, self.sampling, self.run, self.formatter, self.sink, self.sub = (
-            messages, sampling, run, formatter, sink, sub)
+                 formatter: ResponsesFormatter, sink: _Sink, owner: str | None):
+        self.state, self.req, self.model = state, req, model
+        self.messages, self.sampling, self.run, self.formatter, self.sink = (
+            messages, sampling, run, formatter, sink)
         self.response_id = run.response_id
-        self.responses: Responses = request.app[RESPONSES]
+        self.responses = responses
         self.owner = owner  # None: not stored
         self.store_failure: StoreUnavailable | None = None
         self.finalized = False
@@ -254,24 +259,14 @@ class _Turn:
         return response
 
     def ended(self) -> None:
-        """Bookkeeping once the run is over, whatever ended it."""
-        run, sub, state = self.run, self.sub, self.state
+        """The store's bookkeeping once the run is over, whatever ended it (its engine request,
+        metrics and release are its scope's)."""
+        run = self.run
         if not run.done.done():
             run.cancel()
-        state.request_finished()
         self.responses.running.discard(self.response_id)
         self.responses.background.pop(self.response_id, None)
         self.responses.cancelled.discard(self.response_id)
-        for _, gen in sub.requests:
-            if gen.admission is not None:
-                gen.admission.on_end(gen)
-        for req, gen in sub.requests:
-            m = run.choices[gen.index].metrics
-            if m is not None:
-                m.on_finished("error" if run.error is not None else (gen.finish_reason or "abort"),
-                              gen.num_prompt_tokens, gen.num_output_tokens,
-                              max_tokens=req.sampling_params.get("max_tokens"), n=1, timing=gen.timing)
-        run.release()
 
 
 # -- POST /v1/responses ---------------------------------------------------------------------------
@@ -307,12 +302,19 @@ def _chat_request(req: ResponsesRequest, messages: list[dict[str, Any]]) -> Chat
 
 async def handle_create(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    responses: Responses = request.app[RESPONSES]
-    body = await state.read_body(request)
+    async with state.scopes.http(request, "responses") as scope:
+        answer = await create_response(state, request.app[RESPONSES], scope, await state.read_body(request))
+        return await write_answer(request, answer)
+
+
+async def create_response(state, responses: Responses, scope: RequestScope, body: bytes) -> Answer:
+    """The endpoint: a request body, in its scope, to its answer (HTTP routes and batch lines).
+    A background response holds its scope until its run ends."""
     req: ResponsesRequest = decode_body(body, ResponsesRequest)
     model = state.check_model(req.model)
     state.check_generation()
-    state.check_engine()
+    scope.check_engine()
+    tenant_owner = scope.caller.tenant.owner
 
     if req.prompt is not None:
         raise APIError(400, "prompt template is not supported", "prompt")
@@ -327,10 +329,10 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         raise APIError(400, "Cannot specify both structured_outputs and text.format", "structured_outputs")
     previous = None
     if req.previous_response_id is not None:
-        previous = await owned_record(request, req.previous_response_id)
+        previous = await owned_record(responses, tenant_owner, req.previous_response_id)
 
     lowered = build_messages(req.instructions, req.input, previous,
-                             allow_media=getattr(state, "multimodal", None) is not None)
+                             allow_media=state.multimodal is not None)
     chat = _chat_request(req, lowered)
     low = await lower_chat(state, chat)
     prompt = low.prompt
@@ -343,7 +345,7 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
     # (a follow-up renders and processes them again), not the rendered template messages.
     messages = lowered if prompt.has_media else prompt.messages
     # Storing off (vLLM without its store): `store: true` is ignored.
-    owner = tenant_of(request).owner if req.store and responses.store is not None else None
+    owner = tenant_owner if req.store and responses.store is not None else None
     if owner is not None:  # the record first: a taken id, a record too large or a broken store stop here
         await _create_record(responses, response_id, owner, {"response": response_object(
             req, response_id=response_id, created_at=created, model=model, sampling=sampling,
@@ -357,13 +359,12 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
                        formatter=formatter, sse=sink)
         if state.output_log is not None:
             state.output_log.attach_final(run, streaming=bool(stream))
-        sub = submit_chat(state, request, chat, low, run)
+        submit_chat(state, scope, chat, low, run)
     except BaseException as e:
         if owner is not None:
             await _abandon(responses, response_id, owner, messages, e)
         raise
-    state.request_started()
-    turn = _Turn(state, request, req, model, messages, sampling, run, formatter, sink, sub, owner)
+    turn = _Turn(state, responses, req, model, messages, sampling, run, formatter, sink, owner)
     if background:
         responses.own(response_id, run)
     try:
@@ -375,14 +376,15 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
         raise
 
     if background:
-        task = asyncio.get_running_loop().create_task(_run_background(turn))
+        scope.hold()  # the work goes on past the answer: the task ends the scope
+        task = asyncio.get_running_loop().create_task(_run_background(turn, scope))
         responses.tasks.add(task)
         task.add_done_callback(responses.tasks.discard)
         if not stream:
-            return _json(state, initial)
-        return await _stream_until_end(turn, task)
+            return _answer(state, initial)
+        return StreamAnswer(lambda request: _stream_until_end(turn, task, request))
     if stream:
-        return await _stream_foreground(turn)
+        return StreamAnswer(lambda request: _stream_foreground(turn, request))
     try:
         await run.done
         response = await turn.finish()
@@ -397,7 +399,7 @@ async def handle_create(request: web.Request) -> web.StreamResponse:
     if turn.store_failure is not None:  # never a 200 for a response the store did not take
         raise APIError(503, f"The response was generated but could not be stored: {turn.store_failure}",
                        None, "ServiceUnavailableError")
-    return _json(state, response)
+    return _answer(state, response)
 
 
 async def _create_record(responses: Responses, response_id: str, owner: str, record: dict[str, Any]) -> None:
@@ -436,35 +438,39 @@ async def _abandon(responses: Responses, response_id: str, owner: str, messages:
         log.warning("could not mark response %s failed: %s", response_id, e)
 
 
-async def _run_background(turn: _Turn) -> None:
+async def _run_background(turn: _Turn, scope: RequestScope) -> None:
+    error: BaseException | None = None
     try:
         await turn.run.done
         await turn.finish()
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as e:
         turn.run.cancel()
+        error = e
         raise
-    except Exception:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001
         log.exception("background response %s failed", turn.response_id)
+        error = e
     finally:
         turn.ended()
+        scope.end(error)
 
 
-async def _prepare_stream(turn: _Turn) -> web.StreamResponse | None:
+async def _prepare_stream(turn: _Turn, request: web.Request) -> web.StreamResponse | None:
     resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                     WORKER_HEADER: str(turn.state.worker_index)})
     resp.enable_chunked_encoding()
     try:
-        await resp.prepare(turn.request)
+        await resp.prepare(request)
     except ConnectionError:
         return None
     return resp
 
 
-def _attach(turn: _Turn) -> None:
+def _attach(turn: _Turn, request: web.Request) -> None:
     """The headers are out: the events held so far go, then every event as it comes."""
     writer = turn.sink.writer
     assert writer is not None
-    writer.attach(turn.request.transport, first_chunk=b"")
+    writer.attach(request.transport, first_chunk=b"")
     interval = turn.state.config.policy.sse_keep_alive_interval
     if interval > 0:
         writer.keep_alive(interval)
@@ -482,15 +488,15 @@ async def _end_stream(turn: _Turn, resp: web.StreamResponse) -> None:
         pass
 
 
-async def _stream_foreground(turn: _Turn) -> web.StreamResponse:
+async def _stream_foreground(turn: _Turn, request: web.Request) -> web.StreamResponse:
     run = turn.run
     try:
-        resp = await _prepare_stream(turn)
+        resp = await _prepare_stream(turn, request)
         if resp is None:
             run.cancel()
             return web.StreamResponse()
         try:
-            _attach(turn)
+            _attach(turn, request)
             if not turn.sink.alive:
                 run.cancel()
             await run.done
@@ -514,13 +520,13 @@ async def _stream_foreground(turn: _Turn) -> web.StreamResponse:
         turn.ended()
 
 
-async def _stream_until_end(turn: _Turn, task: asyncio.Task) -> web.StreamResponse:
+async def _stream_until_end(turn: _Turn, task: asyncio.Task, request: web.Request) -> web.StreamResponse:
     """A background stream: events while the client stays; the run goes on if it leaves."""
-    resp = await _prepare_stream(turn)
+    resp = await _prepare_stream(turn, request)
     if resp is None:
         return web.StreamResponse()
     try:
-        _attach(turn)
+        _attach(turn, request)
     except Exception:  # noqa: BLE001 - this client's stream is broken; the run goes on
         log.exception("stream %s could not start", turn.response_id)
         turn.sink.writer = None
@@ -539,7 +545,7 @@ async def handle_retrieve(request: web.Request) -> web.Response:
     response_id = request.match_info["response_id"]
     if request.query.get("stream", "false").lower() == "true":
         raise APIError(400, "Streaming a stored response again (stream=true) is not supported.", "stream")
-    record = await owned_record(request, response_id)
+    record = await owned_record(request.app[RESPONSES], tenant_of(request).owner, response_id)
     return _json(state, record["response"])
 
 
@@ -547,7 +553,7 @@ async def handle_cancel(request: web.Request) -> web.Response:
     state = request.app[STATE]
     responses: Responses = request.app[RESPONSES]
     response_id = request.match_info["response_id"]
-    record = await owned_record(request, response_id)
+    record = await owned_record(responses, tenant_of(request).owner, response_id)
     response = record["response"]
     if not response.get("background"):
         raise APIError(400, "Cannot cancel a synchronous response.", "response_id")

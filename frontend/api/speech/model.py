@@ -23,20 +23,13 @@ The steps mirror `SpeechToTextBaseServing` (vllm/entrypoints/speech_to_text/base
 from __future__ import annotations
 
 import io
-import os
 import threading
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.multimodal.model import MultimodalModel, Processed
-
-
-def env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
 
 
 @dataclass
@@ -63,8 +56,8 @@ class SpeechModel:
         self._tokenizer: Any = None  # vLLM's tokenizer (the renderer's)
         self._hf_tokenizer: Any = None  # what vLLM's serving decodes segments with
         self.is_encoder_decoder = False
-        self.max_decode_s = env_int("VLLM_MAX_AUDIO_DECODE_DURATION_S", 600)
-        self.max_decode_bytes = env_int("VLLM_MAX_AUDIO_DECODE_BYTES", 268_435_456)
+        self.max_decode_s = environment.max_audio_decode_duration_s()
+        self.max_decode_bytes = environment.max_audio_decode_bytes()
 
     def load(self) -> "SpeechModel":
         self.mm.load()

@@ -31,14 +31,15 @@ from typing import Any
 
 from aiohttp import web
 
-from vllm_pyfrontend.engine.types import EngineDeadError, Failure
+from vllm_pyfrontend import environment
+from vllm_pyfrontend.engine.types import Failure
 from vllm_pyfrontend.llm.generation import DeltaConsumer
 from vllm_pyfrontend.llm.sampling import SamplingOptions, lower_sampling, resolve_max_tokens
-from vllm_pyfrontend.llm.submission import Submission
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.api.speech.form import FormError, SpeechRequest, check_request, parse_form
 from vllm_pyfrontend.text.text_stream import TextStream
 from vllm_pyfrontend.serving.multipart import FormLimits, MultipartReader, media_type, read_urlencoded
+from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.state import STATE
 
 _MiB = 1024 * 1024
@@ -51,13 +52,7 @@ def _dumps(obj: Any) -> bytes:
 
 def upload_limit_bytes() -> int:
     """vLLM's `VLLM_MAX_AUDIO_CLIP_FILESIZE_MB` (MB; default 25)."""
-    import os
-
-    try:
-        mb = float(os.environ.get("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", "25"))
-    except ValueError:
-        mb = 25.0
-    return int(mb * _MiB)
+    return int(environment.max_audio_clip_filesize_mb() * _MiB)
 
 
 async def read_form(request: web.Request, limit: int, body_limit: int | None = None) -> list[tuple[str, Any]]:
@@ -117,9 +112,9 @@ def _looks_speech(model_dir: str) -> bool:
 async def speech_model(state: Any):
     """The loaded SpeechModel of this worker (built once, in the multimodal pool), or None
     for a model vLLM serves no speech routes for."""
-    sm = getattr(state, "speech", None)
+    sm = state.speech
     if sm is None:
-        if getattr(state, "multimodal", None) is None and not _looks_speech(state.config.model):
+        if state.multimodal is None and not _looks_speech(state.config.model):
             return None  # text-only: decided without importing vLLM
         from vllm_pyfrontend.multimodal.chat import runtime_for
         from vllm_pyfrontend.api.speech.model import SpeechModel
@@ -199,52 +194,26 @@ class _Router(DeltaConsumer):
         self.chunks[gen.index].on_error(gen, failure)
 
 
-def _submit(state: Any, request_id: str, rendered: list[Any], sampling: dict[str, Any],
-            queue: asyncio.Queue | None) -> tuple[list[_Chunk], list[Any]]:
-    """One engine request per audio chunk, all sent or none; admitted and counted as every
-    generation route's (serving/admission.py), with per-request metrics. `_end` releases them."""
-    admission = state.admission
-    if admission is not None:
-        admission.admit(len(rendered))
+def _submit(state: Any, scope: RequestScope, request_id: str, rendered: list[Any], sampling: dict[str, Any],
+            queue: asyncio.Queue | None) -> list[_Chunk]:
+    """One engine request per audio chunk, all sent or none, in the request's scope (admitted,
+    counted, metrics; aborted with it if the request ends first)."""
     chunks = [_Chunk(state, r.prompt_ids, i, queue) for i, r in enumerate(rendered)]
-    sub = Submission(state.engine, state.worker_index, _Router(chunks), "stt")
-    gens = []
-    arrival = time.monotonic()
+    items = []
     for i, r in enumerate(rendered):
-        ext = request_id if len(rendered) == 1 else f"{request_id}-{i}"
         params = dict(sampling)
         # vLLM sends max_tokens counted without the decoder prompt (up to max_model_len) and
         # the engine stops at max_model_len: the same output as asking for what fits.
         params["max_tokens"] = max(1, min(params["max_tokens"], state.max_model_len - len(r.prompt_ids)))
-        gen = sub.add(i, r.prompt_ids, params, external_id=ext, multimodal=r.processed)
-        chunks[i].gen = gen
-        chunks[i].metrics = state.metrics.start_request(arrival=arrival)
-        gens.append(gen)
-    try:
-        sub.submit()
-    except EngineDeadError:
-        raise APIError(503, "The engine is not available.") from None
-    if admission is not None:
-        for gen in gens:
-            if not gen.finished:
-                admission.track(gen)
-    return chunks, gens
-
-
-def _end(chunks: list[_Chunk], failed: bool) -> None:
-    """Whatever ended the request (done, an error, the client gone): abort what still runs in
-    the engine, release the admission counts, record each engine request's metrics."""
-    for c in chunks:
-        gen = c.gen
-        if gen is None:
-            continue
-        gen.cancel()  # a no-op once finished
-        if gen.admission is not None:
-            gen.admission.on_end(gen)
-        if c.metrics is not None:
-            reason = "error" if failed else (gen.finish_reason or "abort")
-            c.metrics.on_finished(reason, gen.num_prompt_tokens, gen.num_output_tokens,
-                                  max_tokens=None, n=1 if c.index == 0 else None, timing=gen.timing)
+        items.append((i, r.prompt_ids, params, None))
+    sub = scope.submit(_Router(chunks), items, id_prefix="stt",
+                       external_id=[request_id if len(rendered) == 1 else f"{request_id}-{i}"
+                                    for i in range(len(rendered))],
+                       multimodal_per_item=[r.processed for r in rendered])
+    for chunk, (_, gen) in zip(chunks, sub.requests):
+        chunk.gen = gen
+        chunk.metrics = gen.metrics
+    return chunks
 
 
 def _sampling(state: Any, req: SpeechRequest, *, logprobs: bool) -> dict[str, Any]:
@@ -263,32 +232,24 @@ def _sampling(state: Any, req: SpeechRequest, *, logprobs: bool) -> dict[str, An
     return params
 
 
-async def _detect_language(state: Any, sm: Any, chunk: Any, task: str, request_id: str) -> str:
+async def _detect_language(state: Any, scope: RequestScope, sm: Any, chunk: Any, task: str, request_id: str) -> str:
     rendered, allowed = await _in_pool(state, sm.detection_prompt, chunk, task)
     opts = SamplingOptions(max_tokens=1, temperature=0.0, allowed_token_ids=allowed)
     params = lower_sampling(opts, max_tokens=1, eos_token_id=state.limits.eos_token_id,
                             defaults=state.limits.defaults)
-    chunks, _ = _submit(state, f"{request_id}-lang_detect", [rendered], params, None)
-    failed = True
-    try:
-        await chunks[0].done
-        failed = False
-    finally:
-        _end(chunks, failed)
+    chunks = _submit(state, scope, f"{request_id}-lang_detect", [rendered], params, None)
+    await chunks[0].done
     return await _in_pool(state, sm.parse_detection, chunks[0].token_ids)
 
 
 # ----------------------------------------------------------------------------------- handler
 async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
     state = request.app[STATE]
-    state.request_started()  # a graceful drain waits for it
-    try:
-        return await _handle_speech(request, state, task)
-    finally:
-        state.request_finished()
+    async with state.scopes.http(request, "audio.transcriptions" if task == "transcribe" else "audio.translations") as scope:
+        return await _handle_speech(request, state, scope, task)
 
 
-async def _handle_speech(request: web.Request, state: Any, task: str) -> web.StreamResponse:
+async def _handle_speech(request: web.Request, state: Any, scope: RequestScope, task: str) -> web.StreamResponse:
     # vLLM registers these routes only for a transcription model: for any other, 404 whatever
     # the body (decided from config.json alone on a text-only model).
     sm = await speech_model(state)
@@ -303,7 +264,7 @@ async def _handle_speech(request: web.Request, state: Any, task: str) -> web.Str
         # pydantic's validation errors: vLLM's handler answers 400 "Bad Request"
         raise APIError(400, e.message, e.param, "Bad Request" if (e.param or "").startswith("body.") else None) from None
     model = state.check_model(req.model)
-    state.check_engine()
+    scope.check_engine()
     try:
         check_request(req, supports_verbose=sm.supports_verbose, supports_diarized=sm.supports_diarized,
                       model=model)
@@ -314,6 +275,7 @@ async def _handle_speech(request: web.Request, state: Any, task: str) -> web.Str
     if req.response_format == "diarized_json":  # no model in vLLM 0.32 supports it yet
         raise APIError(400, f"Currently do not support diarized_json for {model}")
     request_id = f"{task}-{secrets.token_hex(8)}"
+    scope.name(request_id, model)
     try:
         language = sm.validate_language(req.language)
         to_language = sm.validate_language(req.to_language) if req.to_language else None
@@ -325,7 +287,7 @@ async def _handle_speech(request: web.Request, state: Any, task: str) -> web.Str
         raise APIError(400, str(e)) from None
     offsets = sm.chunk_offsets(chunks, task)
     if language is None and sm.detect_language:
-        language = await _detect_language(state, sm, chunks[0], task, request_id)
+        language = await _detect_language(state, scope, sm, chunks[0], task, request_id)
     verbose = req.response_format == "verbose_json"
     try:
         rendered = await _in_pool(state, sm.generation_prompts, chunks, task, language=language,
@@ -336,15 +298,11 @@ async def _handle_speech(request: web.Request, state: Any, task: str) -> web.Str
     sampling = _sampling(state, req, logprobs=verbose)
     separator = "" if language and language.lower() in sm.no_space_languages else " "
     if req.stream:
-        return await _stream(request, state, sm, req, model, task, request_id, rendered, sampling, duration,
-                             separator)
-    outs, _ = _submit(state, request_id, rendered, sampling, None)
-    failed = True
-    try:  # the client left, or one chunk failed: the others go too (_end)
-        await asyncio.gather(*(c.done for c in outs))
-        failed = False
-    finally:
-        _end(outs, failed)
+        return await _stream(request, state, scope, sm, req, model, task, request_id, rendered, sampling,
+                             duration, separator)
+    outs = _submit(state, scope, request_id, rendered, sampling, None)
+    # the client left, or one chunk failed: the others go too (the scope aborts them)
+    await asyncio.gather(*(c.done for c in outs))
     if verbose:
         segments: list[dict[str, Any]] = []
         for c, start in zip(outs, offsets):
@@ -360,21 +318,18 @@ async def _handle_speech(request: web.Request, state: Any, task: str) -> web.Str
     return web.Response(body=_dumps(body), content_type="application/json")
 
 
-async def _stream(request, state, sm, req: SpeechRequest, model: str, task: str, request_id: str,
-                  rendered: list[Any], sampling: dict[str, Any], duration: float, separator: str):
+async def _stream(request, state, scope: RequestScope, sm, req: SpeechRequest, model: str, task: str,
+                  request_id: str, rendered: list[Any], sampling: dict[str, Any], duration: float, separator: str):
     """vLLM's `_speech_to_text_stream_generator`: the chunks one after the other."""
     object_name = "transcription.chunk" if task == "transcribe" else "translation.chunk"
     include_usage = req.stream_include_usage  # --enable-force-include-usage is not a flag here
     continuous = include_usage and req.stream_continuous_usage_stats
     created = int(time.time())
     queue: asyncio.Queue = asyncio.Queue()
-    outs, _ = _submit(state, request_id, rendered, sampling, queue)
-    try:
-        return await _stream_out(request, sm, req, model, task, request_id, outs, queue, duration,
-                                 separator, object_name, include_usage, continuous, created)
-    finally:  # also when a write fails because the client left: nothing stays in the engine
-        _end(outs, any(c.done.done() and not c.done.cancelled() and c.done.exception() is not None
-                       for c in outs))
+    outs = _submit(state, scope, request_id, rendered, sampling, queue)
+    # (a write that fails because the client left: the scope aborts what is left in the engine)
+    return await _stream_out(request, sm, req, model, task, request_id, outs, queue, duration,
+                             separator, object_name, include_usage, continuous, created)
 
 
 async def _stream_out(request, sm, req: SpeechRequest, model: str, task: str, request_id: str,

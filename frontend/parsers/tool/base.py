@@ -60,7 +60,7 @@ from vllm_pyfrontend.parsers.combinators import (
     seq,
 )
 from vllm_pyfrontend.parsers.special import SpecialGate
-from vllm_pyfrontend.parsers.tool.streaming import ArgsPrefix, closing
+from vllm_pyfrontend.parsers.tool.streaming import ArgsPrefix
 
 def new_call_id() -> str:
     """``call_`` + 24 random alphanumerics (hex: cheap and in the OpenAI shape)."""
@@ -509,8 +509,8 @@ class SectionToolParser:
             if q != -1 and q < valid:
                 valid, consumed = q, q + len(e)
                 break
-        with closing():
-            _, events = probe(sec.body, self._buf[:valid], 0, False)
+        # (closing: the open call's short values count too, see streaming.min_open)
+        _, events = probe(sec.body, self._buf[:valid], 0, False, closing=True)
         infos = calls_of_events(events)
         if not self._streamed and not (infos and infos[0].name):
             return self._recover(marker)

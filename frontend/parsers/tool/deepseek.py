@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Sequence
 
-from vllm_pyfrontend.parsers import combinators
 from vllm_pyfrontend.parsers.combinators import (
     NEED,
     Fail,
     Ok,
     P,
+    Probe,
     Result,
     fmap,
     lit,
@@ -152,7 +152,7 @@ class DsmlParamHead(P):
         self._open = f"<{prefix}parameter"
         self._whole = re.compile(re.escape(self._open) + r'\s+name="([^"]*)"(?:\s+string="([^"]*)")?\s*>')
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
         m = self._whole.match(s, pos)
         if m is not None:
             try:
@@ -244,18 +244,17 @@ class DsmlInvoke(P):
         self._open = f'<{prefix}invoke name="'
         self._close = f"</{prefix}invoke>"
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        pr = combinators._probe
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
         if pr is None:
-            return self._parse(s, pos, eof, None)
-        r = self._parse(s, pos, eof, pr.events)
+            return self._parse(s, pos, eof, None, None)
+        r = self._parse(s, pos, eof, pr, pr.events)
         if type(r) is Ok:
             pr.events.append(("call", pos, r.end, r.value))
         elif r is NEED:
             pr.events.append(("call", pos, -1, None))
         return r
 
-    def _parse(self, s: str, pos: int, eof: bool, events: list | None) -> Result:
+    def _parse(self, s: str, pos: int, eof: bool, pr: Probe | None, events: list | None) -> Result:
         mark = len(events) if events is not None else 0
         r = _lit_at(s, pos, self._open, eof)
         if r is not None:
@@ -281,7 +280,7 @@ class DsmlInvoke(P):
         k = skip_ws(s, j + 2)
         if k == n and not eof:
             return NEED
-        a = self.args.parse(s, k, eof)
+        a = self.args.parse(s, k, eof, pr)
         if type(a) is not Ok:
             return a
         k = skip_ws(s, a.end)

@@ -15,6 +15,7 @@ from vllm_pyfrontend.parsers.combinators import (
     NEED,
     Ok,
     P,
+    Probe,
     Result,
     chars_while,
     choice,
@@ -214,23 +215,23 @@ class _Gemma4Args(P):
         self._sep = seq(ws(), lit(","), ws())
         self._many = many(member, sep=self._sep)
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        r = self._many.parse(s, pos, eof)
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
+        r = self._many.parse(s, pos, eof, pr)
         if isinstance(r, Ok) and r.value:  # (no members: not begun)
-            name = probe_name()
+            name = probe_name(pr)
             if name:  # under a probe: the text too (`ParsedArgs`)
                 text = xml_args_text([(k, self.typed_member(name, k, v)) for k, v in r.value])
                 return Ok(r.end, ParsedArgs(r.value, text))
         return r
 
-    def partial(self, s: str, pos: int, events: list) -> ArgsPrefix | None:
-        name = next((v for k, _, e, v in reversed(events) if k == "name" and e != -1), None)
+    def partial(self, s: str, pos: int, pr: Probe) -> ArgsPrefix | None:
+        name = next((v for k, _, e, v in reversed(pr.events) if k == "name" and e != -1), None)
         if not isinstance(name, str) or not name:
             return None
-        least = min_open()
+        least = min_open(pr)
         parts, seen, i = complete_members(s, pos, self._sep, self.member,
-                                          lambda key, value: self.typed_member(name, key, value))
-        begun = open_member_prefix(parts, seen, self.head.parse(s, i, False), least,
+                                          lambda key, value: self.typed_member(name, key, value), pr)
+        begun = open_member_prefix(parts, seen, self.head.parse(s, i, False, pr), least,
                                    lambda key, at: self.nested.prefix(s, at, self.schema_of(name, key), least))
         if begun is not None:
             return begun

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 
-from vllm_pyfrontend.parsers import combinators
 from vllm_pyfrontend.parsers.combinators import (
     NEED,
     Fail,
     Ok,
     P,
+    Probe,
     Result,
     fmap,
     json_value,
@@ -88,7 +88,7 @@ class _CallObject(P):
         self.name_keys = name_keys
         self.encoded = encoded and not strict
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
         n = len(s)
         if pos >= n:
             return Fail(pos) if eof else NEED
@@ -102,14 +102,14 @@ class _CallObject(P):
             while i < n and s[i] in _WS:
                 i += 1
             if i >= n:
-                return self._need(s, name, args_raw, -1, eof)
+                return self._need(s, name, args_raw, -1, eof, pr)
             if first and s[i] == "}":
                 i += 1
                 break
             first = False
             r = scan_json(s, i, eof)
             if r is NEED:
-                return self._need(s, name, args_raw, -1, eof)
+                return self._need(s, name, args_raw, -1, eof, pr)
             if isinstance(r, Fail) or s[i] != '"':
                 return r if isinstance(r, Fail) else Fail(i)
             key = json.loads(r.value)
@@ -117,7 +117,7 @@ class _CallObject(P):
             while i < n and s[i] in _WS:
                 i += 1
             if i >= n:
-                return self._need(s, name, args_raw, -1, eof)
+                return self._need(s, name, args_raw, -1, eof, pr)
             if s[i] != ":":
                 return Fail(i)
             i += 1
@@ -126,7 +126,7 @@ class _CallObject(P):
             r = scan_json(s, i, eof)
             is_args = key in self.arg_keys and args_raw is None
             if r is NEED:
-                return self._need(s, name, args_raw, i if is_args else -1, eof)
+                return self._need(s, name, args_raw, i if is_args else -1, eof, pr)
             if isinstance(r, Fail):
                 return r
             if key in self.name_keys and name is None:
@@ -152,7 +152,7 @@ class _CallObject(P):
             while i < n and s[i] in _WS:
                 i += 1
             if i >= n:
-                return self._need(s, name, args_raw, -1, eof)
+                return self._need(s, name, args_raw, -1, eof, pr)
             if s[i] == "}":
                 i += 1
                 break
@@ -163,17 +163,17 @@ class _CallObject(P):
             return Fail(pos)
         return Ok(i, Call(name=name, arguments=_args_from_raw(args_raw)))
 
-    def _need(self, s: str, name: str | None, args_raw: str | None, args_at: int, eof: bool) -> Result:
+    def _need(self, s: str, name: str | None, args_raw: str | None, args_at: int, eof: bool,
+              pr: Probe | None) -> Result:
         if eof:
             return Fail(len(s))
-        pr = combinators._probe
         if pr is not None:
             if name is not None:
                 pr.events.append(("name", 0, 0, name))
             if args_raw is not None:
                 pr.events.append(("args", 0, 0, _args_from_raw(args_raw)))
             elif args_at != -1:
-                pr.events.append(("args", args_at, -1, json_args_partial(s, args_at, pr.events)))
+                pr.events.append(("args", args_at, -1, json_args_partial(s, args_at, pr)))
         return NEED
 
 

@@ -11,6 +11,7 @@ from vllm_pyfrontend.parsers.combinators import (
     Fail,
     Ok,
     P,
+    Probe,
     Result,
     fmap,
     lit,
@@ -89,10 +90,10 @@ class _M3Element(P):
     def __init__(self, depth: int = 0) -> None:
         self.depth = depth
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
         if self.depth > 64:
             return Fail(pos)
-        head = seq(lit(NS + "<"), take_until(">"), lit(">")).parse(s, pos, eof)
+        head = seq(lit(NS + "<"), take_until(">"), lit(">")).parse(s, pos, eof, pr)
         if not isinstance(head, Ok):
             return head
         name = head.value[1]
@@ -111,13 +112,13 @@ class _M3Element(P):
                     return Fail(len(s))
                 return NEED
             texts.append(s[i:j])
-            r = lit(close).parse(s, j, eof)
+            r = lit(close).parse(s, j, eof, pr)
             if isinstance(r, Ok):
                 i = r.end
                 break
             if r is NEED:
                 return NEED
-            r = child.parse(s, j, eof)
+            r = child.parse(s, j, eof, pr)
             if not isinstance(r, Ok):
                 return r
             children.append(r.value)
@@ -207,8 +208,8 @@ class _M3Param(XmlParam):
         super().__init__(_M3_HEAD, NS)
         self.text_key = text_key  # key -> whether the value is text only
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        h = self.head.parse(s, pos, eof)
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
+        h = self.head.parse(s, pos, eof, pr)
         if not isinstance(h, Ok):
             return h
         key = h.value
@@ -216,11 +217,11 @@ class _M3Param(XmlParam):
             j = s.find(NS, h.end)
             if j == -1:
                 return Fail(len(s)) if eof else NEED
-            r = lit(f"{NS}</{key}>").parse(s, j, eof)
+            r = lit(f"{NS}</{key}>").parse(s, j, eof, pr)
             if not isinstance(r, Ok):
                 return r
             return Ok(r.end, (key, None, s[h.end : j]))
-        r = _M3Element().parse(s, pos, eof)
+        r = _M3Element().parse(s, pos, eof, pr)
         if not isinstance(r, Ok):
             return r
         return Ok(r.end, (key, None, r.value[1]))
@@ -246,17 +247,17 @@ class _M3Invoke(P):
         self.head = seq(lit(f"{NS}<invoke"), ws(1), lit("name="), call_name(attr_value()), ws(), lit(">"), ws())
         self.tail = seq(ws(), lit(f"{NS}</invoke>"))
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        h = self.head.parse(s, pos, eof)
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
+        h = self.head.parse(s, pos, eof, pr)
         if not isinstance(h, Ok):
             return h
         name = h.value[3]
         props = self.typing.props(name)
         param = _M3Param(lambda key: is_string_param(props.get(key)))
-        a = xml_args(param, self.typing).parse(s, h.end, eof)
+        a = xml_args(param, self.typing).parse(s, h.end, eof, pr)
         if not isinstance(a, Ok):
             return a
-        t = self.tail.parse(s, a.end, eof)
+        t = self.tail.parse(s, a.end, eof, pr)
         if not isinstance(t, Ok):
             return t
         return Ok(t.end, xml_call(self.typing)(name, list(a.value)))

@@ -21,6 +21,7 @@ from vllm_pyfrontend.parsers.combinators import (
     Fail,
     Ok,
     P,
+    Probe,
     Result,
     chars_while,
     choice,
@@ -59,7 +60,7 @@ class _PyString(P):
 
     __slots__ = ()
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
         n = len(s)
         if pos >= n:
             return Fail(pos) if eof else NEED
@@ -356,18 +357,18 @@ class _PyArgs(P):
         self._sep = seq(ws(), lit(","), ws())
         self._p = fmap(seq(many(self.kwarg, sep=self._sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        r = self._p.parse(s, pos, eof)
-        if isinstance(r, Ok) and r.value and probe_name() is not None:
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
+        r = self._p.parse(s, pos, eof, pr)
+        if isinstance(r, Ok) and r.value and probe_name(pr) is not None:
             return Ok(r.end, ParsedArgs(r.value, xml_args_text(r.value)))
         return r
 
-    def partial(self, s: str, pos: int, events: list) -> ArgsPrefix | None:
-        if probe_name() is None:
+    def partial(self, s: str, pos: int, pr: Probe) -> ArgsPrefix | None:
+        if probe_name(pr) is None:
             return None
-        least = min_open()
-        parts, seen, i = complete_members(s, pos, self._sep, self.kwarg, lambda key, value: value)
-        h = self.head.parse(s, i, False)
+        least = min_open(pr)
+        parts, seen, i = complete_members(s, pos, self._sep, self.kwarg, lambda key, value: value, pr)
+        h = self.head.parse(s, i, False, pr)
         begun = open_member_prefix(parts, seen, h, least, lambda key, at: _py_prefix(s, at, least))
         if begun is not None:
             return begun

@@ -30,7 +30,7 @@ from json.encoder import encode_basestring  # (the C escaper, as ensure_ascii=Fa
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vllm_pyfrontend.parsers.combinators import Ok, find_first, partial_tail
+from vllm_pyfrontend.parsers.combinators import Ok, Probe, find_first, partial_tail
 
 
 @dataclass(slots=True)
@@ -61,26 +61,12 @@ _SCALAR = frozenset("0123456789+-.eEtrufalsn")
 #: cost no extra chunks, long ones (a file's contents) stream.
 MIN_OPEN = 32
 
-#: 0 while the engine closes a call whose section failed (`closing`): then
-#: every open value counts, however short.
-_min_open = MIN_OPEN
 
-
-def min_open() -> int:
-    return _min_open
-
-
-class closing:
-    """``with closing():`` prefixes include short open values (a call being
-    completed after its section failed or the output ended)."""
-
-    def __enter__(self) -> None:
-        global _min_open
-        _min_open = 0
-
-    def __exit__(self, *exc: object) -> None:
-        global _min_open
-        _min_open = MIN_OPEN
+def min_open(pr: Probe) -> int:
+    """The length from which an open string value is sent under the probe ``pr``: 0 while the
+    engine closes a call whose section failed or whose output ended (``pr.closing``), where
+    every open value counts, however short; else `MIN_OPEN`."""
+    return 0 if pr.closing else MIN_OPEN
 
 
 class JsonStringTail:
@@ -104,8 +90,9 @@ class JsonStringTail:
         return None  # the string ends (or the text is not JSON): re-parse
 
 
-def json_prefix(s: str, pos: int, end: int) -> ArgsPrefix:
-    """Safe prefix of the JSON value (an object or array) in ``s[pos:end]``.
+def json_prefix(s: str, pos: int, end: int, least: int) -> ArgsPrefix:
+    """Safe prefix of the JSON value (an object or array) in ``s[pos:end]``; an open string
+    value is part of it once ``least`` characters of it are known (`min_open`).
 
     ``s[pos:end]`` must be a prefix of valid JSON (the grammar said NEED).
     """
@@ -166,7 +153,7 @@ def json_prefix(s: str, pos: int, end: int) -> ArgsPrefix:
             if not closed:
                 # the string is still open: a value streams once it is long
                 # enough to be worth a delta of its own
-                if not is_key and open_safe - start >= _min_open:
+                if not is_key and open_safe - start >= least:
                     safe, safe_closers, safe_in_str = open_safe, '"' + closers, True
                 break
             if not is_key:
@@ -186,7 +173,7 @@ def json_prefix(s: str, pos: int, end: int) -> ArgsPrefix:
     return ArgsPrefix(s[pos:safe], safe_closers, tail)
 
 
-def json_args_partial(s: str, pos: int, events: list) -> ArgsPrefix | None:
+def json_args_partial(s: str, pos: int, pr: Probe) -> ArgsPrefix | None:
     """`tag` partial for raw JSON-object arguments (whitespace before the
     object is not part of the arguments)."""
     n = len(s)
@@ -194,7 +181,7 @@ def json_args_partial(s: str, pos: int, events: list) -> ArgsPrefix | None:
         pos += 1
     if pos >= n or s[pos] != "{":
         return None
-    return json_prefix(s, pos, n)
+    return json_prefix(s, pos, n, min_open(pr))
 
 
 # -------------------------------------------------------------------- XML
@@ -239,11 +226,8 @@ class ParsedArgs(list):
         self.args_text = args_text
 
 
-def probe_name() -> str | None:
-    """The last complete call name reported to the active probe, if any."""
-    from vllm_pyfrontend.parsers import combinators
-
-    pr = combinators._probe
+def probe_name(pr: Probe | None) -> str | None:
+    """The last complete call name reported to the probe ``pr`` (the active one), if any."""
     if pr is None:
         return None
     for kind, _, stop, value in reversed(pr.events):
@@ -288,21 +272,21 @@ def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def complete_members(s: str, i: int, sep: Any, member: Any,
-                     typed: Callable[[str, Any], Any]) -> tuple[list[str], set[str], int]:
+                     typed: Callable[[str, Any], Any], pr: Probe | None) -> tuple[list[str], set[str], int]:
     """The complete `key=value` members of an argument list written from `i` (`member` parses
-    one to (key, value), `sep` what stands between two), each as its arguments text
-    ``"key": value`` with the value `typed(key, value)`; a repeated key keeps its first value.
-    Returns the texts, the keys seen and where the next member would begin."""
+    one to (key, value), `sep` what stands between two; under the probe ``pr``), each as its
+    arguments text ``"key": value`` with the value `typed(key, value)`; a repeated key keeps
+    its first value. Returns the texts, the keys seen and where the next member would begin."""
     parts: list[str] = []
     seen: set[str] = set()
     while True:
         j = i
         if parts:
-            r = sep.parse(s, i, False)
+            r = sep.parse(s, i, False, pr)
             if not isinstance(r, Ok):
                 break
             j = r.end
-        r = member.parse(s, j, False)
+        r = member.parse(s, j, False, pr)
         if not isinstance(r, Ok):
             i = j
             break

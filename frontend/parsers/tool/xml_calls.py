@@ -15,12 +15,12 @@ import re
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-from vllm_pyfrontend.parsers import combinators
 from vllm_pyfrontend.parsers.combinators import (
     NEED,
     Fail,
     Ok,
     P,
+    Probe,
     Result,
     choice,
     find_first,
@@ -91,20 +91,19 @@ class XmlParam(P):
         self.hold = hold
         self.ends = (close, *self.stops)
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        pr = combinators._probe
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
         if pr is None:
-            return self._parse(s, pos, eof)
+            return self._parse(s, pos, eof, None)
         # Under a probe the open call's arguments are parsed twice (the call's grammar, then
         # `XmlArgs.partial` for what can stream): the second pass finds the first's results.
         key = (self, s, pos, eof)
         r = pr.memo.get(key)
         if r is None:
-            r = pr.memo[key] = self._parse(s, pos, eof)
+            r = pr.memo[key] = self._parse(s, pos, eof, pr)
         return r
 
-    def _parse(self, s: str, pos: int, eof: bool) -> Result:
-        r = self.head.parse(s, pos, eof)
+    def _parse(self, s: str, pos: int, eof: bool, pr: Probe | None) -> Result:
+        r = self.head.parse(s, pos, eof, pr)
         if not isinstance(r, Ok):
             return r
         key, meta = r.value if isinstance(r.value, tuple) else (r.value, None)
@@ -182,36 +181,36 @@ class XmlArgs(P):
         self.sep = sep  # between parameters (default: whitespace)
         self._many = many(param, sep=sep) if sep is not None else ws_list(param, 0, outer=False)
 
-    def parse(self, s: str, pos: int, eof: bool) -> Result:
-        r = self._many.parse(s, pos, eof)
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
+        r = self._many.parse(s, pos, eof, pr)
         if isinstance(r, Ok) and r.value:  # (no parameters: not begun)
-            name = probe_name()
+            name = probe_name(pr)
             if name is not None:  # under a probe: the text too (`ParsedArgs`)
                 typing = self.typing
                 items = [(k, typing.convert(name, k, meta, text)) for k, meta, text in r.value]
                 return Ok(r.end, ParsedArgs(r.value, xml_args_text(items)))
         return r
 
-    def partial(self, s: str, pos: int, events: list) -> ArgsPrefix | None:
-        name = next((v for k, _, e, v in reversed(events) if k == "name" and e != -1), None)
+    def partial(self, s: str, pos: int, pr: Probe) -> ArgsPrefix | None:
+        name = next((v for k, _, e, v in reversed(pr.events) if k == "name" and e != -1), None)
         if not isinstance(name, str):
             return None
         typing = self.typing
         param = self.param
-        least = min_open()
+        least = min_open(pr)
         parts: list[str] = []
         seen: set[str] = set()
         i = pos
         while True:
             if self.sep is not None:
                 if parts or i > pos:
-                    r = self.sep.parse(s, i, False)
+                    r = self.sep.parse(s, i, False, pr)
                     if not isinstance(r, Ok):
                         break
                     i = r.end
             elif parts or i > pos:
                 i = skip_ws(s, i)
-            r = param.parse(s, i, False)
+            r = param.parse(s, i, False, pr)
             if isinstance(r, Ok):
                 key, meta, text = r.value
                 if key not in seen:
@@ -223,7 +222,7 @@ class XmlArgs(P):
             break
         text = "{" + ", ".join(parts)
         # the open parameter: streamed when its value is text
-        h = param.head.parse(s, i, False)
+        h = param.head.parse(s, i, False, pr)
         if isinstance(h, Ok):
             key, meta = h.value if isinstance(h.value, tuple) else (h.value, None)
             raw = s[h.end :]

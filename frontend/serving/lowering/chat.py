@@ -300,9 +300,9 @@ def chat_run(state, req: ChatRequest, low: LoweredChat, *, response_id: str, mod
     )
 
 
-def submit_chat(state, request, req: ChatRequest, low: LoweredChat, run: RequestRun):
+def submit_chat(state, scope, req: ChatRequest, low: LoweredChat, run: RequestRun):
     """The engine request of every choice, sent (`responder.submit_choices`)."""
     prompt_ids = low.prompt.prompt_ids
-    return submit_choices(state, request, run, [(c, prompt_ids, s) for c, s in zip(run.choices, low.samplings)],
+    return submit_choices(state, scope, run, [(c, prompt_ids, s) for c, s in zip(run.choices, low.samplings)],
                           priority=req.priority, cache_salt=req.cache_salt, lora_request=req.lora,
                           multimodal=low.prompt.multimodal, requested_max_tokens=req.options.max_tokens)

@@ -211,11 +211,11 @@ def completion_run(state, req: TextCompletionRequest, low: LoweredCompletion, *,
     )
 
 
-def submit_completion(state, request, req: TextCompletionRequest, low: LoweredCompletion, run: RequestRun):
+def submit_completion(state, scope, req: TextCompletionRequest, low: LoweredCompletion, run: RequestRun):
     """The engine request of every choice of every prompt, sent (`responder.submit_choices`)."""
     n = low.prompts.n
     prompt_ids = low.prompts.prompt_ids
     samplings = low.samplings
     items = [(c, prompt_ids[c.index // n], samplings[c.index // n][c.index % n]) for c in run.choices]
-    return submit_choices(state, request, run, items, priority=req.priority, cache_salt=req.cache_salt,
+    return submit_choices(state, scope, run, items, priority=req.priority, cache_salt=req.cache_salt,
                           lora_request=req.lora, requested_max_tokens=req.options.max_tokens)

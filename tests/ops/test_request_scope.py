@@ -1,0 +1,230 @@
+"""Every API style and every path runs in one request scope (serving/scope.py): over one real
+stack (the supervisor, a worker, the simulated engine) with a keys file, request logs, OTLP
+traces and the gRPC port, each path below gets a span, a request log line, the request metrics
+and its tenant's tokens charged; the paths a client can leave are aborted when it does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import re
+import socket
+import time
+from concurrent import futures
+
+import grpc
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from smg_grpc_proto import vllm_engine_pb2 as pb
+from smg_grpc_proto import vllm_engine_pb2_grpc as pb_grpc
+
+from tests.batches import helpers as batches
+from tests.reliability.helpers import SERVED, sim_args, wait_for
+from tests.stack import Stack, free_port
+
+KEY = "key-scoped"
+KEYS = f"- {{name: scoped, key: {KEY}, tokens_per_minute: 100000000}}\n"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self):
+        self.spans: queue.Queue = queue.Queue()
+
+    def Export(self, request, context):  # noqa: N802 - the gRPC method name
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    self.spans.put(span)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    receiver = _Receiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = free_port()
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    keys = tmp_path_factory.mktemp("keys") / "keys.yaml"
+    keys.write_text(KEYS)
+    grpc_port = free_port()
+    stack = Stack(sim_args("--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint",
+                           f"http://127.0.0.1:{port}", "--grpc-port", str(grpc_port), workers=1, step=0.01),
+                  env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
+    try:
+        yield stack, receiver, f"127.0.0.1:{grpc_port}"
+    finally:
+        stack.stop()
+        server.stop(0)
+
+
+def _post(stack: Stack, path: str, body: dict) -> dict:
+    r = httpx.post(stack.base_url + path, json=body, headers=AUTH, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _chat(stack, **kw):
+    return _post(stack, "/v1/chat/completions", {"model": SERVED, "max_tokens": 4,
+                                                 "messages": [{"role": "user", "content": "Hello"}], **kw})
+
+
+def _completions(stack, **kw):
+    return _post(stack, "/v1/completions", {"model": SERVED, "prompt": "Hello", "max_tokens": 4, **kw})
+
+
+def _messages(stack):
+    return _post(stack, "/v1/messages", {"model": SERVED, "max_tokens": 4,
+                                         "messages": [{"role": "user", "content": "Hello"}]})
+
+
+def _responses(stack, **kw):
+    body = _post(stack, "/v1/responses", {"model": SERVED, "input": "Hello", "max_output_tokens": 4, **kw})
+    if kw.get("background"):
+        wait_for(lambda: httpx.get(f"{stack.base_url}/v1/responses/{body['id']}", headers=AUTH,
+                                   timeout=10).json()["status"] in ("completed", "incomplete"), 30,
+                 "the background response", stack)
+    return body
+
+
+def _grpc_request(max_tokens: int, stream: bool) -> pb.GenerateRequest:
+    return pb.GenerateRequest(request_id=f"scope-{time.monotonic_ns()}", tokenized=pb.TokenizedInput(
+        input_ids=[5, 6, 7, 8]), sampling_params=pb.SamplingParams(max_tokens=max_tokens, temperature=0),
+        stream=stream)
+
+
+def _grpc(target: str):
+    async def go():
+        async with grpc.aio.insecure_channel(target) as ch:
+            call = pb_grpc.VllmEngineStub(ch).Generate(_grpc_request(4, False), metadata=(("authorization",
+                                                                                         f"Bearer {KEY}"),))
+            return [r async for r in call]
+    out = asyncio.run(go())
+    return {"id": None, "grpc": out}
+
+
+def _batch_line(stack):
+    c = batches.client(stack.base_url, KEY)
+    b = batches.submit(c, "/v1/chat/completions", [batches.line("a", "/v1/chat/completions", {
+        "model": SERVED, "max_tokens": 4, "messages": [{"role": "user", "content": "Hello"}]})])
+    b = batches.wait(c, b.id)
+    assert b.status == "completed", b
+    out = c.files.content(b.output_file_id).text
+    return json.loads(out.splitlines()[0])["response"]["body"]
+
+
+PATHS = {
+    "chat": ("chat.completions", lambda s, t: _chat(s)),
+    "completions": ("completions", lambda s, t: _completions(s)),
+    "responses": ("responses", lambda s, t: _responses(s, store=False)),
+    "responses-background": ("responses", lambda s, t: _responses(s, background=True, store=True)),
+    "messages": ("messages", lambda s, t: _messages(s)),
+    "grpc": ("grpc", lambda s, t: _grpc(t)),
+    "batch-line": ("batch", lambda s, t: _batch_line(s)),
+    "beam-search": ("chat.completions", lambda s, t: _chat(s, use_beam_search=True, n=2)),
+}
+
+
+def _lines(stack: Stack) -> list[dict]:
+    out = []
+    for m in re.finditer(r"vllm_pyfrontend\.requests: (\{.*\})$", stack.logs(), re.M):
+        out.append(json.loads(m.group(1)))
+    return out
+
+
+def _metric(stack: Stack, name: str, label: str = "") -> float:
+    text = httpx.get(stack.base_url + "/metrics", timeout=10).text
+    return sum(float(m.group(2)) for m in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, re.M)
+               if label in (m.group(1) or ""))
+
+
+def _drain_spans(receiver: _Receiver) -> None:
+    while True:
+        try:
+            receiver.spans.get_nowait()
+        except queue.Empty:
+            return
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_path_runs_in_the_request_scope(env, path):
+    stack, receiver, grpc_target = env
+    style, send = PATHS[path]
+    _drain_spans(receiver)
+    lines_before = len(_lines(stack))
+    finished = _metric(stack, "vllm:request_success_total")
+    tenant_prompt = _metric(stack, "vllm_frontend_tenant_prompt_tokens_total", 'tenant="scoped"')
+    tenant_completion = _metric(stack, "vllm_frontend_tenant_completion_tokens_total", 'tenant="scoped"')
+
+    send(stack, grpc_target)
+
+    def line():
+        return next((x for x in _lines(stack)[lines_before:] if x.get("style") == style), None)
+
+    record = wait_for(line, 30, f"the request log line of {path}", stack)
+    assert record["tenant"] == "scoped" and record["status"] == 200, record
+    assert record["prompt_tokens"] > 0 and record["completion_tokens"] > 0, record
+    span = receiver.spans.get(timeout=20)
+    assert span.name == "llm_request"
+    wait_for(lambda: _metric(stack, "vllm:request_success_total") > finished, 10, "the request metrics", stack)
+    wait_for(lambda: _metric(stack, "vllm_frontend_tenant_prompt_tokens_total", 'tenant="scoped"') > tenant_prompt,
+             10, "the tenant's prompt tokens", stack)
+    assert _metric(stack, "vllm_frontend_tenant_completion_tokens_total", 'tenant="scoped"') > tenant_completion
+    wait_for(lambda: httpx.get(stack.base_url + "/load", timeout=10).json()["server_load"] == 0, 10,
+             "nothing left in flight", stack)
+
+
+def _leave_http(stack: Stack, path: str, body: dict) -> None:
+    """Send a long streaming request and close the connection after its first bytes."""
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: "
+                     f"Bearer {KEY}\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+        assert sock.recv(1024).startswith(b"HTTP/1.1 200")
+
+
+def _leave_grpc(target: str) -> None:
+    async def go():
+        async with grpc.aio.insecure_channel(target) as ch:
+            call = pb_grpc.VllmEngineStub(ch).Generate(_grpc_request(800, True), metadata=(
+                ("authorization", f"Bearer {KEY}"),))
+            async for _ in call:
+                call.cancel()
+                break
+    asyncio.run(go())
+
+
+LONG = {"max_tokens": 800, "ignore_eos": True, "stream": True}
+LEAVING = {
+    "chat": ("chat.completions", lambda s, t: _leave_http(s, "/v1/chat/completions", {
+        "model": SERVED, "messages": [{"role": "user", "content": "Hello"}], **LONG})),
+    "completions": ("completions", lambda s, t: _leave_http(s, "/v1/completions", {
+        "model": SERVED, "prompt": "Hello", **LONG})),
+    "responses": ("responses", lambda s, t: _leave_http(s, "/v1/responses", {
+        "model": SERVED, "input": "Hello", "max_output_tokens": 800, "stream": True, "store": False,
+        "ignore_eos": True})),
+    "messages": ("messages", lambda s, t: _leave_http(s, "/v1/messages", {
+        "model": SERVED, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 800, "stream": True})),
+    "grpc": ("grpc", lambda s, t: _leave_grpc(t)),
+}
+
+
+@pytest.mark.parametrize("path", list(LEAVING))
+def test_a_client_that_leaves_aborts_its_request(env, path):
+    stack, _, grpc_target = env
+    style, leave = LEAVING[path]
+    lines_before = len(_lines(stack))
+    leave(stack, grpc_target)
+
+    def line():
+        return next((x for x in _lines(stack)[lines_before:] if x.get("style") == style), None)
+
+    record = wait_for(line, 30, f"the request log line of {path}", stack)
+    assert record["status"] in (499, 500), record  # (gRPC: the cancelled call)
+    assert record["completion_tokens"] < 800, record
+    wait_for(lambda: httpx.get(stack.base_url + "/load", timeout=10).json()["server_load"] == 0, 10,
+             "nothing left in flight", stack)
