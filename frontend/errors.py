@@ -48,13 +48,17 @@ class APIError(Exception):
     def to_bytes(self) -> bytes:
         return msgspec.json.encode(self.body())
 
-    def to_response(self):
-        """The answer as an aiohttp response (aiohttp is imported by the server before any call)."""
+    def headers(self) -> dict[str, str]:
+        """Response headers that go with the error whatever shape its body has (Retry-After)."""
+        return {}
+
+    def to_response(self, body: bytes | None = None):
+        """The answer as an aiohttp response: OpenAI's shape, or `body` when an API style frames
+        its errors its own way (aiohttp is imported by the server before any call)."""
         from aiohttp import web
 
-        return web.Response(
-            status=self.status, body=self.to_bytes(), content_type="application/json"
-        )
+        return web.Response(status=self.status, body=self.to_bytes() if body is None else body,
+                            headers=self.headers() or None, content_type="application/json")
 
 
 def bad_request(message: str, param: str | None = None) -> APIError:

@@ -15,7 +15,7 @@ from vllm_pyfrontend.api.openai.chat_routes import chat_completions, handle_chat
 from vllm_pyfrontend.api.openai.completion_routes import completions, handle_completions
 from vllm_pyfrontend.api.openai.tokenize_routes import handle_detokenize, handle_tokenize
 from vllm_pyfrontend.errors import APIError
-from vllm_pyfrontend.server.middleware import build_middlewares
+from vllm_pyfrontend.server.middleware import build_middlewares, error_response
 from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
 from vllm_pyfrontend.serving.lora import add_lora_routes, model_cards as lora_model_cards
 from vllm_pyfrontend.server.ops import add_routes as add_ops_routes
@@ -33,6 +33,7 @@ from vllm_pyfrontend.api.openai import render_routes as render
 from vllm_pyfrontend.api.openai import sagemaker_routes as sagemaker
 from vllm_pyfrontend.api.speech import add_speech_routes
 from vllm_pyfrontend.api.batches import add_batch_routes
+from vllm_pyfrontend.serving.responder import ERROR_FRAMES
 from vllm_pyfrontend.serving.state import STATE
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,10 @@ async def error_middleware(request: web.Request, handler):
         return await handler(request)
     except APIError as e:
         _log_stack(request, e.status)
-        return e.to_response()
+        return _error(request, e)
     except InvalidRequestError as e:  # raised by frontend/llm's lowering: the client's doing
         _log_stack(request, 400)
-        return APIError(400, e.message, e.param).to_response()
+        return _error(request, APIError(400, e.message, e.param))
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -68,7 +69,7 @@ async def error_middleware(request: web.Request, handler):
             message = f"Not found: {request.path}"
         elif e.status == 405:
             message = f"Method {request.method} not allowed on {request.path}"
-        return APIError(e.status, message).to_response()
+        return _error(request, APIError(e.status, message))
     except ConnectionError:
         # The client left while the response was being prepared (reset, half-close): there is
         # nobody to answer, and aiohttp drops whatever is returned on a closed connection.
@@ -77,10 +78,16 @@ async def error_middleware(request: web.Request, handler):
     except RecursionError:
         # msgspec decodes free-form fields (`dict[str, Any]`) recursively: a body nested
         # thousands of levels deep is the client's fault, not ours.
-        return APIError(400, "The request body is nested too deeply.").to_response()
+        return _error(request, APIError(400, "The request body is nested too deeply."))
     except Exception:  # noqa: BLE001 - every failure is an answer, never a dropped request
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return APIError(500, "Internal server error.").to_response()
+        return _error(request, APIError(500, "Internal server error."))
+
+
+def _error(request: web.Request, error: APIError) -> web.Response:
+    """`error` framed once, in the shape of the API style the path belongs to."""
+    state = request.app.get(STATE)
+    return error_response(request, error, normalize_root(state.config.policy.root_path) if state is not None else "")
 
 
 def _log_stack(request: web.Request, status: int) -> None:
@@ -168,6 +175,7 @@ def build_app(state: ServerState) -> web.Application:
         router=RootPathRouter(root) if root else None,
     )
     app[STATE] = state
+    app[ERROR_FRAMES] = {}  # (API styles register their error shapes: add_anthropic_routes)
     install_middleware_hooks(app, state.config)
     add_ops_routes(app)
     app.router.add_post("/v1/chat/completions", handle_chat_completions)

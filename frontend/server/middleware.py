@@ -45,6 +45,7 @@ from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.server.root_path import normalize_root, route_path
 from vllm_pyfrontend.tenants import TENANT
 from vllm_pyfrontend.tenants.api_keys import ApiKeys
+from vllm_pyfrontend.serving.responder import ERROR_FRAMES
 from vllm_pyfrontend.serving.scope import CLIENT_CLOSED, QUOTA, SCOPE
 from vllm_pyfrontend.tenants.key_table import TenantKeys
 
@@ -69,9 +70,7 @@ def auth_middleware(keys: ApiKeys, guard_metrics: bool, root: str = ""):
         if request.method != "OPTIONS" and route_path(request, root).startswith(prefixes):
             tenant = keys.tenant(request.headers.get("Authorization"), request.headers.get("x-api-key"))
             if tenant is None:
-                resp = APIError(401, "Unauthorized: a valid API key is required.").to_response()
-                resp.headers["WWW-Authenticate"] = "Bearer"
-                return resp
+                return _unauthorized(request, root)
             request[TENANT] = tenant
         return await handler(request)
 
@@ -89,9 +88,7 @@ def tenant_auth_middleware(keys: TenantKeys, guard_metrics: bool, root: str = ""
         if request.method != "OPTIONS" and route_path(request, root).startswith(prefixes):
             found = keys.lookup(request.headers.get("Authorization"), request.headers.get("x-api-key"))
             if found is None:
-                resp = APIError(401, "Unauthorized: a valid API key is required.").to_response()
-                resp.headers["WWW-Authenticate"] = "Bearer"
-                return resp
+                return _unauthorized(request, root)
             tenant, quota = found
             request[TENANT] = tenant
             if quota is not None:
@@ -99,6 +96,24 @@ def tenant_auth_middleware(keys: TenantKeys, guard_metrics: bool, root: str = ""
         return await handler(request)
 
     return auth
+
+
+def error_response(request: web.Request, error: APIError, root: str = "") -> web.Response:
+    """`error` as the answer to `request`, in the shape of the API style whose routes the path
+    is under (`ERROR_FRAMES`: Anthropic's under /v1/messages), else OpenAI's: framed once."""
+    frames = request.app.get(ERROR_FRAMES)
+    if frames:
+        path = route_path(request, root)
+        for prefix, frame in frames.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return error.to_response(frame(error))
+    return error.to_response()
+
+
+def _unauthorized(request: web.Request, root: str) -> web.Response:
+    resp = error_response(request, APIError(401, "Unauthorized: a valid API key is required."), root)
+    resp.headers["WWW-Authenticate"] = "Bearer"
+    return resp
 
 
 # ---------------------------------------------------------------------------- CORS

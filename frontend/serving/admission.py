@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import struct
 
-from aiohttp import web
 
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.worker_slots import map_slots
@@ -51,10 +50,8 @@ class OverloadedError(APIError):
         super().__init__(503, _MESSAGES[reason])
         self.reason = reason
 
-    def to_response(self) -> web.Response:
-        resp = super().to_response()
-        resp.headers["Retry-After"] = str(RETRY_AFTER_S)
-        return resp
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(RETRY_AFTER_S)}
 
 
 class Admission:

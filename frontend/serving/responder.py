@@ -119,6 +119,10 @@ class StreamAnswer:
 
 
 Answer = JsonAnswer | StreamAnswer
+# How an API style frames an error's body (`APIError` -> bytes), by the path prefix of its
+# routes; OpenAI's shape everywhere else. The server's error and auth middleware frame each
+# error once with it (`server/middleware.py` `error_response`).
+ERROR_FRAMES = web.AppKey("error_frames", dict)
 # An endpoint: (the worker's state, the request's scope, the request body) -> its answer. The
 # HTTP routes, the batch runner and gRPC call the same ones.
 Endpoint = Callable[[Any, RequestScope, bytes], Awaitable[Answer]]

@@ -93,12 +93,11 @@ class QuotaExceeded(APIError):
         return {"error": {"message": self.message, "type": self.err_type, "param": None,
                           "code": "rate_limit_exceeded"}}
 
-    def to_response(self):
-        resp = super().to_response()
-        if self.retry_after is not None:
-            resp.headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
-            resp.headers["retry-after-ms"] = str(max(1, math.ceil(self.retry_after * 1000)))
-        return resp
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after))),
+                "retry-after-ms": str(max(1, math.ceil(self.retry_after * 1000)))}
 
 
 class _Board:

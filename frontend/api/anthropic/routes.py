@@ -6,8 +6,9 @@ then like a chat completion by the chat lowering (`serving/lowering/chat.py`: te
 tokenizer, media, sampling maps, the run), and its assistant events (reasoning, content, tool
 calls) are formatted as Anthropic content blocks or stream events (`formatter.py`). Every error on these routes has
 Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`) with the same status
-codes as the OpenAI routes: `anthropic_error_middleware` reshapes whatever the inner layers
-answered (authentication, unknown method, request validation, engine unavailable).
+codes as the OpenAI routes: the server frames each error once with `_error_frame`, registered
+for the /v1/messages prefix (authentication, unknown method, request validation, engine
+unavailable).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from vllm_pyfrontend.api.anthropic.protocol import (
     error_body,
 )
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest, chat_run, lower_chat, lower_chat_prompt, submit_chat
-from vllm_pyfrontend.serving.responder import Answer, answer_run, write_answer
+from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.serving.responder import ERROR_FRAMES, Answer, answer_run, write_answer
 from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.state import STATE
@@ -105,47 +107,13 @@ async def handle_count_tokens(request: web.Request) -> web.Response:
                         content_type="application/json")
 
 
-def _anthropic_shape(response: web.Response) -> web.Response:
-    """An OpenAI-shaped error answer of an inner layer, reshaped (same status and headers)."""
-    message = response.reason or "error"
-    try:
-        err = msgspec.json.decode(response.body)["error"]
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            message = err["message"]
-        elif isinstance(err, str):
-            message = err
-    except Exception:  # noqa: BLE001 - not JSON (aiohttp's own text answers): keep the reason
-        if isinstance(response.body, bytes) and response.body:
-            message = response.body.decode("utf-8", "replace")
-    out = web.Response(status=response.status, body=_json(error_body(response.status, message)),
-                       content_type="application/json")
-    for name, value in response.headers.items():
-        if name.lower() not in ("content-type", "content-length"):
-            out.headers[name] = value
-    return out
-
-
-@web.middleware
-async def anthropic_error_middleware(request: web.Request, handler):
-    """Outermost: every error answer on the /v1/messages routes in Anthropic's shape."""
-    if not request.path.startswith(PREFIX):
-        return await handler(request)
-    try:
-        resp = await handler(request)
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        return web.Response(status=e.status, body=_json(error_body(e.status, e.text or e.reason)),
-                            content_type="application/json")
-    if resp.status >= 400 and isinstance(resp, web.Response) and not resp.prepared:
-        ctype = resp.content_type or ""
-        if ctype == "application/json" or ctype.startswith("text/"):
-            return _anthropic_shape(resp)
-    return resp
+def _error_frame(error: APIError) -> bytes:
+    return _json(error_body(error.status, error.message))
 
 
 def add_anthropic_routes(app: web.Application) -> None:
-    """The Messages routes, and the middleware that gives their errors Anthropic's shape."""
-    app.middlewares.insert(0, anthropic_error_middleware)
+    """The Messages routes; every error under them (the auth middleware's, the router's, the
+    routes') is framed in Anthropic's shape, once."""
+    app[ERROR_FRAMES][PREFIX] = _error_frame
     app.router.add_post(PREFIX, handle_messages)
     app.router.add_post(PREFIX + "/count_tokens", handle_count_tokens)
