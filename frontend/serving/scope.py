@@ -63,28 +63,30 @@ class Caller:
     tenant: Tenant = ANONYMOUS
     quota: TenantQuota | None = None
     path: str = ""
-    request_id: str | None = None  # the client's X-Request-Id (or one made for the log)
+    request_id: str | None = None  # the client's X-Request-Id
     trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate, to the engine
     data_parallel_rank: int | None = None  # vLLM's X-data-parallel-rank
     http: dict[str, Any] | None = None  # method, route, client, user_agent (the log line)
 
 
-def caller_of(request: web.Request) -> Caller:
+def caller_of(request: web.Request, for_log: bool = False) -> Caller:
     """An HTTP request's caller: what the middleware decided (tenant, quota, request id,
-    trace headers) and vLLM's `X-data-parallel-rank` header (ignored when not an integer)."""
+    trace headers) and vLLM's `X-data-parallel-rank` header (ignored when not an integer);
+    `for_log`: with what the request log line says of the HTTP exchange."""
     rank = request.headers.get("X-data-parallel-rank")
     try:
         dp_rank = int(rank) if rank is not None else None
     except ValueError:
         dp_rank = None
-    resource = request.match_info.route.resource
+    http = None
+    if for_log:
+        resource = request.match_info.route.resource
+        http = {"request_id": request.get("request_id"), "method": request.method, "route": resource.canonical if resource is not None else None,
+                "client": request.remote, "user_agent": (request.headers.get("User-Agent") or "")[:200] or None}
     return Caller(
         tenant=request.get(TENANT, ANONYMOUS), quota=request.get(QUOTA), path=request.path,
-        request_id=request.get("request_id"), trace_headers=request.get("trace_headers"),
-        data_parallel_rank=dp_rank,
-        http={"method": request.method, "route": resource.canonical if resource is not None else None,
-              "client": request.remote, "user_agent": (request.headers.get("User-Agent") or "")[:200] or None},
-    )
+        request_id=request.headers.get("X-Request-Id"),
+        trace_headers=request.get("trace_headers"), data_parallel_rank=dp_rank, http=http)
 
 
 def status_of(error: BaseException | None) -> int:
@@ -388,8 +390,9 @@ class RequestScope:
         if self.scopes.max_log_len is not None:
             path = path[: self.scopes.max_log_len]
         status = self.status if self.status is not None else 200
-        record: dict[str, Any] = {"event": "request", "request_id": caller.request_id}
         http = caller.http
+        record: dict[str, Any] = {"event": "request",
+                                  "request_id": http["request_id"] if http is not None else caller.request_id}
         if http is not None:
             record["method"] = http["method"]
         record["path"] = path
@@ -433,7 +436,7 @@ class HttpScope:
         self.scope: RequestScope | None = None
 
     async def __aenter__(self) -> RequestScope:
-        scope = self.scopes.open(caller_of(self.request), self.style)
+        scope = self.scopes.open(caller_of(self.request, self.scopes.log_requests), self.style)
         self.request[SCOPE] = self.scope = scope
         return scope
 

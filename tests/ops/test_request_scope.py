@@ -25,7 +25,10 @@ from tests.reliability.helpers import SERVED, sim_args, wait_for
 from tests.stack import Stack, free_port
 
 KEY = "key-scoped"
-KEYS = f"- {{name: scoped, key: {KEY}, tokens_per_minute: 100000000}}\n"
+KEYS = f"""- {{name: scoped, key: {KEY}, tokens_per_minute: 100000000}}
+- {{name: single, key: key-single, max_concurrency: 1}}
+- {{name: capped, key: key-capped, max_tokens: 8}}
+"""
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
@@ -228,3 +231,72 @@ def test_a_client_that_leaves_aborts_its_request(env, path):
     assert record["completion_tokens"] < 800, record
     wait_for(lambda: httpx.get(stack.base_url + "/load", timeout=10).json()["server_load"] == 0, 10,
              "nothing left in flight", stack)
+
+
+# -- a hostile tenant finds no path around its limits ------------------------------------------------
+
+def test_a_background_response_holds_its_concurrency_slot_until_it_ends(env):
+    stack, _, _ = env
+    auth = {"Authorization": "Bearer key-single"}
+    r = httpx.post(stack.base_url + "/v1/responses", headers=auth, timeout=30, json={
+        "model": SERVED, "input": "Hello", "max_output_tokens": 300, "ignore_eos": True, "background": True,
+        "store": True})
+    assert r.status_code == 200, r.text
+    rid = r.json()["id"]
+    # The HTTP answer is out, the response runs: the tenant's one slot is still taken.
+    refused = httpx.post(stack.base_url + "/v1/chat/completions", headers=auth, timeout=30, json={
+        "model": SERVED, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+    assert refused.status_code == 429, refused.text
+    assert "Concurrency limit" in refused.json()["error"]["message"]
+    wait_for(lambda: httpx.get(f"{stack.base_url}/v1/responses/{rid}", headers=auth, timeout=10).json()["status"]
+             in ("completed", "incomplete"), 30, "the background response", stack)
+    wait_for(lambda: httpx.post(stack.base_url + "/v1/chat/completions", headers=auth, timeout=30, json={
+        "model": SERVED, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]}).status_code == 200,
+        10, "the slot given back", stack)
+
+
+def test_a_client_that_leaves_gives_its_slot_back(env):
+    stack, _, _ = env
+    data = json.dumps({"model": SERVED, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 800,
+                       "ignore_eos": True, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer key-single\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
+        assert sock.recv(1024).startswith(b"HTTP/1.1 200")
+    wait_for(lambda: httpx.post(stack.base_url + "/v1/chat/completions", headers={
+        "Authorization": "Bearer key-single"}, timeout=30, json={"model": SERVED, "max_tokens": 2, "messages": [
+            {"role": "user", "content": "Hi"}]}).status_code == 200, 10, "the slot given back", stack)
+
+
+def test_batch_lines_hold_the_owners_max_tokens(env):
+    stack, _, _ = env
+    c = batches.client(stack.base_url, "key-capped")
+    chat = {"model": SERVED, "messages": [{"role": "user", "content": "Hello"}], "ignore_eos": True}
+    b = batches.submit(c, "/v1/chat/completions", [
+        batches.line("asked", "/v1/chat/completions", {**chat, "max_tokens": 100}),
+        batches.line("unset", "/v1/chat/completions", chat)])
+    b = batches.wait(c, b.id)
+    assert b.status == "completed", b
+    out = {json.loads(x)["custom_id"]: json.loads(x) for x in c.files.content(b.output_file_id).text.splitlines()}
+    errors = {json.loads(x)["custom_id"]: json.loads(x) for x in c.files.content(b.error_file_id).text.splitlines()}
+    assert out["unset"]["response"]["body"]["usage"]["completion_tokens"] == 8
+    asked = errors["asked"]["response"]
+    assert asked["status_code"] == 400 and "limit of 8" in asked["body"]["error"]["message"], asked
+
+
+def test_grpc_asks_for_a_key_and_holds_the_tenants_limits(env):
+    _, _, target = env
+
+    async def go(metadata, max_tokens=4):
+        async with grpc.aio.insecure_channel(target) as ch:
+            call = pb_grpc.VllmEngineStub(ch).Generate(_grpc_request(max_tokens, False), metadata=metadata)
+            return [r async for r in call]
+
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        asyncio.run(go(()))
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        asyncio.run(go((("authorization", "Bearer key-capped"),), max_tokens=100))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "limit of 8" in e.value.details()
+    out = asyncio.run(go((("authorization", "Bearer key-capped"),), max_tokens=8))
+    assert out[0].complete.completion_tokens == 8
