@@ -7,6 +7,18 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
+
+
+def read_json_object(model_dir: str, name: str) -> dict[str, Any]:
+    """A JSON object file of the model folder (`config.json`, `tokenizer_config.json`); `{}` when
+    it is missing, unreadable or not an object."""
+    try:
+        with open(os.path.join(model_dir, name), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,13 +28,7 @@ class ModelConfig:
 
     @classmethod
     def load(cls, model_dir: str) -> "ModelConfig":
-        try:
-            with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-                config = json.load(f)
-        except (OSError, ValueError):
-            return cls()
-        if not isinstance(config, dict):
-            return cls()
+        config = read_json_object(model_dir, "config.json")
         vocab = config.get("vocab_size")
         text = config.get("text_config")
         if not isinstance(vocab, int) and isinstance(text, dict):

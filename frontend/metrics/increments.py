@@ -36,13 +36,10 @@ class _Increments:
         self.kept.append(kept)
         if self.timer:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.flush()
-            return
-        self.timer = True
-        loop.call_later(STEP_FLUSH_SECONDS, self._timed_flush)
+        loop = self._loop_or_flush()
+        if loop is not None:
+            self.timer = True
+            loop.call_later(STEP_FLUSH_SECONDS, self._timed_flush)
 
     def _timed_flush(self) -> None:
         self.timer = False
@@ -56,13 +53,19 @@ class _Increments:
         """The increments of one request are added: flush now or at the loop pass's end."""
         if self.scheduled:
             return
+        loop = self._loop_or_flush()
+        if loop is not None:
+            self.scheduled = True
+            loop.call_soon(self.flush)
+
+    def _loop_or_flush(self) -> asyncio.AbstractEventLoop | None:
+        """The running event loop to flush on later; without one (no loop in this thread),
+        flush now and None."""
         try:
-            loop = asyncio.get_running_loop()
+            return asyncio.get_running_loop()
         except RuntimeError:
             self.flush()
-            return
-        self.scheduled = True
-        loop.call_soon(self.flush)
+            return None
 
     def flush(self) -> None:
         self.scheduled = False

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.parsers.combinators import partial_tail
-from vllm_pyfrontend.parsers.joint import JointPipeline
+from vllm_pyfrontend.parsers.joint import JointPipeline, JointStream
 from vllm_pyfrontend.parsers.reasoning.registry import register_custom_reasoning_parser
 from vllm_pyfrontend.parsers.tool.registry import register_custom_tool_parser
 
@@ -71,7 +71,7 @@ def function_name(recipient: str | None) -> str | None:
     return recipient
 
 
-class HarmonyStream:
+class HarmonyStream(JointStream):
     """One choice's harmony output -> reasoning / content / tool-call deltas.
 
     ``reasoning``: give the ``analysis`` channel as reasoning (else it is
@@ -94,15 +94,7 @@ class HarmonyStream:
         self._msg_emitted = False
         self._seen: dict[str, bool] = {"content": False, "reasoning": False}
         self._broken = False  # not harmony: the rest is content
-        self._n_calls = 0
-        self.reasoning_tokens = 0
-        self._content: list[str] = []
-        self._reasoning: list[str] = []
-        self._calls: list[dict[str, Any]] = []
-
-    @property
-    def n_calls(self) -> int:
-        return self._n_calls
+        super().__init__()
 
     # ------------------------------------------------------------- interface
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
@@ -127,15 +119,6 @@ class HarmonyStream:
         return self._take()
 
     # ------------------------------------------------------------ internals
-    def _take(self) -> AssistantDelta | None:
-        content = "".join(self._content)
-        reasoning = "".join(self._reasoning)
-        calls = self._calls
-        self._content, self._reasoning, self._calls = [], [], []
-        if not content and not reasoning and not calls:
-            return None
-        return AssistantDelta(content=content or None, reasoning=reasoning or None, tool_calls=calls)
-
     def _process(self, text: str) -> None:
         if not text:
             return

@@ -62,25 +62,11 @@ _SAFE_HEADERS = frozenset({"accept", "accept-language", "content-language", "con
 # ---------------------------------------------------------------------------- API keys
 
 
-def auth_middleware(keys: ApiKeys, guard_metrics: bool, root: str = ""):
-    prefixes = GUARDED_PREFIXES + (("/metrics",) if guard_metrics else ())
-
-    @web.middleware
-    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method != "OPTIONS" and route_path(request, root).startswith(prefixes):
-            tenant = keys.tenant(request.headers.get("Authorization"), request.headers.get("x-api-key"))
-            if tenant is None:
-                return _unauthorized(request, root)
-            request[TENANT] = tenant
-        return await handler(request)
-
-    return auth
-
-
-def tenant_auth_middleware(keys: TenantKeys, guard_metrics: bool, root: str = ""):
-    """Authentication with a keys file (`--api-keys-file`): the key's tenant, and for a named
-    key its quota, which the request's scope admits against (serving/scope.py: a 429 before
-    any work, the lease held until the request's work ends, on every path)."""
+def auth_middleware(keys: ApiKeys | TenantKeys, guard_metrics: bool, root: str = ""):
+    """Authentication with `--api-key` (`ApiKeys`: a tenant, no quota) or a keys file
+    (`--api-keys-file`, `TenantKeys`): the key's tenant, and for a named key its quota, which
+    the request's scope admits against (serving/scope.py: a 429 before any work, the lease
+    held until the request's work ends, on every path)."""
     prefixes = GUARDED_PREFIXES + (("/metrics",) if guard_metrics else ())
 
     @web.middleware
@@ -96,6 +82,9 @@ def tenant_auth_middleware(keys: TenantKeys, guard_metrics: bool, root: str = ""
         return await handler(request)
 
     return auth
+
+
+tenant_auth_middleware = auth_middleware  # the keys file's: the same lookup (`TenantKeys.lookup`)
 
 
 def error_response(request: web.Request, error: APIError, root: str = "") -> web.Response:

@@ -62,7 +62,7 @@ def _usage_with_details(run: RequestRun, enabled: bool) -> dict[str, Any]:
 
 
 class _OpenAIFormatter:
-    """The usage chunk of OpenAI's chat and completion streams, with vLLM's
+    """The usage chunk of OpenAI's chat and completion streams and their bodies' shared fields, with vLLM's
     --enable-prompt-tokens-details and --enable-per-request-metrics (`prompt_tokens_details`,
     `per_request_metrics`, set by each formatter)."""
 
@@ -73,6 +73,25 @@ class _OpenAIFormatter:
         assert run.sse is not None
         run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
                             stream_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None)
+
+    def _body(self, run: RequestRun, object_: str, choices: list[dict[str, Any]], system_fingerprint: str | None,
+              **prompt_fields: Any) -> dict[str, Any]:
+        """The non-streaming body both styles share, `prompt_fields` (chat's prompt logprobs and
+        ids) between `usage` and the transfer params, in vLLM's key order."""
+        return {
+            "id": run.response_id,
+            "object": object_,
+            "created": run.created,
+            "model": run.model,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": system_fingerprint,
+            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details), "completion_tokens_details": None},
+            **prompt_fields,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": body_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None,
+        }
 
 
 class ChatFormatter(_OpenAIFormatter):
@@ -180,22 +199,10 @@ class ChatFormatter(_OpenAIFormatter):
                 "token_ids": c.token_ids if run.return_token_ids else None,
                 "routed_experts": None,
             })
-        return {
-            "id": run.response_id,
-            "object": "chat.completion",
-            "created": run.created,
-            "model": run.model,
-            "choices": choices,
-            "service_tier": None,
-            "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details), "completion_tokens_details": None},
-            "prompt_logprobs": self._prompt_logprobs(run),
-            "prompt_token_ids": run.prompt_token_ids if run.return_token_ids else None,
-            "prompt_text": None,
-            "kv_transfer_params": None,
-            "ec_transfer_params": None,
-            "metrics": body_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None,
-        }
+        return self._body(run, "chat.completion", choices, system_fingerprint,
+                          prompt_logprobs=self._prompt_logprobs(run),
+                          prompt_token_ids=run.prompt_token_ids if run.return_token_ids else None,
+                          prompt_text=None)
 
 
     def _prompt_logprobs(self, run: RequestRun) -> list | None:
@@ -328,16 +335,4 @@ class CompletionFormatter(_OpenAIFormatter):
                 "prompt_token_ids": self.prompt_ids[c.index] if run.return_token_ids and self.prompt_ids else None,
                 "routed_experts": None,
             })
-        return {
-            "id": run.response_id,
-            "object": "text_completion",
-            "created": run.created,
-            "model": run.model,
-            "choices": choices,
-            "service_tier": None,
-            "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details), "completion_tokens_details": None},
-            "kv_transfer_params": None,
-            "ec_transfer_params": None,
-            "metrics": body_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None,
-        }
+        return self._body(run, "text_completion", choices, system_fingerprint)

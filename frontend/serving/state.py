@@ -232,13 +232,3 @@ class ServerState:
 STATE = web.AppKey("state", ServerState)
 """Where the application keeps the worker's `ServerState`: `request.app[STATE]` is typed."""
 
-
-def scoped(style: str, handler):
-    """An HTTP route whose whole work runs in a request scope (serving/scope.py), for routes
-    that send no engine work of their own (render, derender): the tenant's quota admits them,
-    the drain waits for them, and they get the request log line."""
-    async def route(request: web.Request) -> web.StreamResponse:
-        async with request.app[STATE].scopes.http(request, style):
-            return await handler(request)
-
-    return route

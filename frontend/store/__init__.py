@@ -35,6 +35,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Callable, Protocol
 
+import msgspec
+
 from vllm_pyfrontend import environment
 from vllm_pyfrontend.environment import STORE_ENV
 
@@ -56,6 +58,16 @@ class RecordTooLarge(Exception):
 
 # mark(record) -> the record as it is stored once its worker is known to be gone.
 MarkOrphan = Callable[[dict[str, Any]], dict[str, Any]]
+# What a record keeps beside its JSON (SQLite columns, Redis arguments), added to what `get` returns.
+RECORD_COLUMNS = ("owner", "worker")
+
+
+def encode_record(record: dict[str, Any], max_record_bytes: int) -> bytes:
+    """A record's stored JSON (without `RECORD_COLUMNS`); `RecordTooLarge` past the bound."""
+    data = msgspec.json.encode({k: v for k, v in record.items() if k not in RECORD_COLUMNS})
+    if len(data) > max_record_bytes:
+        raise RecordTooLarge(len(data), max_record_bytes)
+    return data
 
 
 class ResponseStore(Protocol):

@@ -22,8 +22,8 @@ from vllm_pyfrontend.store import (
     BUSY_TIMEOUT_S,
     STALE_S,
     MarkOrphan,
-    RecordTooLarge,
     StoreUnavailable,
+    encode_record,
 )
 
 PREFIX = "vpf:"
@@ -89,7 +89,6 @@ end
 return 1
 """
 
-_COLUMNS = ("owner", "worker")  # kept beside the JSON, added to what `get` returns
 _enc = msgspec.json.encode
 _dec = msgspec.json.decode
 
@@ -142,10 +141,7 @@ class RedisStore:
                   self.max_bytes, mode, expect, int(STALE_S * 1000), p])
 
     def _encode(self, record: dict[str, Any]) -> bytes:
-        data = _enc({k: v for k, v in record.items() if k not in _COLUMNS})
-        if len(data) > self.max_record_bytes:
-            raise RecordTooLarge(len(data), self.max_record_bytes)
-        return data
+        return encode_record(record, self.max_record_bytes)
 
     async def create(self, key: str, owner: str, record: dict[str, Any], *, worker: str | None = None) -> bool:
         return bool(await self._call(self._write(key, owner, self._encode(record), worker, "create")))

@@ -26,8 +26,8 @@ from vllm_pyfrontend.store import (
     BUSY_TIMEOUT_S,
     STALE_S,
     MarkOrphan,
-    RecordTooLarge,
     StoreUnavailable,
+    encode_record,
 )
 
 _SCHEMA = """
@@ -68,7 +68,6 @@ _PRUNE_EVERY = 64  # writes between two expiry sweeps
 _EVICT_CHUNK = 64  # oldest records looked at per eviction query
 _WORKER_FORGET_S = 3600.0  # heartbeats older than this are dropped by the expiry sweep
 
-_COLUMNS = ("owner", "worker")  # kept in their columns, added to what `get` returns
 _enc = msgspec.json.encode
 _dec = msgspec.json.decode
 
@@ -146,10 +145,7 @@ class SQLiteStore:
             raise
 
     def _encode(self, record: dict[str, Any]) -> bytes:
-        data = _enc({k: v for k, v in record.items() if k not in _COLUMNS})
-        if len(data) > self.max_record_bytes:
-            raise RecordTooLarge(len(data), self.max_record_bytes)
-        return data
+        return encode_record(record, self.max_record_bytes)
 
     # -- records -------------------------------------------------------------------------------
     async def get(self, key: str) -> dict[str, Any] | None:

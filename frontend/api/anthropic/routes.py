@@ -29,9 +29,10 @@ from vllm_pyfrontend.api.anthropic.protocol import (
 )
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest, chat_run, lower_chat, lower_chat_prompt, submit_chat
 from vllm_pyfrontend.errors import APIError
-from vllm_pyfrontend.serving.responder import ERROR_FRAMES, Answer, answer_run, write_answer
+from vllm_pyfrontend.serving.responder import ERROR_FRAMES, Answer, answer_run
 from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.web_app import http_route
 from vllm_pyfrontend.serving.state import STATE
 
 PREFIX = "/v1/messages"
@@ -61,13 +62,6 @@ async def _disabled_effort(state, req: MessagesRequest | CountTokensRequest) -> 
     return "none"
 
 
-async def handle_messages(request: web.Request) -> web.StreamResponse:
-    state = request.app[STATE]
-    async with state.scopes.http(request, "messages") as scope:
-        answer = await messages(state, scope, await state.read_body(request))
-        return await write_answer(request, answer)
-
-
 async def messages(state, scope: RequestScope, body: bytes) -> Answer:
     """The endpoint: a request body, in its scope, to its answer."""
     req: MessagesRequest = decode_body(body, MessagesRequest)
@@ -92,6 +86,9 @@ async def messages(state, scope: RequestScope, body: bytes) -> Answer:
         state.output_log.attach(run)
     submit_chat(state, scope, chat, low, run)
     return await answer_run(state, run, role_chunks=False)
+
+
+handle_messages = http_route("messages", messages)
 
 
 async def handle_count_tokens(request: web.Request) -> web.Response:

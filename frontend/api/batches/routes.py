@@ -17,6 +17,7 @@ import asyncio
 import os
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -32,6 +33,7 @@ from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.responder import Endpoint, JsonAnswer
 from vllm_pyfrontend.serving.scope import Caller, status_of
 from vllm_pyfrontend.serving.state import STATE
+from vllm_pyfrontend.serving.web_app import app_service
 from vllm_pyfrontend.store.batches import BatchStore, open_batch_store
 from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore, open_file_store
 from vllm_pyfrontend.tenants import Tenant, tenant_of
@@ -100,13 +102,7 @@ def add_batch_routes(app: web.Application, endpoints: dict[str, Endpoint]) -> No
         app[BATCHES] = BatchService(files, batches, contents, max_file_bytes=policy.files_max_bytes,
                                     max_total_bytes=policy.files_max_total_bytes, runner=runner)
 
-    async def stop(app: web.Application) -> None:
-        service = app.get(BATCHES)
-        if service is not None:
-            await service.close()
-
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
+    app_service(app, BATCHES, start)
 
 
 # -- running a line through its endpoint ------------------------------------------------------------
@@ -269,8 +265,13 @@ async def handle_create_batch(request: web.Request) -> web.Response:
 
 
 async def handle_retrieve_batch(request: web.Request) -> web.Response:
+    return await _owned_batch(request, _service(request).batches.get)
+
+
+async def _owned_batch(request: web.Request, act: Callable[[str, str], Awaitable[Any]]) -> web.Response:
+    """`act(batch_id, owner)` on the path's batch (get or cancel): the batch, or a 404."""
     batch_id = request.match_info["batch_id"]
-    obj = await _service(request).batches.get(batch_id, tenant_of(request).owner)
+    obj = await act(batch_id, tenant_of(request).owner)
     if obj is None:
         raise _batch_not_found(batch_id)
     return _json(obj)
@@ -283,8 +284,4 @@ async def handle_list_batches(request: web.Request) -> web.Response:
 
 
 async def handle_cancel_batch(request: web.Request) -> web.Response:
-    batch_id = request.match_info["batch_id"]
-    obj = await _service(request).batches.cancel(batch_id, tenant_of(request).owner)
-    if obj is None:
-        raise _batch_not_found(batch_id)
-    return _json(obj)
+    return await _owned_batch(request, _service(request).batches.cancel)

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import time
 
-from aiohttp import web
-
 from vllm_pyfrontend.llm.request_ids import make_request_id
 from vllm_pyfrontend.serving.beam_generation import answer_beam_search, step_sampling
 from vllm_pyfrontend.serving.formatters import ChatFormatter
-from vllm_pyfrontend.serving.lora import lora_request_for
-from vllm_pyfrontend.api.openai.lowering import chat_request_from_openai
+from vllm_pyfrontend.api.openai.lowering import chat_request_from_openai, openai_request
 from vllm_pyfrontend.serving.lowering.chat import chat_run, lower_chat, submit_chat
-from vllm_pyfrontend.serving.responder import Answer, answer_run, new_sse, write_answer
+from vllm_pyfrontend.serving.responder import Answer, answer_run, new_sse
 from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.api.openai.schemas import ChatCompletionRequest
-from vllm_pyfrontend.serving.bodies import decode_body
-from vllm_pyfrontend.serving.state import STATE
+from vllm_pyfrontend.serving.web_app import http_route
 
 
 def chat_response_role(response_role: str, chat) -> str:
@@ -32,21 +28,9 @@ def chat_response_role(response_role: str, chat) -> str:
     return str(chat.messages[-1].get("role") or response_role)
 
 
-async def handle_chat_completions(request: web.Request) -> web.StreamResponse:
-    state = request.app[STATE]
-    async with state.scopes.http(request, "chat.completions") as scope:
-        answer = await chat_completions(state, scope, await state.read_body(request))
-        return await write_answer(request, answer)
-
-
 async def chat_completions(state, scope: RequestScope, body: bytes) -> Answer:
     """The endpoint: a request body, in its scope, to its answer (HTTP routes and batch lines)."""
-    req: ChatCompletionRequest = decode_body(body, ChatCompletionRequest, lax=True)
-    model = state.check_model(req.model)
-    lora = lora_request_for(state, model)
-    state.check_generation()
-    scope.check_engine()
-    chat = chat_request_from_openai(state, req, lora)
+    model, lora, chat = openai_request(state, scope, body, ChatCompletionRequest, chat_request_from_openai)
     low = await lower_chat(state, chat)
 
     response_id = f"chatcmpl-{chat.request_id}" if chat.request_id else make_request_id("chatcmpl", state.worker_index)
@@ -78,3 +62,6 @@ async def chat_completions(state, scope: RequestScope, body: bytes) -> Answer:
         state.output_log.attach(run)
     submit_chat(state, scope, chat, low, run)
     return await answer_run(state, run, role_chunks=True)
+
+
+handle_chat_completions = http_route("chat.completions", chat_completions)

@@ -9,39 +9,23 @@ from __future__ import annotations
 
 import time
 
-from aiohttp import web
-
 from vllm_pyfrontend.llm.request_ids import make_request_id
 from vllm_pyfrontend.serving.beam_generation import answer_beam_search, step_sampling
-from vllm_pyfrontend.serving.lora import lora_request_for
-from vllm_pyfrontend.api.openai.lowering import completion_request_from_openai
+from vllm_pyfrontend.api.openai.lowering import completion_request_from_openai, openai_request
 from vllm_pyfrontend.serving.lowering.completion import (
     completion_run,
     lower_completion,
     submit_completion,
 )
-from vllm_pyfrontend.serving.responder import Answer, answer_run, new_sse, write_answer
+from vllm_pyfrontend.serving.responder import Answer, answer_run, new_sse
 from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.api.openai.schemas import CompletionRequest
-from vllm_pyfrontend.serving.bodies import decode_body
-from vllm_pyfrontend.serving.state import STATE
-
-
-async def handle_completions(request: web.Request) -> web.StreamResponse:
-    state = request.app[STATE]
-    async with state.scopes.http(request, "completions") as scope:
-        answer = await completions(state, scope, await state.read_body(request))
-        return await write_answer(request, answer)
+from vllm_pyfrontend.serving.web_app import http_route
 
 
 async def completions(state, scope: RequestScope, body: bytes) -> Answer:
     """The endpoint: a request body, in its scope, to its answer (HTTP routes and batch lines)."""
-    req: CompletionRequest = decode_body(body, CompletionRequest, lax=True)
-    model = state.check_model(req.model)
-    lora = lora_request_for(state, model)
-    state.check_generation()
-    scope.check_engine()
-    comp = completion_request_from_openai(state, req, lora)
+    model, lora, comp = openai_request(state, scope, body, CompletionRequest, completion_request_from_openai)
     low = lower_completion(state, comp)
 
     response_id = f"cmpl-{comp.request_id}" if comp.request_id else make_request_id("cmpl", state.worker_index)
@@ -57,3 +41,6 @@ async def completions(state, scope: RequestScope, body: bytes) -> Answer:
         )
     submit_completion(state, scope, comp, low, run)
     return await answer_run(state, run, role_chunks=False)
+
+
+handle_completions = http_route("completions", completions)

@@ -276,12 +276,38 @@ def _completion_logprobs(entries: list[dict[str, Any]] | None, offset: int = 0) 
     return {"text_offset": offsets, "token_logprobs": token_lps, "tokens": tokens, "top_logprobs": tops}
 
 
-async def handle_derender_chat(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = await state.read_body(request)
-    if _wants_stream(body):
-        return _derender_chat_stream(state, decode_body(body, DerenderChatStreamRequest))
-    req: DerenderChatRequest = decode_body(body, DerenderChatRequest)
+def _derender_route(stream_schema: type, stream, schema: type, whole):
+    """The route of a derender: the streaming request (`stream`: one generate chunk) or the
+    whole one (`whole`: a whole generate response), as the body's `stream` says."""
+    async def handle(request: web.Request) -> web.Response:
+        state = request.app[STATE]
+        body = await state.read_body(request)
+        if _wants_stream(body):
+            return stream(state, decode_body(body, stream_schema))
+        return whole(state, decode_body(body, schema))
+
+    return handle
+
+
+def _choice_logprobs(state, c, shape_logprobs, context: list[int] = ()) -> Any:
+    """A generate choice's logprobs: its entries resolved (after the `context` ids) as
+    `shape_logprobs` writes them (chat's or completions' shape); None when it has none."""
+    if c.logprobs is None:
+        return None
+    entries = None if c.logprobs.content is None else _resolve_logprobs(state, c.logprobs.content, context)
+    return shape_logprobs(entries)
+
+
+def _whole_choice(state, c, prompt_ids: list[int] | None, skip: bool, shape_logprobs) -> tuple[str, Any]:
+    """A whole generate choice's text (its ids detokenized after the prompt's) and logprobs."""
+    return _detokenize(state, c.token_ids or [], prompt_ids, skip), _choice_logprobs(state, c, shape_logprobs)
+
+
+def _chat_logprobs(entries: list[dict[str, Any]] | None) -> dict[str, Any]:
+    return {"content": entries}
+
+
+def _derender_chat(state, req: DerenderChatRequest) -> web.Response:
     model = state.check_model(req.model) if req.model else (req.generate_response.model or state.model_names[0])
     resp = req.generate_response
     _check_tokens_mode(resp)
@@ -292,12 +318,8 @@ async def handle_derender_chat(request: web.Request) -> web.Response:
     choices = []
     completion = 0
     for c in resp.choices:
-        ids = c.token_ids or []
-        completion += len(ids)
-        text = _detokenize(state, ids, prompt_ids, skip)
-        lp = None
-        if c.logprobs is not None:
-            lp = {"content": None if c.logprobs.content is None else _resolve_logprobs(state, c.logprobs.content)}
+        text, lp = _whole_choice(state, c, prompt_ids, skip, _chat_logprobs)
+        completion += len(c.token_ids or [])
         choices.append({
             "index": c.index,
             "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
@@ -386,10 +408,7 @@ def _derender_chat_stream(state, req: DerenderChatStreamRequest) -> web.Response
     for c in req.generate_chunk.choices:
         ids = c.token_ids or []
         text = _detok_delta(state.tokenizer, ids, new, skip)
-        lp = None
-        if c.logprobs is not None:
-            lp = {"content": None if c.logprobs.content is None
-                  else _resolve_logprobs(state, c.logprobs.content, context)}
+        lp = _choice_logprobs(state, c, _chat_logprobs, context)
         include_role = not new["role_sent"]
         new["role_sent"] = True
         new["logprob_context_token_ids"] = (context + list(ids))[-4:]
@@ -421,10 +440,7 @@ def _derender_completion_stream(state, req: DerenderCompletionStreamRequest) -> 
     for c in req.generate_chunk.choices:
         ids = c.token_ids or []
         text = _detok_delta(state.tokenizer, ids, new, skip)
-        lp = None
-        if c.logprobs is not None:
-            entries = None if c.logprobs.content is None else _resolve_logprobs(state, c.logprobs.content, context)
-            lp = _completion_logprobs(entries, offset)
+        lp = _choice_logprobs(state, c, lambda entries: _completion_logprobs(entries, offset), context)
         new["logprob_context_token_ids"] = (context + list(ids))[-4:]
         new["logprob_text_offset"] = offset + len(text)
         choices.append({"index": c.index, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
@@ -437,12 +453,7 @@ def _derender_completion_stream(state, req: DerenderCompletionStreamRequest) -> 
     return _ok({"chunk": chunk, "stream_state": new})
 
 
-async def handle_derender_completion(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = await state.read_body(request)
-    if _wants_stream(body):
-        return _derender_completion_stream(state, decode_body(body, DerenderCompletionStreamRequest))
-    req: DerenderCompletionRequest = decode_body(body, DerenderCompletionRequest)
+def _derender_completion(state, req: DerenderCompletionRequest) -> web.Response:
     if not req.generate_responses:
         raise APIError(400, "generate_responses must hold at least one response.", "generate_responses")
     count = len(req.generate_responses)
@@ -464,13 +475,8 @@ async def handle_derender_completion(request: web.Request) -> web.Response:
         prompt_ids = seed if seed is not None else resp.prompt_token_ids
         n = len(resp.choices)
         for c in resp.choices:
-            ids = c.token_ids or []
-            completion += len(ids)
-            text = _detokenize(state, ids, prompt_ids, skip)
-            lp = None
-            if c.logprobs is not None:
-                lp = _completion_logprobs(None if c.logprobs.content is None
-                                          else _resolve_logprobs(state, c.logprobs.content))
+            text, lp = _whole_choice(state, c, prompt_ids, skip, _completion_logprobs)
+            completion += len(c.token_ids or [])
             choices.append({
                 "index": i * n + c.index, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
                 "stop_reason": c.stop_reason, "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None,
@@ -483,3 +489,9 @@ async def handle_derender_completion(request: web.Request) -> web.Response:
         "kv_transfer_params": first.kv_transfer_params, "ec_transfer_params": first.ec_transfer_params,
         "metrics": None,
     })
+
+
+handle_derender_chat = _derender_route(DerenderChatStreamRequest, _derender_chat_stream,
+                                       DerenderChatRequest, _derender_chat)
+handle_derender_completion = _derender_route(DerenderCompletionStreamRequest, _derender_completion_stream,
+                                             DerenderCompletionRequest, _derender_completion)

@@ -9,10 +9,24 @@ from typing import Any
 
 from vllm_pyfrontend.api.openai.schemas import ChatCompletionRequest, CompletionRequest
 from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.lora import lora_request_for
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest
 from vllm_pyfrontend.serving.lowering.completion import TextCompletionRequest
 from vllm_pyfrontend.serving.lowering.options import options_from, stream_flags
 from vllm_pyfrontend.serving.request_checks import check_openai_request
+
+
+def openai_request(state, scope, body: bytes, schema: type, convert) -> tuple[str, list[Any] | None, Any]:
+    """What a chat or completion endpoint starts with: the body decoded (`schema`), the model
+    and its LoRA adapter, the worker and engine able to generate, then `convert(state, req,
+    lora)`: (model, lora, the typed request)."""
+    req = decode_body(body, schema, lax=True)
+    model = state.check_model(req.model)
+    lora = lora_request_for(state, model)
+    state.check_generation()
+    scope.check_engine()
+    return model, lora, convert(state, req, lora)
 
 
 def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] | None = None, *,
@@ -44,47 +58,48 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
     check_openai_request(req, state.max_model_len,
                          max_tokens_param="max_completion_tokens" if completion_tokens else "max_tokens")
     stream, include_usage, continuous = stream_flags(req, state.config.policy.enable_force_include_usage)
-    return ChatRequest(  # positional, in field order (see the class)
-        req.messages,
-        options_from(req, req.max_completion_tokens if completion_tokens else req.max_tokens, with_logit_bias=False),
-        req.tools,
-        req.tool_choice,
-        req.parallel_tool_calls,
-        req.response_format,
-        req.structured_outputs,
-        req.logit_bias,
-        req.chat_template_kwargs,
-        req.reasoning_effort,
-        req.add_generation_prompt,
-        req.continue_final_message,
-        req.documents,
-        req.chat_template,
-        False,  # messages_normalized
-        not render,  # allow_media
-        req.mm_processor_kwargs,
-        req.n,
-        bool(req.logprobs),
-        req.top_logprobs,
-        req.prompt_logprobs,
-        bool(req.echo),
-        req.truncate_prompt_tokens,
-        req.bad_words,
-        req.include_reasoning,
-        bool(req.return_token_ids),
-        stream,
-        include_usage,
-        continuous,
-        req.priority,
-        req.cache_salt,
-        lora,
-        req.request_id,
-        bool(req.use_beam_search) and not render,
-        req.length_penalty,
-        bool(req.return_tokens_as_token_ids),
-        req.logprob_token_ids,
-        req.truncation_side,
-        req.media_io_kwargs,
-        req.stream_interval,
+    return ChatRequest(
+        messages=req.messages,
+        options=options_from(req, req.max_completion_tokens if completion_tokens else req.max_tokens,
+                             with_logit_bias=False),
+        tools=req.tools,
+        tool_choice=req.tool_choice,
+        parallel_tool_calls=req.parallel_tool_calls,
+        response_format=req.response_format,
+        structured_outputs=req.structured_outputs,
+        logit_bias=req.logit_bias,
+        chat_template_kwargs=req.chat_template_kwargs,
+        reasoning_effort=req.reasoning_effort,
+        add_generation_prompt=req.add_generation_prompt,
+        continue_final_message=req.continue_final_message,
+        documents=req.documents,
+        chat_template=req.chat_template,
+        messages_normalized=False,
+        allow_media=not render,
+        mm_processor_kwargs=req.mm_processor_kwargs,
+        n=req.n,
+        logprobs=bool(req.logprobs),
+        top_logprobs=req.top_logprobs,
+        prompt_logprobs=req.prompt_logprobs,
+        echo=bool(req.echo),
+        truncate_prompt_tokens=req.truncate_prompt_tokens,
+        bad_words=req.bad_words,
+        include_reasoning=req.include_reasoning,
+        return_token_ids=bool(req.return_token_ids),
+        stream=stream,
+        include_usage=include_usage,
+        continuous_usage=continuous,
+        priority=req.priority,
+        cache_salt=req.cache_salt,
+        lora=lora,
+        request_id=req.request_id,
+        use_beam_search=bool(req.use_beam_search) and not render,
+        length_penalty=req.length_penalty,
+        return_tokens_as_token_ids=bool(req.return_tokens_as_token_ids),
+        logprob_token_ids=req.logprob_token_ids,
+        truncation_side=req.truncation_side,
+        media_io_kwargs=req.media_io_kwargs,
+        stream_interval=req.stream_interval,
     )
 
 
@@ -123,31 +138,31 @@ def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any
         raise APIError(400, "`logprobs` must be a positive value or -1.", "logprobs")
     check_openai_request(req, state.max_model_len)
     stream, include_usage, continuous = stream_flags(req, state.config.policy.enable_force_include_usage)
-    return TextCompletionRequest(  # positional, in field order (see the class)
-        req.prompt,
-        options_from(req, req.max_tokens, with_logit_bias=False),
-        req.logit_bias,
-        req.add_special_tokens,
-        req.n,
-        req.logprobs,
-        req.prompt_logprobs,
-        bool(req.echo),
-        req.truncate_prompt_tokens,
-        req.bad_words,
-        req.structured_outputs,
-        req.response_format,
-        bool(req.return_token_ids),
-        stream,
-        include_usage,
-        continuous,
-        req.priority,
-        req.cache_salt,
-        lora,
-        req.request_id,
-        bool(req.use_beam_search) and not render,
-        req.length_penalty,
-        bool(req.return_tokens_as_token_ids),
-        req.logprob_token_ids,
-        req.truncation_side,
-        req.stream_interval,
+    return TextCompletionRequest(
+        prompt=req.prompt,
+        options=options_from(req, req.max_tokens, with_logit_bias=False),
+        logit_bias=req.logit_bias,
+        add_special_tokens=req.add_special_tokens,
+        n=req.n,
+        logprobs=req.logprobs,
+        prompt_logprobs=req.prompt_logprobs,
+        echo=bool(req.echo),
+        truncate_prompt_tokens=req.truncate_prompt_tokens,
+        bad_words=req.bad_words,
+        structured_outputs=req.structured_outputs,
+        response_format=req.response_format,
+        return_token_ids=bool(req.return_token_ids),
+        stream=stream,
+        include_usage=include_usage,
+        continuous_usage=continuous,
+        priority=req.priority,
+        cache_salt=req.cache_salt,
+        lora=lora,
+        request_id=req.request_id,
+        use_beam_search=bool(req.use_beam_search) and not render,
+        length_penalty=req.length_penalty,
+        return_tokens_as_token_ids=bool(req.return_tokens_as_token_ids),
+        logprob_token_ids=req.logprob_token_ids,
+        truncation_side=req.truncation_side,
+        stream_interval=req.stream_interval,
     )

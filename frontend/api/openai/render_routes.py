@@ -36,7 +36,8 @@ from vllm_pyfrontend.serving.lowering.completion import lower_completion_prompts
 from vllm_pyfrontend.api.openai.schemas import ChatCompletionRequest, CompletionRequest
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.api.openai.token_schemas import sampling_dump
-from vllm_pyfrontend.serving.state import STATE, scoped
+from vllm_pyfrontend.serving.state import STATE
+from vllm_pyfrontend.serving.web_app import scoped_route
 
 _json = msgspec.json.encode
 
@@ -159,10 +160,10 @@ async def handle_render_completion(request: web.Request) -> web.Response:
 
 
 RENDER_ROUTES = (
-    ("/v1/chat/completions/render", scoped("render", handle_render_chat)),
-    ("/v1/completions/render", scoped("render", handle_render_completion)),
-    ("/v1/chat/completions/derender", scoped("derender", handle_derender_chat)),
-    ("/v1/completions/derender", scoped("derender", handle_derender_completion)),
+    ("/v1/chat/completions/render", scoped_route("render", handle_render_chat)),
+    ("/v1/completions/render", scoped_route("render", handle_render_completion)),
+    ("/v1/chat/completions/derender", scoped_route("derender", handle_derender_chat)),
+    ("/v1/completions/derender", scoped_route("derender", handle_derender_completion)),
 )
 
 

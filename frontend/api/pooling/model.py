@@ -4,11 +4,11 @@ cross-encoder separates the pair with the tokenizer's pair template)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
+
+from vllm_pyfrontend.model_config import read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +43,7 @@ class PoolingModel:
         pooler_config = pooler_config or {}
         pooler_task = pooler_config.get("task")
         use_activation = pooler_config.get("use_activation")
-        try:
-            with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-                config: Any = json.load(f)
-        except (OSError, ValueError):
-            config = {}
-        if not isinstance(config, dict):
-            config = {}
+        config = read_json_object(model_dir, "config.json")
         if hf_overrides:
             config = {**config, **hf_overrides}
         num_labels, id2label = classifier_labels(config)
@@ -60,13 +54,7 @@ class PoolingModel:
             # vLLM's LLM-as-reranker conversion (`method`) joins the pair without a separator
             # unless the config asks for one.
             use_sep = config.get("use_sep_token", config.get("method") is None)
-        try:
-            with open(os.path.join(model_dir, "tokenizer_config.json"), encoding="utf-8") as f:
-                tok_config: Any = json.load(f)
-        except (OSError, ValueError):
-            tok_config = {}
-        if not isinstance(tok_config, dict):
-            tok_config = {}
+        tok_config = read_json_object(model_dir, "tokenizer_config.json")
         names = tok_config.get("model_input_names")
         if isinstance(names, list):
             type_ids = "token_type_ids" in names

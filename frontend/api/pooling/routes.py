@@ -41,9 +41,9 @@ from vllm_pyfrontend.api.pooling.schemas import (
     ScoreRequest,
 )
 from vllm_pyfrontend.serving.bodies import decode_body
-from vllm_pyfrontend.serving.responder import JsonAnswer, http_response
+from vllm_pyfrontend.serving.web_app import http_route
+from vllm_pyfrontend.serving.responder import JsonAnswer
 from vllm_pyfrontend.serving.scope import RequestScope
-from vllm_pyfrontend.serving.state import STATE
 
 _json = msgspec.json.encode
 _NATIVE = sys.byteorder
@@ -77,16 +77,6 @@ def _usage(n: int, *, full: bool = True) -> dict[str, Any]:
         return {"prompt_tokens": n, "total_tokens": n}
     return {"prompt_tokens": n, "total_tokens": n, "completion_tokens": 0,
             "prompt_tokens_details": None, "completion_tokens_details": None}
-
-
-def _http(style: str, endpoint):
-    """The HTTP route of a pooling endpoint: its body, in the request's scope, to JSON."""
-    async def handle(request: web.Request) -> web.Response:
-        state = request.app[STATE]
-        async with state.scopes.http(request, style) as scope:
-            return http_response(await endpoint(state, scope, await state.read_body(request)))
-
-    return handle
 
 
 async def _pool(state: Any, scope: RequestScope, prompts: list[list[int]], params: list[list[Any]],
@@ -167,23 +157,37 @@ def _encoded(t: PooledTensor, fmt: str, embed_dtype: str, endianness: str) -> An
 # --------------------------------------------------------------------------- embeddings
 
 
-async def embeddings(state, scope: RequestScope, body: bytes) -> JsonAnswer:
-    req: EmbeddingRequest = decode_body(body, EmbeddingRequest)
+def _embed_request(state: Any, body: bytes, schema: type) -> tuple[Any, str, PoolingModel]:
+    """An embedding body (OpenAI's or Cohere's) for a model that embeds: (request, model,
+    pooling model)."""
+    req = decode_body(body, schema)
     model = state.check_model(req.model)
     pm = _model(state)
     if pm.pooling_task != "embed":
         raise _unsupported("embeddings", "embed", pm)
+    return req, model, pm
+
+
+async def embeddings(state, scope: RequestScope, body: bytes) -> JsonAnswer:
+    req, model, pm = _embed_request(state, body, EmbeddingRequest)
     inputs.check_removed(req)
     _check_dimensions(pm, req.dimensions, model)
     prompts = inputs.prompts_from(state, req)
     params = pooling_params("embed", use_activation=_activation(pm, req), dimensions=req.dimensions)
+    return await _encoded_list(state, scope, req, model, prompts, params, "embd", "embedding", "embedding")
+
+
+async def _encoded_list(state: Any, scope: RequestScope, req: Any, model: str, prompts: list[list[int]],
+                        params: list[Any], prefix: str, object_: str, field: str) -> JsonAnswer:
+    """Pool every prompt with `params`; vLLM's list of encoded tensors (items of type `object_`,
+    the tensor under `field`, ids `prefix-…`): /v1/embeddings and /pooling."""
     rid = _request_id(scope, req.request_id)
-    outs = await _pool(state, scope, prompts, [params] * len(prompts), "embd", rid, req)
-    data = [{"index": i, "object": "embedding",
-             "embedding": _encoded(t, req.encoding_format, req.embed_dtype, req.endianness)}
+    outs = await _pool(state, scope, prompts, [params] * len(prompts), prefix, rid, req)
+    data = [{"index": i, "object": object_,
+             field: _encoded(t, req.encoding_format, req.embed_dtype, req.endianness)}
             for i, t in enumerate(outs)]
-    return JsonAnswer({"id": f"embd-{rid}", "object": "list", "created": int(time.time()), "model": model,
-                     "data": data, "usage": _usage(sum(len(p) for p in prompts))})
+    return JsonAnswer({"id": f"{prefix}-{rid}", "object": "list", "created": int(time.time()), "model": model,
+                       "data": data, "usage": _usage(sum(len(p) for p in prompts))})
 
 
 def _pack_bits(floats: np.ndarray, signed: bool) -> list:
@@ -199,11 +203,7 @@ def _pack_bits(floats: np.ndarray, signed: bool) -> list:
 async def cohere_embed(state, scope: RequestScope, body: bytes) -> JsonAnswer:
     import numpy as np
 
-    req: CohereEmbedRequest = decode_body(body, CohereEmbedRequest)
-    model = state.check_model(req.model)
-    pm = _model(state)
-    if pm.pooling_task != "embed":
-        raise _unsupported("embeddings", "embed", pm)
+    req, model, pm = _embed_request(state, body, CohereEmbedRequest)
     given = [f for f in (req.texts, req.images, req.inputs) if f is not None]
     if len(given) != 1 or not given[0]:
         raise APIError(400, "Exactly one of texts, images, or inputs must be provided, and it must be "
@@ -297,13 +297,7 @@ async def pooling(state, scope: RequestScope, body: bytes) -> JsonAnswer:
         raise APIError(400, "dimensions is currently not supported", "dimensions")
     prompts = inputs.prompts_from(state, req)
     params = pooling_params(task, use_activation=_activation(pm, req))
-    rid = _request_id(scope, req.request_id)
-    outs = await _pool(state, scope, prompts, [params] * len(prompts), "pooling", rid, req)
-    data = [{"index": i, "object": "pooling",
-             "data": _encoded(t, req.encoding_format, req.embed_dtype, req.endianness)}
-            for i, t in enumerate(outs)]
-    return JsonAnswer({"id": f"pooling-{rid}", "object": "list", "created": int(time.time()), "model": model,
-                     "data": data, "usage": _usage(sum(len(p) for p in prompts))})
+    return await _encoded_list(state, scope, req, model, prompts, params, "pooling", "pooling", "data")
 
 
 # --------------------------------------------------------------------------- score / rerank
@@ -483,11 +477,11 @@ async def rerank(state, scope: RequestScope, body: bytes) -> JsonAnswer:
 
 def add_pooling_routes(app: web.Application) -> None:
     """Register the pooling routes (each answers 400 where the model's tasks do not cover it)."""
-    app.router.add_post("/v1/embeddings", _http("embeddings", embeddings))
-    app.router.add_post("/v2/embed", _http("cohere.embed", cohere_embed))
-    app.router.add_post("/classify", _http("classify", classify))
-    app.router.add_post("/pooling", _http("pooling", pooling))
+    app.router.add_post("/v1/embeddings", http_route("embeddings", embeddings))
+    app.router.add_post("/v2/embed", http_route("cohere.embed", cohere_embed))
+    app.router.add_post("/classify", http_route("classify", classify))
+    app.router.add_post("/pooling", http_route("pooling", pooling))
     for path in ("/score", "/v1/score"):
-        app.router.add_post(path, _http("score", score))
+        app.router.add_post(path, http_route("score", score))
     for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
-        app.router.add_post(path, _http("rerank", rerank))
+        app.router.add_post(path, http_route("rerank", rerank))

@@ -58,6 +58,7 @@ from vllm_pyfrontend.store import (
     store_disabled,
 )
 from vllm_pyfrontend.serving.state import STATE
+from vllm_pyfrontend.serving.web_app import app_service
 from vllm_pyfrontend.tenants import tenant_of
 from vllm_pyfrontend.api.responses.service import RESPONSES, Responses, mark_orphan, store_error
 
@@ -86,13 +87,7 @@ def add_responses_routes(app: web.Application) -> None:
         responses = app[RESPONSES] = Responses(store)
         responses.start()
 
-    async def stop(app: web.Application) -> None:
-        responses = app.get(RESPONSES)
-        if responses is not None:
-            await responses.close()
-
-    app.on_startup.append(start)
-    app.on_cleanup.append(stop)
+    app_service(app, RESPONSES, start)
 
 
 def _json(state, body: dict[str, Any], status: int = 200) -> web.Response:

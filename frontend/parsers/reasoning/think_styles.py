@@ -41,20 +41,13 @@ register_reasoning_parser("glm47", GLM_KIMI, note="GLM-4.7")
 register_reasoning_parser("kimi_k2", GLM_KIMI, note="Kimi K2")
 register_reasoning_parser("ling3", GLM_KIMI, note="GLM-4.7's style")
 # MiniMax M2's template opens <think>; the model only writes </think>.
-register_reasoning_parser(
-    "minimax_m2",
-    ThinkStyle(default_thinking=True, kwarg_names=(), strip_reasoning_tail=True),
-    note="MiniMax M2: the template opens <think>",
-)
+MINIMAX_M2 = ThinkStyle(default_thinking=True, kwarg_names=(), strip_reasoning_tail=True)
+register_reasoning_parser("minimax_m2", MINIMAX_M2, note="MiniMax M2: the template opens <think>")
 # R1 kin: reasoning from the start, no switch.
 register_reasoning_parser("hy_v4", R1, note="DeepSeek R1's style")
 register_reasoning_parser("step3", R1, note="DeepSeek R1's style")
 register_reasoning_parser("olmo3", R1, note="DeepSeek R1's style")
-register_reasoning_parser(
-    "step3p5",
-    ThinkStyle(default_thinking=True, kwarg_names=(), strip_reasoning_tail=True),
-    note="Step-3.5: MiniMax M2's style",
-)
+register_reasoning_parser("step3p5", MINIMAX_M2, note="Step-3.5: MiniMax M2's style")
 # Qwen3 kin: enable_thinking (default on), off -> plain content.
 register_reasoning_parser(
     "mimo",

@@ -9,7 +9,7 @@ import secrets
 from typing import Any, Iterable, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
-from vllm_pyfrontend.parsers.joint import JointPipeline
+from vllm_pyfrontend.parsers.joint import JointPipeline, JointStream
 from vllm_pyfrontend.parsers.reasoning.registry import register_custom_reasoning_parser
 from vllm_pyfrontend.parsers.response_template.casting import calls_of
 from vllm_pyfrontend.parsers.response_template.json_walker import JsonCallWalker, json_call_shape
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------- the stream
-class ResponseTemplateStream:
+class ResponseTemplateStream(JointStream):
     """One choice's output -> reasoning / content / tool-call deltas, by the template.
 
     ``reasoning``: the thinking field is reasoning (else its text is content, its
@@ -53,21 +53,13 @@ class ResponseTemplateStream:
         self._props = self.scanner.props
         tf = template.fields.get(TOOLS)
         self._shape = json_call_shape(tf) if tf is not None else None
-        self._n_calls = 0
-        self.reasoning_tokens = 0
         self._walker: JsonCallWalker | None = None
         self._announced: JsonCallWalker | None = None  # the walker whose call was announced
         self._sent = 0  # arguments text sent for the walker's call
         self._region_start = 0
         self._body = ""  # the open tool region's text, as its chunks are routed
         self._finished = False
-        self._content: list[str] = []
-        self._reasoning: list[str] = []
-        self._calls: list[dict[str, Any]] = []
-
-    @property
-    def n_calls(self) -> int:
-        return self._n_calls
+        super().__init__()
 
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
         if self._finished:
@@ -87,13 +79,6 @@ class ResponseTemplateStream:
         return self._take()
 
     # -- internals
-    def _take(self) -> AssistantDelta | None:
-        content, reasoning, calls = "".join(self._content), "".join(self._reasoning), self._calls
-        self._content, self._reasoning, self._calls = [], [], []
-        if not content and not reasoning and not calls:
-            return None
-        return AssistantDelta(content=content or None, reasoning=reasoning or None, tool_calls=calls)
-
     def _route(self, events: list[tuple]) -> None:
         for ev in events:
             kind, name = ev[0], ev[1]

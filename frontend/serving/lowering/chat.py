@@ -75,8 +75,8 @@ def reused_prompt_ids(kv_transfer_params: Any, *, echo: bool, has_media: bool, v
 class ChatRequest(msgspec.Struct):
     """One chat request in the terms every API style shares (OpenAI chat's names).
 
-    A msgspec Struct: built once per request, and positionally on the OpenAI path
-    (`chat_request_from_openai`), where 35 keyword arguments would cost more than the checks."""
+    A msgspec Struct, built by keyword by every style (35 keywords cost about 1.2 µs more than
+    positional arguments: nothing against a request's cost, and no field can shift)."""
 
     messages: list[dict[str, Any]]
     options: SamplingOptions  # `logit_bias` left None: it is converted from `logit_bias` below
