@@ -292,7 +292,9 @@ class RequestRun:
                 if c.gen is not None and not c.gen.finished:
                     c.gen.cancel()
             if self.stream and self.sse is not None:
-                self.sse.write(self.error_frame(error))
+                frame = self.error_frame(error)
+                if frame:
+                    self.sse.write(frame)
                 self.error_sent = True
         finally:
             # Even if writing the error event fails, the handler must wake up and end the

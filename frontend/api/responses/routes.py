@@ -135,8 +135,6 @@ class _Sink:
         self.alive = True
 
     def write(self, data: bytes) -> None:
-        if data.startswith(b"data: "):
-            return  # RequestRun.fail's chat-style error event: ours is `response.failed`
         w = self.writer
         if w is None:
             return
@@ -146,6 +144,14 @@ class _Sink:
             self.writer = None
             if not self.background:
                 self.alive = False
+
+
+class _ResponsesRun(RequestRun):
+    """A run whose failure has no event of its own: the turn ends the stream with
+    `response.failed` (`_Turn.finish`)."""
+
+    def error_frame(self, error: APIError) -> bytes:
+        return b""
 
 
 class _Turn:
@@ -351,7 +357,7 @@ async def create_response(state, responses: Responses, scope: RequestScope, body
         formatter = ResponsesFormatter(state.token_text, req.top_logprobs or 0, sink.write if stream else None)
         # the run writes its events through the sink, streamed or not (the sink keeps them or drops them)
         run = chat_run(state, chat, low, response_id=response_id, model=model, created=created,
-                       formatter=formatter, sse=sink)
+                       formatter=formatter, sse=sink, run_class=_ResponsesRun)
         if state.output_log is not None:
             state.output_log.attach_final(run, streaming=bool(stream))
         submit_chat(state, scope, chat, low, run)
