@@ -1,7 +1,7 @@
-"""Pooling through the whole stack on the simulated engine (`--runner pooling`: an embedding
-model whose engine answers each request with a vector after one step): the workers learn the
-tasks from the engine, the inputs of one request go out together and come back in order, and a
-client that leaves aborts the ones still queued in the engine."""
+"""Pooling through a worker (in the test process, tests/inprocess.py) on the simulated engine
+(`--runner pooling`: an embedding model whose engine answers each request with a vector after one
+step): the worker learns the tasks from the engine, the inputs of one request go out together and
+come back in order, and a client that leaves aborts the ones still queued in the engine."""
 
 from __future__ import annotations
 
