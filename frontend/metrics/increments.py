@@ -26,23 +26,25 @@ class _Increments:
 
     def __init__(self) -> None:
         self.pending: dict[Any, float] = {}
-        self.scheduled = False
+        # The loop a flush is scheduled on at the end of its pass, and the loop a flush is due
+        # on within STEP_FLUSH_SECONDS (None: none). A flush counts as scheduled only on the
+        # loop that runs now: one scheduled on a loop that has closed since (a process that
+        # ran an event loop before this one) never runs, and must not hold the next back.
+        self.scheduled: asyncio.AbstractEventLoop | None = None
         self.kept: list[_StepHistogram] = []  # with observations not in `pending` yet
-        self.timer = False  # a flush is due within STEP_FLUSH_SECONDS
+        self.timer: asyncio.AbstractEventLoop | None = None
 
     def later(self, kept: "_StepHistogram") -> None:
         """`kept` has observations to write with the next flush, at the latest in
         STEP_FLUSH_SECONDS."""
         self.kept.append(kept)
-        if self.timer:
-            return
         loop = self._loop_or_flush()
-        if loop is not None:
-            self.timer = True
+        if loop is not None and self.timer is not loop:
+            self.timer = loop
             loop.call_later(STEP_FLUSH_SECONDS, self._timed_flush)
 
     def _timed_flush(self) -> None:
-        self.timer = False
+        self.timer = None
         self.flush()
 
     def add(self, value: Any, amount: float) -> None:
@@ -51,11 +53,9 @@ class _Increments:
 
     def done(self) -> None:
         """The increments of one request are added: flush now or at the loop pass's end."""
-        if self.scheduled:
-            return
         loop = self._loop_or_flush()
-        if loop is not None:
-            self.scheduled = True
+        if loop is not None and self.scheduled is not loop:
+            self.scheduled = loop
             loop.call_soon(self.flush)
 
     def _loop_or_flush(self) -> asyncio.AbstractEventLoop | None:
@@ -68,7 +68,7 @@ class _Increments:
             return None
 
     def flush(self) -> None:
-        self.scheduled = False
+        self.scheduled = None
         if self.kept:
             kept, self.kept = self.kept, []
             for k in kept:
