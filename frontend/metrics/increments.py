@@ -27,9 +27,9 @@ class _Increments:
     def __init__(self) -> None:
         self.pending: dict[Any, float] = {}
         # The loop a flush is scheduled on at the end of its pass, and the loop a flush is due
-        # on within STEP_FLUSH_SECONDS (None: none). A flush counts as scheduled only on the
-        # loop that runs now: one scheduled on a loop that has closed since (a process that
-        # ran an event loop before this one) never runs, and must not hold the next back.
+        # on within STEP_FLUSH_SECONDS (None: none). One scheduled on a loop that has closed
+        # since (a process that ran an event loop before this one) never runs, and must not
+        # hold the next back.
         self.scheduled: asyncio.AbstractEventLoop | None = None
         self.kept: list[_StepHistogram] = []  # with observations not in `pending` yet
         self.timer: asyncio.AbstractEventLoop | None = None
@@ -38,8 +38,11 @@ class _Increments:
         """`kept` has observations to write with the next flush, at the latest in
         STEP_FLUSH_SECONDS."""
         self.kept.append(kept)
+        due = self.timer
+        if due is not None and not due.is_closed():
+            return
         loop = self._loop_or_flush()
-        if loop is not None and self.timer is not loop:
+        if loop is not None:
             self.timer = loop
             loop.call_later(STEP_FLUSH_SECONDS, self._timed_flush)
 
@@ -53,8 +56,11 @@ class _Increments:
 
     def done(self) -> None:
         """The increments of one request are added: flush now or at the loop pass's end."""
+        due = self.scheduled
+        if due is not None and not due.is_closed():
+            return
         loop = self._loop_or_flush()
-        if loop is not None and self.scheduled is not loop:
+        if loop is not None:
             self.scheduled = loop
             loop.call_soon(self.flush)
 

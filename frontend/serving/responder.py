@@ -53,7 +53,7 @@ def new_choice(state, index: int, prompt_ids: list[int], opts: SamplingOptions, 
 
 
 def new_sse(state, run_id: str, model: str, created: int, object_name: str) -> SSEWriter:
-    sse = SSEWriter(run_id, model, created, object_name)
+    sse = SSEWriter(run_id, model, created, object_name, state.sse_limits)
     sse.set_fingerprint(state.system_fingerprint)
     return sse
 

@@ -84,7 +84,7 @@ def caller_of(request: web.Request, for_log: bool = False) -> Caller:
         http = {"request_id": request.get("request_id"), "method": request.method, "route": resource.canonical if resource is not None else None,
                 "client": request.remote, "user_agent": (request.headers.get("User-Agent") or "")[:200] or None}
     return Caller(
-        tenant=request.get(TENANT, ANONYMOUS), quota=request.get(QUOTA), path=request.path,
+        tenant=request.get(TENANT, ANONYMOUS), quota=request.get(QUOTA), path=request.path if for_log else "",
         request_id=request.headers.get("X-Request-Id"),
         trace_headers=request.get("trace_headers"), data_parallel_rank=dp_rank, http=http)
 
@@ -141,12 +141,21 @@ class RequestScopes:
         """A new request's scope (raises QuotaExceeded: nothing is held then)."""
         return RequestScope(self, caller, style)
 
+    def open_http(self, request: web.Request, style: str) -> "RequestScope":
+        """An HTTP request's scope, kept on the request (the request log middleware reads it);
+        the route ends it (`HttpScope` does it for an `async with` block)."""
+        scope = request[SCOPE] = RequestScope(self, caller_of(request, self.log_requests), style)
+        return scope
+
     def http(self, request: web.Request, style: str) -> "HttpScope":
         """`async with scopes.http(request, style) as scope:` around an HTTP route's work."""
         return HttpScope(self, request, style)
 
 
 class RequestScope:
+    __slots__ = ("scopes", "caller", "style", "lease", "arrival", "response_id", "model", "generations",
+                 "_steps", "_pooling", "_on_end", "failed", "_followed", "status", "held", "ended")
+
     def __init__(self, scopes: RequestScopes, caller: Caller, style: str):
         self.scopes = scopes
         self.caller = caller
@@ -154,12 +163,11 @@ class RequestScope:
         self.lease: Lease | None = caller.quota.admit() if caller.quota is not None else None
         scopes.in_flight.started()
         self.arrival = time.monotonic()
-        self.started_at = time.time()
         self.response_id: str | None = None
         self.model: str | None = None
         self.generations: list[tuple[Any, Generation]] = []  # (EngineRequest, Generation)
-        self._steps: list[Submission] = []  # beam search's step requests
-        self._pooling: list[PoolingBatch] = []
+        self._steps: list[Submission] | tuple = ()  # beam search's step requests
+        self._pooling: list[PoolingBatch] | tuple = ()
         self._on_end: list[Callable[[], None]] = []
         self.failed = False  # (the exception itself is not kept: its traceback holds the frames)
         self._followed: Any = None  # what the style runs, whose `error` is the request's
@@ -243,6 +251,8 @@ class RequestScope:
             req.trace_headers = self.caller.trace_headers
             req.data_parallel_rank = self.caller.data_parallel_rank
         sub.submit()
+        if not self._steps:
+            self._steps = []
         self._steps.append(sub)
         admission = self.scopes.admission
         if admission is not None:
@@ -263,6 +273,8 @@ class RequestScope:
             batch.submit()
         except EngineDeadError as e:
             raise APIError(503, f"The engine is not available: {e}") from None
+        if not self._pooling:
+            self._pooling = []
         self._pooling.append(batch)
 
     def reserve_tokens(self, tokens: int) -> None:
@@ -322,24 +334,27 @@ class RequestScope:
 
     def _record(self) -> None:
         failed = self.failed
-        prompt = completion = 0
-        prompts: dict[int, int] = {}
-        n = len(self.generations)
-        for i, (req, gen) in enumerate(self.generations):
-            prompts[id(req.prompt_token_ids)] = gen.num_prompt_tokens
-            completion += gen.num_output_tokens
+        gens = self.generations
+        n = len(gens)
+        for i, (req, gen) in enumerate(gens):
             m = gen.metrics
             if m is not None:
                 m.on_finished("error" if failed else (gen.finish_reason or "abort"), gen.num_prompt_tokens,
                               gen.num_output_tokens, max_tokens=req.sampling_params.get("max_tokens"),
                               n=n if i == 0 else None, timing=gen.timing)
-        prompt = sum(prompts.values())
         metrics = self.scopes.metrics
         for batch in self._pooling:
             for req, item in batch.requests:
-                prompt += item.num_prompt_tokens
                 metrics.start_request(arrival=self.arrival).on_finished(
                     "error" if failed or item.output is None else "stop", item.num_prompt_tokens, 0)
+        scopes = self.scopes
+        if self.lease is None and scopes.tracer is None and not scopes.log_requests:
+            return
+        # The request's tokens: each prompt once (the choices of one prompt share it), and
+        # every choice's output.
+        prompt = sum({id(req.prompt_token_ids): gen.num_prompt_tokens for req, gen in gens}.values())
+        prompt += sum(item.num_prompt_tokens for batch in self._pooling for _, item in batch.requests)
+        completion = sum(gen.num_output_tokens for _, gen in gens)
         if self.lease is not None:
             self.lease.settle(prompt, completion)
         tracer = self.scopes.tracer
@@ -359,7 +374,7 @@ class RequestScope:
         firsts = [m.first_token_at for _, g in gens if (m := g.metrics) is not None and m.first_token_at is not None]
         sampling = (gens[0][0].sampling_params if gens else None) or {}
         e2e = now - self.arrival
-        start_ns = int(self.started_at * 1e9)
+        start_ns = int((time.time() - e2e) * 1e9)  # (the arrival on the wall clock)
         attrs = request_attributes(
             request_id=self.response_id or self.caller.request_id or "", model=self.model or "",
             prompt_tokens=prompt, completion_tokens=completion, n=len(gens) or len(self._pooling),
@@ -436,8 +451,7 @@ class HttpScope:
         self.scope: RequestScope | None = None
 
     async def __aenter__(self) -> RequestScope:
-        scope = self.scopes.open(caller_of(self.request, self.scopes.log_requests), self.style)
-        self.request[SCOPE] = self.scope = scope
+        self.scope = scope = self.scopes.open_http(self.request, self.style)
         return scope
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:

@@ -102,7 +102,8 @@ class SSEWriter:
                  "out", "text", "last_write", "_keep_alive", "_content_head", "ending", "drain",
                  "soft_limit", "hard_limit")
 
-    def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk"):
+    def __init__(self, response_id: str, model: str, created: int, object_name: str = "chat.completion.chunk",
+                 limits: tuple[int, int] | None = None):
         head = b'{"id":' + _enc(response_id) + b',"object":' + _enc(object_name) + b',"created":' + str(created).encode()
         head += b',"model":' + _enc(model)
         self.prefix = b"data: " + head + b',"choices":['
@@ -125,9 +126,9 @@ class SSEWriter:
         self.ending = False
         # The drain that gathers this stream's writes (`StreamDrain`); by default none does.
         self.drain = _NO_DRAIN
-        # Backpressure bounds in bytes (see above).
-        self.soft_limit = environment.sse_soft_limit()
-        self.hard_limit = environment.sse_hard_limit()
+        # Backpressure bounds in bytes (see above): the worker's (`ServerState.sse_limits`, read
+        # once at start), else the environment's now.
+        self.soft_limit, self.hard_limit = limits or (environment.sse_soft_limit(), environment.sse_hard_limit())
 
     def take_pending(self) -> bytes:
         """The events written so far, before `attach`: they go out with the response's headers

@@ -17,6 +17,7 @@ from vllm_pyfrontend.model_config import ModelConfig
 from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin
 from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.serving.in_flight import InFlight
 from vllm_pyfrontend.serving.scope import RequestScopes
 from vllm_pyfrontend.serving.admission import REASONS as ADMISSION_REASONS, Admission
@@ -105,6 +106,8 @@ class ServerState:
         # stream; the worker registers it with the engine client (`StreamDrain.hooks`), each
         # submitted request's writer joins it (serving/responder.py).
         self.drain = StreamDrain()
+        # Each stream's backpressure bounds in bytes (serving/sse.py), read once.
+        self.sse_limits = (environment.sse_soft_limit(), environment.sse_hard_limit())
         # The engine's tasks (vLLM's `get_supported_tasks` utility call) and, for a pooling
         # model, what the pooling routes know of it (api/pooling/model.py): set by the worker.
         self.supported_tasks: tuple[str, ...] = ("generate",)

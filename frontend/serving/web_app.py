@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from vllm_pyfrontend.serving.responder import Endpoint, write_answer
+from vllm_pyfrontend.serving.scope import status_of
 from vllm_pyfrontend.serving.state import STATE
 
 
@@ -19,9 +20,17 @@ def http_route(style: str, endpoint: Endpoint) -> Callable[[web.Request], Awaita
 
     async def handle(request: web.Request) -> web.StreamResponse:
         state = request.app[STATE]
-        async with state.scopes.http(request, style) as scope:
+        scope = state.scopes.open_http(request, style)
+        try:
             answer = await endpoint(state, scope, await state.read_body(request))
-            return await write_answer(request, answer)
+            resp = await write_answer(request, answer)
+        except BaseException as e:
+            if not scope.held:
+                scope.end(e, status_of(e))
+            raise
+        if not scope.held:
+            scope.end(None, resp.status)
+        return resp
 
     return handle
 

@@ -300,3 +300,90 @@ def test_grpc_asks_for_a_key_and_holds_the_tenants_limits(env):
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "limit of 8" in e.value.details()
     out = asyncio.run(go((("authorization", "Bearer key-capped"),), max_tokens=8))
     assert out[0].complete.completion_tokens == 8
+
+
+# -- pooling and speech: the same guarantees on the simulated engine's other runners ------------------
+
+def _runner_stack(tmp_path_factory, receiver_port: int, *args: str) -> Stack:
+    keys = tmp_path_factory.mktemp("keys") / "keys.yaml"
+    keys.write_text(KEYS)
+    return Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.01", "--shutdown-timeout", "5",
+                  "--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint",
+                  f"http://127.0.0.1:{receiver_port}", *args], env={"OTEL_BSP_SCHEDULE_DELAY": "100"},
+                 ready_timeout=120)
+
+
+@pytest.fixture(scope="module")
+def runners(tmp_path_factory):
+    """A pooling model and a transcription model, each on its own stack."""
+    from tests.e2e.tiny_whisper import build_tiny_whisper
+
+    receiver = _Receiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = free_port()
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    pooling = _runner_stack(tmp_path_factory, port, "--max-model-len", "1024", "--served-model-name", SERVED,
+                            "--runner", "pooling", "demo:deepseek-v4")
+    speech = _runner_stack(tmp_path_factory, port, "--max-model-len", "448", "--served-model-name", "whisper",
+                           build_tiny_whisper())
+    try:
+        yield {"pooling": pooling, "speech": speech}, receiver
+    finally:
+        pooling.stop()
+        speech.stop()
+        server.stop(0)
+
+
+def _wav() -> bytes:
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    from tests.e2e.tiny_whisper import SAMPLE_RATE
+
+    audio = 0.3 * np.random.default_rng(0).standard_normal(SAMPLE_RATE)
+    buf = io.BytesIO()
+    sf.write(buf, audio.astype(np.float32), SAMPLE_RATE, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def _embeddings(stack: Stack) -> None:
+    _post(stack, "/v1/embeddings", {"model": SERVED, "input": ["Hello", "Hi there"]})
+
+
+def _transcription(stack: Stack) -> None:
+    r = httpx.post(stack.base_url + "/v1/audio/transcriptions", headers=AUTH, timeout=120,
+                   files={"file": ("a.wav", _wav(), "audio/wav")}, data={"model": "whisper", "language": "en"})
+    assert r.status_code == 200, r.text
+
+
+RUNNER_PATHS = {"pooling": ("embeddings", _embeddings, False), "speech": ("audio.transcriptions", _transcription, True)}
+
+
+@pytest.mark.parametrize("path", list(RUNNER_PATHS))
+def test_pooling_and_speech_run_in_the_request_scope(runners, path):
+    stacks, receiver = runners
+    stack = stacks[path]
+    style, send, generates = RUNNER_PATHS[path]
+    _drain_spans(receiver)
+    lines_before = len(_lines(stack))
+    finished = _metric(stack, "vllm:request_success_total")
+    tenant_prompt = _metric(stack, "vllm_frontend_tenant_prompt_tokens_total", 'tenant="scoped"')
+
+    send(stack)
+
+    def line():
+        return next((x for x in _lines(stack)[lines_before:] if x.get("style") == style), None)
+
+    record = wait_for(line, 60, f"the request log line of {path}", stack)
+    assert record["tenant"] == "scoped" and record["status"] == 200, record
+    assert record["prompt_tokens"] > 0 and (record["completion_tokens"] > 0) == generates, record
+    assert receiver.spans.get(timeout=20).name == "llm_request"
+    wait_for(lambda: _metric(stack, "vllm:request_success_total") > finished, 10, "the request metrics", stack)
+    wait_for(lambda: _metric(stack, "vllm_frontend_tenant_prompt_tokens_total", 'tenant="scoped"') > tenant_prompt,
+             10, "the tenant's prompt tokens", stack)
+    wait_for(lambda: httpx.get(stack.base_url + "/load", timeout=10).json()["server_load"] == 0, 10,
+             "nothing left in flight", stack)

@@ -352,7 +352,7 @@ async def create_response(state, responses: Responses, scope: RequestScope, body
             req, response_id=response_id, created_at=created, model=model, sampling=sampling,
             status="in_progress", output=[], usage=None), "messages": messages})
     try:
-        writer = SSEWriter(response_id, model, 0) if stream else None
+        writer = SSEWriter(response_id, model, 0, limits=state.sse_limits) if stream else None
         sink = _Sink(writer, background)
         formatter = ResponsesFormatter(state.token_text, req.top_logprobs or 0, sink.write if stream else None)
         # the run writes its events through the sink, streamed or not (the sink keeps them or drops them)
