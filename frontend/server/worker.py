@@ -171,17 +171,18 @@ async def build_worker(config: WorkerConfig, shared: SharedParts | None = None) 
         from vllm_pyfrontend.tracing import RequestTracer  # OpenTelemetry only with the flag
 
         tracer = RequestTracer(config.policy.otlp_traces_endpoint, config.worker_index)
-    state = ServerState(config, tokenizer, template, engine, defaults, model_config, tracer=tracer)
-    engine.drain_hooks = state.drain.hooks  # one write per stream per drain
-    state.supported_tasks = await engine_tasks(engine)
-    if any(t in POOLING_TASKS for t in state.supported_tasks):
+    supported_tasks = await engine_tasks(engine)
+    pooling_model = None
+    if any(t in POOLING_TASKS for t in supported_tasks):
         import numpy  # noqa: F401 - the pooling routes' (imported where used), loaded before a request needs it
 
         overrides = config.engine_flag("--hf-overrides")
-        state.pooling_model = PoolingModel.load(config.model, state.supported_tasks, config.pooler_config,
-                                                json.loads(overrides) if overrides else None)
-        log.info("pooling model: tasks %s, pooling task %s", state.supported_tasks,
-                 state.pooling_model.pooling_task)
+        pooling_model = PoolingModel.load(config.model, supported_tasks, config.pooler_config,
+                                          json.loads(overrides) if overrides else None)
+        log.info("pooling model: tasks %s, pooling task %s", supported_tasks, pooling_model.pooling_task)
+    state = ServerState(config, tokenizer, template, engine, defaults, model_config, tracer=tracer,
+                        supported_tasks=supported_tasks, pooling_model=pooling_model)
+    engine.drain_hooks = state.drain.hooks  # one write per stream per drain
     observer.metrics = state.metrics
     state.metrics.record_cache_config(engine.engine_infos)  # vllm:cache_config_info
     app = build_app(state)

@@ -69,6 +69,8 @@ class ServerState:
         generation_defaults: GenerationDefaults,
         model_config: ModelConfig | None = None,
         tracer: Any = None,
+        supported_tasks: tuple[str, ...] = ("generate",),
+        pooling_model: Any = None,
     ):
         model_config = model_config or ModelConfig()
         self.config = config
@@ -109,9 +111,9 @@ class ServerState:
         # Each stream's backpressure bounds in bytes (serving/sse.py), read once.
         self.sse_limits = (environment.sse_soft_limit(), environment.sse_hard_limit())
         # The engine's tasks (vLLM's `get_supported_tasks` utility call) and, for a pooling
-        # model, what the pooling routes know of it (api/pooling/model.py): set by the worker.
-        self.supported_tasks: tuple[str, ...] = ("generate",)
-        self.pooling_model = None
+        # model, what the pooling routes know of it (api/pooling/model.py).
+        self.supported_tasks = tuple(supported_tasks)
+        self.pooling_model = pooling_model
         # Prometheus families of this worker (frontend/metrics); the request pipeline records
         # into `metrics.start_request()`, the worker tracks serving/draining.
         self.metrics = WorkerMetrics(self.model_names[0], list(config.engine_indices), self.max_model_len)

@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import re
 import socket
 import time
-from concurrent import futures
 
 import grpc
 import httpx
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from smg_grpc_proto import vllm_engine_pb2 as pb
 from smg_grpc_proto import vllm_engine_pb2_grpc as pb_grpc
 
 from tests.batches import helpers as batches
+from tests.ops.otlp_receiver import otlp_receiver
 from tests.reliability.helpers import SERVED, sim_args, wait_for
 from tests.stack import Stack, free_port
 
@@ -32,37 +30,19 @@ KEYS = f"""- {{name: scoped, key: {KEY}, tokens_per_minute: 100000000}}
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
-class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self):
-        self.spans: queue.Queue = queue.Queue()
-
-    def Export(self, request, context):  # noqa: N802 - the gRPC method name
-        for rs in request.resource_spans:
-            for ss in rs.scope_spans:
-                for span in ss.spans:
-                    self.spans.put(span)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    receiver = _Receiver()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
     keys = tmp_path_factory.mktemp("keys") / "keys.yaml"
     keys.write_text(KEYS)
     grpc_port = free_port()
-    stack = Stack(sim_args("--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint",
-                           f"http://127.0.0.1:{port}", "--grpc-port", str(grpc_port), workers=1, step=0.01),
-                  env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
-    try:
-        yield stack, receiver, f"127.0.0.1:{grpc_port}"
-    finally:
-        stack.stop()
-        server.stop(0)
+    with otlp_receiver() as (endpoint, receiver):
+        stack = Stack(sim_args("--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint",
+                               endpoint, "--grpc-port", str(grpc_port), workers=1, step=0.01),
+                      env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
+        try:
+            yield stack, receiver, f"127.0.0.1:{grpc_port}"
+        finally:
+            stack.stop()
 
 
 def _post(stack: Stack, path: str, body: dict) -> dict:
@@ -145,19 +125,11 @@ def _metric(stack: Stack, name: str, label: str = "") -> float:
                if label in (m.group(1) or ""))
 
 
-def _drain_spans(receiver: _Receiver) -> None:
-    while True:
-        try:
-            receiver.spans.get_nowait()
-        except queue.Empty:
-            return
-
-
 @pytest.mark.parametrize("path", list(PATHS))
 def test_every_path_runs_in_the_request_scope(env, path):
     stack, receiver, grpc_target = env
     style, send = PATHS[path]
-    _drain_spans(receiver)
+    receiver.drain()
     lines_before = len(_lines(stack))
     finished = _metric(stack, "vllm:request_success_total")
     tenant_prompt = _metric(stack, "vllm_frontend_tenant_prompt_tokens_total", 'tenant="scoped"')
@@ -304,13 +276,12 @@ def test_grpc_asks_for_a_key_and_holds_the_tenants_limits(env):
 
 # -- pooling and speech: the same guarantees on the simulated engine's other runners ------------------
 
-def _runner_stack(tmp_path_factory, receiver_port: int, *args: str) -> Stack:
+def _runner_stack(tmp_path_factory, endpoint: str, *args: str) -> Stack:
     keys = tmp_path_factory.mktemp("keys") / "keys.yaml"
     keys.write_text(KEYS)
     return Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.01", "--shutdown-timeout", "5",
-                  "--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint",
-                  f"http://127.0.0.1:{receiver_port}", *args], env={"OTEL_BSP_SCHEDULE_DELAY": "100"},
-                 ready_timeout=120)
+                  "--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint", endpoint,
+                  *args], env={"OTEL_BSP_SCHEDULE_DELAY": "100"}, ready_timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -318,22 +289,16 @@ def runners(tmp_path_factory):
     """A pooling model and a transcription model, each on its own stack."""
     from tests.e2e.tiny_whisper import build_tiny_whisper
 
-    receiver = _Receiver()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    pooling = _runner_stack(tmp_path_factory, port, "--max-model-len", "1024", "--served-model-name", SERVED,
-                            "--runner", "pooling", "demo:deepseek-v4")
-    speech = _runner_stack(tmp_path_factory, port, "--max-model-len", "448", "--served-model-name", "whisper",
-                           build_tiny_whisper())
-    try:
-        yield {"pooling": pooling, "speech": speech}, receiver
-    finally:
-        pooling.stop()
-        speech.stop()
-        server.stop(0)
+    with otlp_receiver() as (endpoint, receiver):
+        pooling = _runner_stack(tmp_path_factory, endpoint, "--max-model-len", "1024", "--served-model-name",
+                                SERVED, "--runner", "pooling", "demo:deepseek-v4")
+        speech = _runner_stack(tmp_path_factory, endpoint, "--max-model-len", "448", "--served-model-name",
+                               "whisper", build_tiny_whisper())
+        try:
+            yield {"pooling": pooling, "speech": speech}, receiver
+        finally:
+            pooling.stop()
+            speech.stop()
 
 
 def _wav() -> bytes:
@@ -368,7 +333,7 @@ def test_pooling_and_speech_run_in_the_request_scope(runners, path):
     stacks, receiver = runners
     stack = stacks[path]
     style, send, generates = RUNNER_PATHS[path]
-    _drain_spans(receiver)
+    receiver.drain()
     lines_before = len(_lines(stack))
     finished = _metric(stack, "vllm:request_success_total")
     tenant_prompt = _metric(stack, "vllm_frontend_tenant_prompt_tokens_total", 'tenant="scoped"')

@@ -10,43 +10,21 @@ import sys
 import urllib.request
 from concurrent import futures
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tests.reliability.helpers import SERVED, chat_body, sim_args, wait_for
 from tests.inprocess import InProcessStack
-from tests.stack import free_port
+from tests.ops.otlp_receiver import otlp_receiver
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_SPAN}-01"
 
 
-class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self):
-        self.spans: queue.Queue = queue.Queue()
-
-    def Export(self, request, context):  # noqa: N802 - the gRPC method name
-        for rs in request.resource_spans:
-            for ss in rs.scope_spans:
-                for span in ss.spans:
-                    self.spans.put(span)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-
 @pytest.fixture
 def receiver():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    servicer = _Receiver()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}", servicer
-    finally:
-        server.stop(0)
+    with otlp_receiver() as r:
+        yield r
 
 
 def _attrs(span) -> dict:

@@ -387,7 +387,7 @@ def _maxsim(q: np.ndarray, d: np.ndarray) -> float:
     return float((q.astype(np.float32) @ d.astype(np.float32).T).max(axis=-1).sum())
 
 
-async def _scores(state: Any, request: web.Request, req: Any, side1: list[str], side2: list[str],
+async def _scores(state: Any, scope: RequestScope, req: Any, side1: list[str], side2: list[str],
                   rid: str) -> tuple[list[float], int]:
     """One score per pair (side1 broadcast when it has one item) and the prompt tokens used."""
     pm = _model(state)
@@ -446,7 +446,7 @@ async def score(state, scope: RequestScope, body: bytes) -> JsonAnswer:
         a, b, names = req.text_1, req.text_2, ("text_1", "text_2")
     side1, side2 = inputs.score_texts(a, names[0]), inputs.score_texts(b, names[1])
     rid = _request_id(scope, req.request_id)
-    scores, tokens = await _scores(state, request, req, side1, side2, rid)
+    scores, tokens = await _scores(state, scope, req, side1, side2, rid)
     data = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
     return JsonAnswer({"id": f"score-{rid}", "object": "list", "created": int(time.time()), "model": model,
                      "data": data, "usage": _usage(tokens)})
@@ -460,7 +460,7 @@ async def rerank(state, scope: RequestScope, body: bytes) -> JsonAnswer:
         raise APIError(400, "`query` must be a string.", "query")
     docs = inputs.score_texts(req.documents, "documents")
     rid = _request_id(scope, req.request_id)
-    scores, tokens = await _scores(state, request, req, [req.query], docs, rid)
+    scores, tokens = await _scores(state, scope, req, [req.query], docs, rid)
     order = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
     if req.top_n and req.top_n < len(order):
         order = order[:req.top_n]
