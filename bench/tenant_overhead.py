@@ -64,10 +64,6 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-class _Gen:
-    num_output_tokens = 4
-
-
 def components(n: int = 20_000, workers: int = 4) -> dict[str, float]:
     """The added work itself, in this process: microseconds per request of the auth middleware
     (and, with a keys file, every quota step the serving path takes: admit, the submit check,
@@ -77,8 +73,9 @@ def components(n: int = 20_000, workers: int = 4) -> dict[str, float]:
     from aiohttp.test_utils import make_mocked_request
 
     from vllm_pyfrontend.metrics import WorkerMetrics
-    from vllm_pyfrontend.server.middleware import ApiKeys, auth_middleware, tenant_auth_middleware
-    from vllm_pyfrontend.tenants.key_table import LEASE, TenantKeys
+    from vllm_pyfrontend.server.middleware import ApiKeys, auth_middleware
+    from vllm_pyfrontend.serving.scope import QUOTA
+    from vllm_pyfrontend.tenants.key_table import TenantKeys
     from vllm_pyfrontend.tenants.keys_file import parse_entries, publish
 
     import yaml
@@ -92,12 +89,13 @@ def components(n: int = 20_000, workers: int = 4) -> dict[str, float]:
     async def plain(request):
         return done
 
-    async def serving(request):  # what responder.py and generation.py do with a lease
-        lease = request.get(LEASE)
-        if lease is not None:
-            lease.check_submit([{"max_tokens": 4}], 4, 20)
-            lease.submitted(20)
-            lease.on_end(_Gen)
+    async def serving(request):  # what a request's scope (serving/scope.py) does with a quota
+        quota = request.get(QUOTA)
+        if quota is not None:
+            lease = quota.admit()
+            lease.reserve([{"max_tokens": 4}], 4, 20)
+            lease.settle(20, 4)
+            lease.release()
         return done
 
     def time_it(mw, handler, key: str | None) -> float:
@@ -120,8 +118,8 @@ def components(n: int = 20_000, workers: int = 4) -> dict[str, float]:
     cases = {
         "no_keys": (None, serving, None),
         "api_key": (auth_middleware(ApiKeys(["key-anon"]), False), serving, "key-anon"),
-        "keys_file_no_limits": (tenant_auth_middleware(tenants, False), serving, "key-anon"),
-        "keys_file_quotas": (tenant_auth_middleware(tenants, False), serving, "key-bench"),
+        "keys_file_no_limits": (auth_middleware(tenants, False), serving, "key-anon"),
+        "keys_file_quotas": (auth_middleware(tenants, False), serving, "key-bench"),
     }
     out: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(5):

@@ -61,6 +61,20 @@ class APIError(Exception):
                             headers=self.headers() or None, content_type="application/json")
 
 
+def client_error(error: BaseException) -> APIError | None:
+    """The answer to a request whose handling raised `error` when it is the client's doing: an
+    APIError as it is, the lowering's InvalidRequestError as a 400, and a RecursionError (msgspec
+    decodes free-form fields recursively: a body nested thousands of levels deep) as a 400;
+    None for anything else."""
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, InvalidRequestError):
+        return APIError(400, error.message, error.param)
+    if isinstance(error, RecursionError):
+        return APIError(400, "The request body is nested too deeply.")
+    return None
+
+
 def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param)
 

@@ -14,7 +14,7 @@ from vllm_pyfrontend.api.anthropic import add_anthropic_routes
 from vllm_pyfrontend.api.openai.chat_routes import chat_completions, handle_chat_completions
 from vllm_pyfrontend.api.openai.completion_routes import completions, handle_completions
 from vllm_pyfrontend.api.openai.tokenize_routes import handle_detokenize, handle_tokenize
-from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.errors import APIError, client_error
 from vllm_pyfrontend.server.middleware import build_middlewares, error_response
 from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
 from vllm_pyfrontend.serving.lora import add_lora_routes, model_cards as lora_model_cards
@@ -53,12 +53,10 @@ def batch_endpoints(app: web.Application) -> dict:
 async def error_middleware(request: web.Request, handler):
     try:
         return await handler(request)
-    except APIError as e:
-        _log_stack(request, e.status)
-        return _error(request, e)
-    except InvalidRequestError as e:  # raised by frontend/llm's lowering: the client's doing
-        _log_stack(request, 400)
-        return _error(request, APIError(400, e.message, e.param))
+    except (APIError, InvalidRequestError) as e:  # (the latter raised by frontend/llm's lowering)
+        error = client_error(e)
+        _log_stack(request, error.status)
+        return _error(request, error)
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -75,10 +73,8 @@ async def error_middleware(request: web.Request, handler):
         # nobody to answer, and aiohttp drops whatever is returned on a closed connection.
         log.debug("client gone during %s %s", request.method, request.path)
         return web.Response(status=400, text="client disconnected")
-    except RecursionError:
-        # msgspec decodes free-form fields (`dict[str, Any]`) recursively: a body nested
-        # thousands of levels deep is the client's fault, not ours.
-        return _error(request, APIError(400, "The request body is nested too deeply."))
+    except RecursionError as e:  # a body nested too deeply: the client's doing, not ours
+        return _error(request, client_error(e))
     except Exception:  # noqa: BLE001 - every failure is an answer, never a dropped request
         log.exception("unhandled error on %s %s", request.method, request.path)
         return _error(request, APIError(500, "Internal server error."))
@@ -169,7 +165,7 @@ async def handle_openapi(request: web.Request) -> web.Response:
 def build_app(state: ServerState) -> web.Application:
     root = normalize_root(state.config.policy.root_path)
     app = web.Application(
-        middlewares=[*build_middlewares(state.config, state.metrics, state.tenants),
+        middlewares=[*build_middlewares(state.config, state.metrics, state.keys),
                      error_middleware],
         client_max_size=state.config.max_request_body_bytes,
         router=RootPathRouter(root) if root else None,

@@ -46,7 +46,7 @@ from vllm_pyfrontend.server.root_path import normalize_root, route_path
 from vllm_pyfrontend.tenants import TENANT
 from vllm_pyfrontend.tenants.api_keys import ApiKeys
 from vllm_pyfrontend.serving.responder import ERROR_FRAMES
-from vllm_pyfrontend.serving.scope import CLIENT_CLOSED, QUOTA, SCOPE
+from vllm_pyfrontend.serving.scope import CLIENT_CLOSED, QUOTA, SCOPE, http_log_fields
 from vllm_pyfrontend.tenants.key_table import TenantKeys
 
 request_log = logging.getLogger("vllm_pyfrontend.requests")
@@ -82,9 +82,6 @@ def auth_middleware(keys: ApiKeys | TenantKeys, guard_metrics: bool, root: str =
         return await handler(request)
 
     return auth
-
-
-tenant_auth_middleware = auth_middleware  # the keys file's: the same lookup (`TenantKeys.lookup`)
 
 
 def error_response(request: web.Request, error: APIError, root: str = "") -> web.Response:
@@ -232,28 +229,15 @@ def context_middleware(config: WorkerConfig, metrics: WorkerMetrics | None):
             if metrics is not None and route not in UNINSTRUMENTED_ROUTES:
                 metrics.observe_http(request.method, route or "none", status, elapsed)
             if log_requests and SCOPE not in request:  # (a request's scope writes its own line)
-                _log_request(request, route, status, elapsed, max_log_len)
+                _log_request(request, status, elapsed, max_log_len)
 
     return context
 
 
-def _log_request(request: web.Request, route: str | None, status: int, elapsed: float,
-                 max_log_len: int | None) -> None:
+def _log_request(request: web.Request, status: int, elapsed: float, max_log_len: int | None) -> None:
     """One structured (JSON) line per request. Never the Authorization header or the body."""
-    path = request.path
-    if max_log_len is not None:
-        path = path[:max_log_len]
-    record = {
-        "event": "request",
-        "request_id": request.get("request_id"),
-        "method": request.method,
-        "path": path,
-        "route": route,
-        "status": status,
-        "duration_ms": round(elapsed * 1000.0, 3),
-        "client": request.remote,
-        "user_agent": (request.headers.get("User-Agent") or "")[:200] or None,
-    }
+    record = {"event": "request", **http_log_fields(request, max_log_len), "status": status,
+              "duration_ms": round(elapsed * 1000.0, 3)}
     trace = request.get("trace_headers")
     if trace is not None:
         record["traceparent"] = trace["traceparent"]
@@ -279,20 +263,20 @@ def _response_hook(echo_request_id: bool):
     return on_response_prepare
 
 
-def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None, tenants: TenantKeys | None = None) -> list:
-    """The middlewares to put before app.py's error middleware (outermost first). `tenants`:
-    the worker's key table when a keys file is given (it replaces the --api-key check)."""
+def build_middlewares(config: WorkerConfig, metrics: WorkerMetrics | None,
+                      keys: TenantKeys | ApiKeys | None = None) -> list:
+    """The middlewares to put before app.py's error middleware (outermost first). `keys`: the
+    worker's key lookup (`ServerState.keys`: the keys file's table, or the `--api-key` keys);
+    without it, the configuration's `--api-key` keys."""
     mws: list = [context_middleware(config, metrics)]
     policy = config.policy
     if policy.allowed_origins:
         mws.append(cors_middleware(CorsPolicy(
             policy.allowed_origins, policy.allowed_methods, policy.allowed_headers,
             policy.allow_credentials)))
-    if tenants is not None:
-        mws.append(tenant_auth_middleware(tenants, policy.metrics_require_api_key, normalize_root(policy.root_path)))
-        return mws
-    keys = ApiKeys(config.api_keys)
-    if keys:
+    if keys is None and any(config.api_keys):
+        keys = ApiKeys(config.api_keys)
+    if keys is not None:
         mws.append(auth_middleware(keys, policy.metrics_require_api_key, normalize_root(policy.root_path)))
     return mws
 

@@ -4,9 +4,9 @@ generation API style (OpenAI chat and text completions, Anthropic Messages).
 A style builds its `RequestRun` (choices, formatter, SSE writer), lowers its sampling through
 `frontend/llm` and calls `submit_choices` in the request's scope (serving/scope.py), then
 `answer_run`: an `Answer` that is SSE as the run goes (`StreamAnswer`, HTTP only) or the JSON
-body from `run.formatter.body` (`JsonAnswer`, which a batch line takes as it is). Error events mid-stream are framed by the run
-(`RequestRun.error_frame`), the end of the stream by the SSE writer (`SSEWriter.last_frame`), so
-the same code serves every style's wire format.
+body from `run.formatter.body` (`JsonAnswer`, which a batch line takes as it is). Error events
+mid-stream are framed by the run (`RequestRun.error_frame`), the end of the stream by the SSE
+writer (`SSEWriter.last_frame`), so the same code serves every style's wire format.
 """
 
 from __future__ import annotations
@@ -124,14 +124,14 @@ Answer = JsonAnswer | StreamAnswer
 # error once with it (`server/middleware.py` `error_response`).
 ERROR_FRAMES = web.AppKey("error_frames", dict)
 # An endpoint: (the worker's state, the request's scope, the request body) -> its answer. The
-# HTTP routes, the batch runner and gRPC call the same ones.
+# HTTP routes and the batch runner call the same ones.
 Endpoint = Callable[[Any, RequestScope, bytes], Awaitable[Answer]]
 
 
 def http_response(answer: Answer) -> web.Response:
     assert isinstance(answer, JsonAnswer)
-    body = answer.body if isinstance(answer.body, bytes) else _json(answer.body)
-    return web.Response(body=body, status=answer.status, headers=answer.headers, content_type="application/json")
+    return web.Response(body=_json(answer.body), status=answer.status, headers=answer.headers,
+                        content_type="application/json")
 
 
 async def write_answer(request: web.Request, answer: Answer) -> web.StreamResponse:

@@ -27,13 +27,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend.engine.types import EngineDeadError
-from vllm_pyfrontend.errors import APIError, InvalidRequestError
+from vllm_pyfrontend.errors import APIError, client_error
 from vllm_pyfrontend.llm.generation import Generation, GenerationConsumer
 from vllm_pyfrontend.llm.pooling import PoolingBatch
 from vllm_pyfrontend.llm.submission import Submission
@@ -62,31 +63,37 @@ class Caller:
 
     tenant: Tenant = ANONYMOUS
     quota: TenantQuota | None = None
-    path: str = ""
+    path: str = ""  # what the log line names where there are no HTTP fields (a batch line's url, a gRPC method)
     request_id: str | None = None  # the client's X-Request-Id
     trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate, to the engine
     data_parallel_rank: int | None = None  # vLLM's X-data-parallel-rank
-    http: dict[str, Any] | None = None  # method, route, client, user_agent (the log line)
+    http: dict[str, Any] | None = None  # what the log line says of the HTTP exchange (`http_log_fields`)
 
 
-def caller_of(request: web.Request, for_log: bool = False) -> Caller:
+def http_log_fields(request: web.Request, max_log_len: int | None) -> dict[str, Any]:
+    """What a request log line says of the HTTP exchange: the log's request id, method, path
+    (cut to `--max-log-len`), route pattern, client address and user agent. Never the
+    Authorization header or the body."""
+    resource = request.match_info.route.resource
+    path = request.path
+    return {"request_id": request.get("request_id"), "method": request.method,
+            "path": path if max_log_len is None else path[:max_log_len],
+            "route": resource.canonical if resource is not None else None, "client": request.remote,
+            "user_agent": (request.headers.get("User-Agent") or "")[:200] or None}
+
+
+def caller_of(request: web.Request, log_fields: bool = False, max_log_len: int | None = None) -> Caller:
     """An HTTP request's caller: what the middleware decided (tenant, quota, request id,
     trace headers) and vLLM's `X-data-parallel-rank` header (ignored when not an integer);
-    `for_log`: with what the request log line says of the HTTP exchange."""
+    `log_fields`: with what the request log line says of the HTTP exchange."""
     rank = request.headers.get("X-data-parallel-rank")
     try:
         dp_rank = int(rank) if rank is not None else None
     except ValueError:
         dp_rank = None
-    http = None
-    if for_log:
-        resource = request.match_info.route.resource
-        http = {"request_id": request.get("request_id"), "method": request.method, "route": resource.canonical if resource is not None else None,
-                "client": request.remote, "user_agent": (request.headers.get("User-Agent") or "")[:200] or None}
     return Caller(
-        tenant=request.get(TENANT, ANONYMOUS), quota=request.get(QUOTA), path=request.path if for_log else "",
-        request_id=request.headers.get("X-Request-Id"),
-        trace_headers=request.get("trace_headers"), data_parallel_rank=dp_rank, http=http)
+        tenant=request.get(TENANT, ANONYMOUS), quota=request.get(QUOTA), request_id=request.headers.get("X-Request-Id"), trace_headers=request.get("trace_headers"),
+        data_parallel_rank=dp_rank, http=http_log_fields(request, max_log_len) if log_fields else None)
 
 
 def status_of(error: BaseException | None) -> int:
@@ -95,10 +102,9 @@ def status_of(error: BaseException | None) -> int:
         return 200
     if isinstance(error, asyncio.CancelledError):
         return CLIENT_CLOSED
-    if isinstance(error, APIError):
-        return error.status
-    if isinstance(error, (InvalidRequestError, RecursionError)):
-        return 400
+    answer = client_error(error)
+    if answer is not None:
+        return answer.status
     if isinstance(error, web.HTTPException):
         return error.status
     return 500
@@ -144,7 +150,8 @@ class RequestScopes:
     def open_http(self, request: web.Request, style: str) -> "RequestScope":
         """An HTTP request's scope, kept on the request (the request log middleware reads it);
         the route ends it (`HttpScope` does it for an `async with` block)."""
-        scope = request[SCOPE] = RequestScope(self, caller_of(request, self.log_requests), style)
+        scope = request[SCOPE] = RequestScope(
+            self, caller_of(request, self.log_requests, self.max_log_len), style)
         return scope
 
     def http(self, request: web.Request, style: str) -> "HttpScope":
@@ -193,6 +200,11 @@ class RequestScope:
         """The style's run (its `error`, set when it failed mid-way, fails the request)."""
         self._followed = run
 
+    def end_unless_held(self, error: BaseException | None, status: int) -> None:
+        """The HTTP exchange is over: the end of the request, unless its work goes on (`hold`)."""
+        if not self.held:
+            self.end(error, status)
+
     def fail(self, error: BaseException) -> None:
         """The request failed with `error` (a cancel is the client gone, not a failure)."""
         if self.status is None:
@@ -237,28 +249,19 @@ class RequestScope:
         except EngineDeadError as e:
             raise APIError(503, f"The engine is not available: {e}") from None
         self.generations.extend(sub.requests)
-        if admission is not None:
-            for _, gen in sub.requests:
-                if not gen.finished:
-                    admission.track(gen)
+        self._track(sub)
         return sub
 
     def submit_steps(self, sub: Submission) -> None:
         """One step of a beam search: its engine requests sent and counted in the queue bounds
         (the tenant's tokens are reserved for the whole search, `reserve_tokens`); aborted
         with the scope if they are still running."""
-        for req, _ in sub.requests:
-            req.trace_headers = self.caller.trace_headers
-            req.data_parallel_rank = self.caller.data_parallel_rank
+        self._stamp(sub.requests)
         sub.submit()
         if not self._steps:
             self._steps = []
         self._steps.append(sub)
-        admission = self.scopes.admission
-        if admission is not None:
-            for _, gen in sub.requests:
-                if not gen.finished:
-                    admission.track(gen)
+        self._track(sub)
 
     def submit_pooling(self, batch: PoolingBatch) -> None:
         """A pooling request's engine requests, all sent or none (their prompts reserved)."""
@@ -266,9 +269,7 @@ class RequestScope:
             self.scopes.admission.admit(len(batch.requests))
         if self.lease is not None:
             self.lease.reserve_tokens(batch.num_prompt_tokens)
-        for req, _ in batch.requests:
-            req.trace_headers = self.caller.trace_headers
-            req.data_parallel_rank = self.caller.data_parallel_rank
+        self._stamp(batch.requests)
         try:
             batch.submit()
         except EngineDeadError as e:
@@ -276,6 +277,21 @@ class RequestScope:
         if not self._pooling:
             self._pooling = []
         self._pooling.append(batch)
+
+    def _track(self, sub: Submission) -> None:
+        """The sent engine requests still running count in the queue bounds until they end."""
+        admission = self.scopes.admission
+        if admission is not None:
+            for _, gen in sub.requests:
+                if not gen.finished:
+                    admission.track(gen)
+
+    def _stamp(self, requests: list[tuple[Any, Any]]) -> None:
+        """The caller's trace headers and engine choice on engine requests built elsewhere."""
+        caller = self.caller
+        for req, _ in requests:
+            req.trace_headers = caller.trace_headers
+            req.data_parallel_rank = caller.data_parallel_rank
 
     def reserve_tokens(self, tokens: int) -> None:
         """Tokens the request may use that no `submit` reserves (beam search: the prompts and
@@ -320,15 +336,10 @@ class RequestScope:
             self.scopes.in_flight.finished()
 
     def _abort_unfinished(self) -> None:
-        for _, gen in self.generations:
+        for _, gen in chain(self.generations, *(sub.requests for sub in self._steps)):
             gen.cancel()  # (a no-op once finished)
             if gen.admission is not None:  # never left counted
                 gen.admission.on_end(gen)
-        for sub in self._steps:
-            for _, gen in sub.requests:
-                gen.cancel()
-                if gen.admission is not None:
-                    gen.admission.on_end(gen)
         for batch in self._pooling:
             batch.cancel()  # (nothing to abort once every output arrived)
 
@@ -401,24 +412,15 @@ class RequestScope:
     def _log_line(self, prompt: int, completion: int) -> None:
         """One structured (JSON) line per request, never its body or its key."""
         caller = self.caller
-        path = caller.path
-        if self.scopes.max_log_len is not None:
-            path = path[: self.scopes.max_log_len]
-        status = self.status if self.status is not None else 200
-        http = caller.http
-        record: dict[str, Any] = {"event": "request",
-                                  "request_id": http["request_id"] if http is not None else caller.request_id}
-        if http is not None:
-            record["method"] = http["method"]
-        record["path"] = path
-        if http is not None:
-            record["route"] = http["route"]
-        record["status"] = status
-        record["duration_ms"] = round((time.monotonic() - self.arrival) * 1000.0, 3)
-        if http is not None:
-            record["client"] = http["client"]
-            record["user_agent"] = http["user_agent"]
-        record["style"] = self.style
+        fields = caller.http
+        if fields is None:  # (a batch line, a gRPC call)
+            max_log_len = self.scopes.max_log_len
+            fields = {"request_id": caller.request_id,
+                      "path": caller.path if max_log_len is None else caller.path[:max_log_len]}
+        record: dict[str, Any] = {"event": "request", **fields,
+                                  "status": self.status if self.status is not None else 200,
+                                  "duration_ms": round((time.monotonic() - self.arrival) * 1000.0, 3),
+                                  "style": self.style}
         if caller.tenant.name:
             record["tenant"] = caller.tenant.name
         if self.response_id is not None:
@@ -455,9 +457,6 @@ class HttpScope:
         return scope
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
-        scope = self.scope
-        assert scope is not None
-        if scope.held:
-            return False  # the work goes on past the HTTP exchange; its runner ends the scope
-        scope.end(exc, status_of(exc))
+        assert self.scope is not None
+        self.scope.end_unless_held(exc, status_of(exc))
         return False

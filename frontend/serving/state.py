@@ -189,9 +189,6 @@ class ServerState:
             raise APIError(400, f"The model does not support generation (task `generate`); its tasks are "
                            f"{tasks}: use the pooling routes (/v1/embeddings, /classify, /score, ...).", "model")
 
-    def check_engine(self) -> None:
-        self.scopes.check_engine()
-
     # -- prompt ---------------------------------------------------------------------------------
     def render_and_tokenize(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
         if self.template is None and kwargs.get("template_override") is None:

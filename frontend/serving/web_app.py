@@ -1,6 +1,6 @@
 """What every API style mounts on the worker's aiohttp app the same way: an endpoint's HTTP
 route (the request body, read in the request's scope, to the endpoint's answer; `Endpoint`: the
-HTTP routes, the batch runner and gRPC call the same ones), and a service the app opens at
+HTTP routes and the batch runner call the same ones), and a service the app opens at
 startup and closes at cleanup."""
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ def http_route(style: str, endpoint: Endpoint) -> Callable[[web.Request], Awaita
             answer = await endpoint(state, scope, await state.read_body(request))
             resp = await write_answer(request, answer)
         except BaseException as e:
-            if not scope.held:
-                scope.end(e, status_of(e))
+            scope.end_unless_held(e, status_of(e))
             raise
-        if not scope.held:
-            scope.end(None, resp.status)
+        scope.end_unless_held(None, resp.status)
         return resp
 
     return handle

@@ -64,6 +64,11 @@ class TenantKeys:
         if self.generation != before:
             log.info("API keys reloaded: %d named key(s) (generation %s)", len(self.quotas.by_name), self.generation)
 
+    def quota(self, name: str) -> TenantQuota | None:
+        """The quota of the named tenant `name` in the table of the moment (None: not named
+        there, or an anonymous key's "")."""
+        return self.quotas.by_name.get(name) if name else None
+
     def lookup(self, authorization: str | None, api_key: str | None = None) -> Entry | None:
         """The (tenant, quota) of the presented key (`Authorization: Bearer` or Anthropic's
         `x-api-key`), None when no key matches."""

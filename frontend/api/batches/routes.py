@@ -26,7 +26,7 @@ from aiohttp import web
 from vllm_pyfrontend.api.batches.formatter import list_page, new_batch
 from vllm_pyfrontend.api.batches.schemas import CreateBatchRequest, check_create
 from vllm_pyfrontend.api.batches.uploads import read_upload
-from vllm_pyfrontend.errors import APIError, InvalidRequestError
+from vllm_pyfrontend.errors import APIError, client_error
 from vllm_pyfrontend.metrics.batches import BatchMetrics
 from vllm_pyfrontend.serving.batch_runner import BatchRunner, RunnerSettings
 from vllm_pyfrontend.serving.bodies import decode_body
@@ -114,7 +114,7 @@ def line_caller(state, endpoints: dict[str, Endpoint]):
         endpoint = endpoints.get(url)
         if endpoint is None:
             return 404, APIError(404, f"Not found: {url}").body(), None
-        quota = state.tenants.quotas.by_name.get(tenant.name) if state.tenants is not None and tenant.name else None
+        quota = state.tenants.quota(tenant.name) if state.tenants is not None else None
         try:
             scope = state.scopes.open(Caller(tenant=tenant, quota=quota, path=url), "batch")
         except APIError as e:
@@ -124,13 +124,10 @@ def line_caller(state, endpoints: dict[str, Endpoint]):
             answer = await endpoint(state, scope, body)
         except BaseException as e:
             error = e
-            if isinstance(e, APIError):
-                return e.status, e.body(), None
-            if isinstance(e, InvalidRequestError):
-                return 400, APIError(400, e.message, e.param).body(), None
-            if isinstance(e, RecursionError):
-                return 400, APIError(400, "The request body is nested too deeply.").body(), None
-            raise
+            answer = client_error(e)
+            if answer is None:
+                raise
+            return answer.status, answer.body(), None
         finally:
             scope.end(error, status_of(error))
         if not isinstance(answer, JsonAnswer):

@@ -12,7 +12,9 @@ from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from smg_grpc_proto import vllm_engine_pb2_grpc as pb_grpc
 
-from vllm_pyfrontend.api.grpc.servicer import SERVICE_NAME, HealthServicer, VllmEngineServicer
+from vllm_pyfrontend.api.grpc.servicer import (
+    SERVICE_NAME, HealthServicer, VllmEngineServicer, key_entry, metadata_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,7 @@ class KeyCheck(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, details):
         if not details.method.startswith(f"/{SERVICE_NAME}/"):
             return await continuation(details)
-        md = {k: v for k, v in details.invocation_metadata or () if isinstance(v, str)}
-        if self.keys.lookup(md.get("authorization"), md.get("x-api-key")) is None:
+        if key_entry(self.keys, metadata_of(details.invocation_metadata)) is None:
             return _DENIED
         return await continuation(details)
 

@@ -113,6 +113,17 @@ class _Call(DeltaConsumer):
             self.wake.set()
 
 
+def metadata_of(pairs) -> dict[str, str]:
+    """A call's text metadata (binary values left out)."""
+    return {k: v for k, v in pairs or () if isinstance(v, str)}
+
+
+def key_entry(keys: Any, md: dict[str, str]):
+    """The (tenant, quota) of the API key a call presents as HTTP does (`authorization: Bearer
+    <key>` or `x-api-key` metadata), None when it presents none that is known."""
+    return keys.lookup(md.get("authorization"), md.get("x-api-key"))
+
+
 def _output_logprobs(lp: Logprobs | None, num: int | None) -> pb.OutputLogProbs | None:
     """vLLM's servicer: the sampled token's logprob per position, and the first `num` entries
     of the position's logprob map (the sampled token, then the top-k, without repeats)."""
@@ -182,13 +193,11 @@ class VllmEngineServicer(pb_grpc.VllmEngineServicer):
 
     def _caller(self, context) -> Caller:
         """The call's tenant (its key was checked by `server.KeyCheck`) and trace headers."""
-        md = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        md = metadata_of(context.invocation_metadata())
         tenant, quota = ANONYMOUS, None
         keys = self.state.keys
         if keys is not None:
-            found = keys.lookup(md.get("authorization"), md.get("x-api-key"))
-            if found is not None:
-                tenant, quota = found
+            tenant, quota = key_entry(keys, md) or (ANONYMOUS, None)
         trace = {k: md[k] for k in ("traceparent", "tracestate") if k in md} or None
         return Caller(tenant=tenant, quota=quota, path=f"/{SERVICE_NAME}/Generate",
                       request_id=md.get("x-request-id"), trace_headers=trace)

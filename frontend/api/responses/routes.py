@@ -30,7 +30,6 @@ import logging
 import time
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend.llm.sampling import SamplingOptions
@@ -48,7 +47,7 @@ from vllm_pyfrontend.api.responses.lowering import (
 from vllm_pyfrontend.api.responses.schemas import ResponsesRequest
 from vllm_pyfrontend.serving import per_request_metrics
 from vllm_pyfrontend.serving.bodies import decode_body
-from vllm_pyfrontend.serving.responder import Answer, JsonAnswer, StreamAnswer, write_answer
+from vllm_pyfrontend.serving.responder import Answer, JsonAnswer, StreamAnswer, http_response, write_answer
 from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.sse import SSEWriter
 from vllm_pyfrontend.store import (
@@ -90,9 +89,8 @@ def add_responses_routes(app: web.Application) -> None:
     app_service(app, RESPONSES, start)
 
 
-def _json(state, body: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json",
-                        headers={WORKER_HEADER: str(state.worker_index)})
+def _json(state, body: dict[str, Any]) -> web.Response:
+    return http_response(_answer(state, body))
 
 
 def _answer(state, body: dict[str, Any]) -> JsonAnswer:

@@ -245,7 +245,8 @@ async def _detect_language(state: Any, scope: RequestScope, sm: Any, chunk: Any,
 # ----------------------------------------------------------------------------------- handler
 async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
     state = request.app[STATE]
-    async with state.scopes.http(request, "audio.transcriptions" if task == "transcribe" else "audio.translations") as scope:
+    style = "audio.transcriptions" if task == "transcribe" else "audio.translations"
+    async with state.scopes.http(request, style) as scope:
         return await _handle_speech(request, state, scope, task)
 
 
