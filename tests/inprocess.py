@@ -270,10 +270,7 @@ class InProcessStack:
         self._site = GuardedSite(self._runner, sock, guard, backlog=worker_module.LISTEN_BACKLOG,
                                  ssl_context=make_ssl_context(policy))
         await self._site.start()
-        from vllm_pyfrontend.multimodal.chat import looks_multimodal, runtime_for
-
-        if looks_multimodal(config.model):
-            runtime_for(parts.state).start_loading()
+        parts.state.multimodal.start_loading()
         parts.state.metrics.set_serving(True)
 
     def call(self, coro, timeout: float = 60.0):

@@ -92,27 +92,26 @@ class MultimodalRuntime:
     """One per worker, created on the first media request (or at start for a model whose
     config names a vision/audio tower): the pool, vLLM's processor and the media loader."""
 
-    def __init__(self, state: Any):
+    def __init__(self, config: Any, template_source: str | None, engine: Any):
         from concurrent.futures import ThreadPoolExecutor
 
         from vllm_pyfrontend.multimodal.model import MultimodalModel
 
-        config = self.config = state.config
-        workers = int(getattr(config.policy, "mm_workers", 0) or 0)
+        self.config = config
+        workers = config.policy.mm_workers or 0
         if workers <= 0:
             from vllm_pyfrontend.media import default_mm_workers
 
             workers = default_mm_workers()
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mm")
-        template = state.template
         self.model = MultimodalModel(
-            config.model, list(getattr(config, "engine_args", None) or []),
+            config.model, list(config.engine_args),
             num_workers=config.num_workers, num_engines=max(1, len(config.engine_indices)),
-            template_source=template.source if template is not None else None,
+            template_source=template_source,
         )
         self._ready: asyncio.Future | None = None
         self.loader = None
-        self.engine = state.engine
+        self.engine = engine
 
     async def ready(self):
         """The loaded model (built once, in the pool)."""
@@ -151,11 +150,37 @@ def _make_loader(model, pool, config):
     return MediaLoader(policy, pool)
 
 
-def runtime_for(state: Any) -> MultimodalRuntime:
-    rt = state.multimodal
-    if rt is None:
-        rt = state.multimodal = MultimodalRuntime(state)
-    return rt
+class Multimodal:
+    """The worker's multimodal processing, a service of its state from the start: the runtime
+    (pool, processor, media loader) is built on the first media request, or at start for a
+    model that looks multimodal; a text-only worker never builds it (no torch import)."""
+
+    def __init__(self, config: Any, template_source: str | None, engine: Any):
+        self._config = config
+        self._template_source = template_source
+        self._engine = engine
+        self.runtime: MultimodalRuntime | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the runtime was built (the worker processes media)."""
+        return self.runtime is not None
+
+    def may_serve(self) -> bool:
+        """Whether media could be served: the runtime is built, or the model looks multimodal
+        (decided from config.json alone)."""
+        return self.runtime is not None or looks_multimodal(self._config.model)
+
+    def get(self) -> MultimodalRuntime:
+        if self.runtime is None:
+            self.runtime = MultimodalRuntime(self._config, self._template_source, self._engine)
+        return self.runtime
+
+    def start_loading(self) -> None:
+        """At worker start: vLLM's processor for a model that looks like a vision/audio model,
+        built in the pool while the worker already serves (a text-only model: nothing)."""
+        if looks_multimodal(self._config.model):
+            self.get().start_loading()
 
 
 def _missing_placeholders_first(placeholders: list[str], texts: list[str]) -> str:
@@ -291,14 +316,13 @@ async def load(prompt: MediaPrompt) -> tuple[dict[str, list[Any]], dict[str, lis
     return data, (uuids if any(u is not None for u in prompt.uuids) else None)
 
 
-async def prepare_chat(state: Any, messages: list[dict[str, Any]],
+async def prepare_chat(multimodal: Multimodal, messages: list[dict[str, Any]],
                        io_kwargs: dict[str, Any] | None = None) -> tuple[Any, MediaPrompt]:
     """Parse a media request's messages (step 1-2). Returns the runtime's model and the parsed
     prompt; a text-only model answers 400 as before."""
-    rt = state.multimodal
-    if rt is None and not looks_multimodal(state.config.model):
+    if not multimodal.may_serve():
         raise APIError(400, "Content parts with media are not supported by this text-only model.", "messages")
-    rt = runtime_for(state)
+    rt = multimodal.get()
     try:
         model = await rt.ready()
     except Exception as e:  # noqa: BLE001 - a model vLLM cannot build a processor for
@@ -308,11 +332,11 @@ async def prepare_chat(state: Any, messages: list[dict[str, Any]],
     return model, parse_messages(model, rt.loader, messages, io_kwargs)
 
 
-async def process(state: Any, model: Any, prompt: MediaPrompt, prompt_ids: list[int],
+async def process(multimodal: Multimodal, model: Any, prompt: MediaPrompt, prompt_ids: list[int],
                   mm_processor_kwargs: dict[str, Any] | None = None, lora_name: str | None = None):
     """Steps 3 and 4: load the media, then the processor in the pool. Returns `Processed`."""
     data, uuids = await load(prompt)
-    rt = runtime_for(state)
+    rt = multimodal.get()
     loop = asyncio.get_running_loop()
     try:
         return await loop.run_in_executor(rt.pool, model.process, prompt_ids, data, uuids,
@@ -337,20 +361,3 @@ def lora_name_of(lora_request: Any) -> str | None:
     if isinstance(lora_request, (list, tuple)) and lora_request and isinstance(lora_request[0], str):
         return lora_request[0]
     return None
-
-
-async def media_messages(state: Any, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any]:
-    """For the API styles lowered to chat messages (Responses, Messages): the messages to
-    render and the parsed media (None for a text-only request), as chat's step 1-2."""
-    if not has_media(messages):
-        return messages, None
-    model, prompt = await prepare_chat(state, messages)
-    return prompt.messages, (model, prompt)
-
-
-async def with_media(state: Any, pending: Any, prompt_ids: list[int]) -> tuple[list[int], Any]:
-    """Steps 3-4 for a request `media_messages` parsed: (expanded prompt ids, features)."""
-    if pending is None:
-        return prompt_ids, None
-    processed = await process(state, pending[0], pending[1], prompt_ids)
-    return processed.prompt_ids, processed

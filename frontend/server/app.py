@@ -191,6 +191,6 @@ def build_app(state: ServerState) -> web.Application:
     render.add_routes(app)  # render / derender (scale-out)
     admin.add_routes(app)  # dev-mode, profiler and tokenizer-info routes
     sagemaker.add_routes(app, chat=handle_chat_completions, completion=handle_completions)  # /ping, /invocations
-    add_speech_routes(app)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/api/speech)
+    add_speech_routes(app, state.multimodal)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/api/speech)
     add_batch_routes(app, batch_endpoints(app))  # /v1/files, /v1/batches; the batch runner (frontend/api/batches)
     return app

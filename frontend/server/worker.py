@@ -37,6 +37,7 @@ from vllm_pyfrontend.api.pooling.model import POOLING_TASKS, PoolingModel, engin
 from vllm_pyfrontend.server.connections import ConnectionGuard, GuardedSite
 from vllm_pyfrontend.server.malloc_heap import release_free_heap
 from vllm_pyfrontend.server.tls import make_ssl_context
+from vllm_pyfrontend.serving.lora import lora_store
 from vllm_pyfrontend.serving.state import ServerState
 from vllm_pyfrontend.text.tokenizer import Tokenizer
 
@@ -181,7 +182,7 @@ async def build_worker(config: WorkerConfig, shared: SharedParts | None = None) 
                                           json.loads(overrides) if overrides else None)
         log.info("pooling model: tasks %s, pooling task %s", supported_tasks, pooling_model.pooling_task)
     state = ServerState(config, tokenizer, template, engine, defaults, model_config, tracer=tracer,
-                        supported_tasks=supported_tasks, pooling_model=pooling_model)
+                        supported_tasks=supported_tasks, pooling_model=pooling_model, loras=lora_store(config))
     engine.drain_hooks = state.drain.hooks  # one write per stream per drain
     observer.metrics = state.metrics
     state.metrics.record_cache_config(engine.engine_infos)  # vllm:cache_config_info
@@ -254,12 +255,7 @@ async def run_worker(config: WorkerConfig, shared: SharedParts | None = None) ->
         grpc_frontend = GrpcFrontend(state, grpc_host, config.grpc_port)
         await grpc_frontend.start()
 
-    from vllm_pyfrontend.multimodal.chat import looks_multimodal, runtime_for
-
-    if looks_multimodal(config.model):
-        # vLLM's processor for a vision/audio model, built in the multimodal pool while the
-        # worker already serves (text-only models never get here: no torch import).
-        runtime_for(state).start_loading()
+    state.multimodal.start_loading()  # a vision/audio model's processor, while already serving
     tune_gc()
     stop = asyncio.Event()
 

@@ -158,16 +158,21 @@ async def _load_static(state, modules, timeout: float) -> None:
         await asyncio.sleep(0.2)
 
 
+def lora_store(config) -> LoRAStore | None:
+    """The deployment's adapter list for a worker's state, where adapters can be served
+    (`--lora-modules`, or runtime updating allowed); None otherwise."""
+    if not (config.policy.lora_modules or runtime_updating_allowed()):
+        return None
+    return LoRAStore(os.path.join(config.runtime_dir, "lora.sqlite"))
+
+
 def add_lora_routes(app: web.Application) -> None:
-    """Adapters for this worker's app: the shared store (with --lora-modules or runtime
-    updating allowed), the static adapters at start-up, and the runtime routes."""
+    """Adapters for this worker's app: the static adapters at start-up, and the runtime routes."""
     state = app[STATE]
-    policy = state.config.policy
-    modules = parse_lora_modules(getattr(policy, "lora_modules", None) or [])
-    allowed = runtime_updating_allowed()
-    if not modules and not allowed:
+    if state.loras is None:
         return
-    state.loras = LoRAStore(os.path.join(state.config.runtime_dir, "lora.sqlite"))
+    modules = parse_lora_modules(state.config.policy.lora_modules or [])
+    allowed = runtime_updating_allowed()
     if modules:
         async def on_startup(app: web.Application) -> None:
             await _load_static(state, modules, state.config.engine_ready_timeout)

@@ -13,7 +13,9 @@ from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.engine.client import EngineClient
 from vllm_pyfrontend.llm.sampling import GenerationDefaults, ModelLimits
 from vllm_pyfrontend.metrics import WorkerMetrics
+from vllm_pyfrontend.llm.lora import LoRAStore
 from vllm_pyfrontend.model_config import ModelConfig
+from vllm_pyfrontend.multimodal.chat import Multimodal
 from vllm_pyfrontend.parsers.selection import ParserSelection
 from vllm_pyfrontend.parsers.reasoning.plugin import load_reasoning_parser_plugin
 from vllm_pyfrontend.parsers.tool.plugin import load_tool_parser_plugin
@@ -71,6 +73,7 @@ class ServerState:
         tracer: Any = None,
         supported_tasks: tuple[str, ...] = ("generate",),
         pooling_model: Any = None,
+        loras: LoRAStore | None = None,
     ):
         model_config = model_config or ModelConfig()
         self.config = config
@@ -146,16 +149,12 @@ class ServerState:
             engine=engine, worker_index=config.worker_index, metrics=self.metrics, in_flight=self.load,
             admission=self.admission, tracer=tracer, log_requests=policy.enable_log_requests,
             max_log_len=policy.max_log_len, draining=lambda: self.draining)
-        # The deployment's LoRA adapters (frontend/llm/lora.py), set by serving/lora.py when
-        # adapters can be served.
-        self.loras = None
-        # Set on first use by the layers that need them: the multimodal runtime (its process
-        # pool and processor, frontend/multimodal/chat.py), the speech model and the future of
-        # its load (api/speech), and /tokenizer_info's answer (api/admin).
-        self.multimodal: Any = None
-        self.speech: Any = None
-        self.speech_ready: asyncio.Future | None = None
-        self.tokenizer_info: dict[str, Any] | None = None
+        # The deployment's LoRA adapters (frontend/llm/lora.py; serving/lora.py `lora_store`),
+        # None where adapters cannot be served.
+        self.loras = loras
+        # Media in chat (frontend/multimodal/chat.py): its runtime (pool, processor) is built
+        # on the first media request, or at start for a model that looks multimodal.
+        self.multimodal = Multimodal(config, template.source if template is not None else None, engine)
 
     # -- request gates ---------------------------------------------------------------------
     async def read_body(self, request: web.Request) -> bytes:

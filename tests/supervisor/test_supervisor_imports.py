@@ -47,7 +47,7 @@ def test_the_worker_template_loads_what_a_worker_imports_while_it_starts(tmp_pat
     code = (
         "import sys, socket; from aiohttp import web; from vllm_pyfrontend.server import worker, preload; "
         "preload._import_worker_modules(); before = set(sys.modules); "
-        "from vllm_pyfrontend.api.speech import add_speech_routes; add_speech_routes(web.Application()); "
+        "from vllm_pyfrontend.api.speech import add_speech_routes; add_speech_routes(web.Application(), None); "
         f"from vllm_pyfrontend.store import open_store; open_store(None, {str(tmp_path)!r}); "
         "socket.getaddrinfo('localhost', 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE); "
         "'localhost'.encode('idna'); import setproctitle; "

@@ -276,14 +276,20 @@ def tokenizer_info(model_dir: str, tokenizer_source: str | None, chat_template: 
     return info
 
 
-async def handle_tokenizer_info(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    info = state.tokenizer_info
-    if info is None:
-        template = state.template.source if state.template is not None else None
-        info = state.tokenizer_info = await asyncio.get_running_loop().run_in_executor(
-            None, tokenizer_info, state.config.model, state.config.tokenizer, template)
-    return _ok(info)
+def tokenizer_info_route(state) -> Any:
+    """/tokenizer_info's handler: the answer is built once per worker (off the event loop, on
+    the first call) and kept by the handler."""
+    answer: list[dict[str, Any]] = []
+
+    async def handle_tokenizer_info(request: web.Request) -> web.Response:
+        if not answer:
+            template = state.template.source if state.template is not None else None
+            info = await asyncio.get_running_loop().run_in_executor(
+                None, tokenizer_info, state.config.model, state.config.tokenizer, template)
+            answer[:] = [info]
+        return _ok(answer[0])
+
+    return handle_tokenizer_info
 
 
 async def _json_body(request: web.Request, message: str = "JSON decode error") -> Any:
@@ -309,8 +315,8 @@ def add_routes(app: web.Application) -> None:
     """Register the operator routes this deployment serves (see the module docstring)."""
     app.router.add_get("/kv_event_sources", handle_kv_event_sources)
     policy = app[STATE].config.policy
-    if getattr(policy, "enable_tokenizer_info_endpoint", False):
-        app.router.add_get("/tokenizer_info", handle_tokenizer_info)
+    if policy.enable_tokenizer_info_endpoint:
+        app.router.add_get("/tokenizer_info", tokenizer_info_route(app[STATE]))
     if dev_mode():
         install_peer_abort(app)
         r = app.router
@@ -327,6 +333,6 @@ def add_routes(app: web.Application) -> None:
         r.add_post("/resume", handle_resume)
         r.add_get("/is_paused", handle_is_paused)
         r.add_post("/abort_requests", handle_dev_abort_requests)
-    if getattr(policy, "profiler_enabled", False):
+    if policy.profiler_enabled:
         app.router.add_post("/start_profile", handle_start_profile)
         app.router.add_post("/stop_profile", handle_stop_profile)

@@ -41,7 +41,7 @@ _json = msgspec.json.encode
 
 def accepts_media(state) -> bool:
     """Whether the served model takes images (the worker's multimodal processing is set up)."""
-    return state.multimodal is not None
+    return state.multimodal.active
 
 
 def _chat_request(lowered: LoweredChat, req: MessagesRequest | None = None) -> ChatRequest:

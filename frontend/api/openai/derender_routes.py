@@ -362,7 +362,7 @@ def _stream_common(state, req, kind: str) -> tuple[str, DerenderStreamState, dic
     _check_stream_state(req.stream_state)
     model = state.check_model(req.model) if req.model else state.model_names[0]
     policy = state.config.policy
-    if getattr(policy, "tool_call_parser", None) or getattr(policy, "reasoning_parser", None):
+    if policy.tool_call_parser or policy.reasoning_parser:
         # vLLM replays the parser over the carried output ids on every chunk; not done here.
         raise APIError(400, "Streaming derender with a tool or reasoning parser configured is not supported "
                        "by this server.", "stream")

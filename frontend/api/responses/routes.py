@@ -331,7 +331,7 @@ async def create_response(state, responses: Responses, scope: RequestScope, body
         previous = await owned_record(responses, tenant_owner, req.previous_response_id)
 
     lowered = build_messages(req.instructions, req.input, previous,
-                             allow_media=state.multimodal is not None)
+                             allow_media=state.multimodal.active)
     chat = _chat_request(req, lowered)
     low = await lower_chat(state, chat)
     prompt = low.prompt

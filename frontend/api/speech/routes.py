@@ -37,6 +37,7 @@ from vllm_pyfrontend.llm.generation import DeltaConsumer
 from vllm_pyfrontend.llm.sampling import SamplingOptions, lower_sampling, resolve_max_tokens
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.api.speech.form import FormError, SpeechRequest, check_request, parse_form
+from vllm_pyfrontend.api.speech.service import SPEECH, SpeechService
 from vllm_pyfrontend.text.text_stream import TextStream
 from vllm_pyfrontend.serving.multipart import FormLimits, MultipartReader, media_type, read_urlencoded
 from vllm_pyfrontend.serving.scope import RequestScope
@@ -100,45 +101,6 @@ async def read_form_timed(request: web.Request, state: Any) -> list[tuple[str, A
             return await read_form(request, upload_limit_bytes(), body_limit)
     except TimeoutError:
         raise APIError(408, f"The request body did not arrive within {timeout:g} s.") from None
-
-
-# ----------------------------------------------------------------------------------- model
-def _looks_speech(model_dir: str) -> bool:
-    from vllm_pyfrontend.multimodal.chat import looks_multimodal
-
-    return looks_multimodal(model_dir)
-
-
-async def speech_model(state: Any):
-    """The loaded SpeechModel of this worker (built once, in the multimodal pool), or None
-    for a model vLLM serves no speech routes for."""
-    sm = state.speech
-    if sm is None:
-        if state.multimodal is None and not _looks_speech(state.config.model):
-            return None  # text-only: decided without importing vLLM
-        from vllm_pyfrontend.multimodal.chat import runtime_for
-        from vllm_pyfrontend.api.speech.model import SpeechModel
-
-        rt = runtime_for(state)
-        try:
-            await rt.ready()
-        except Exception as e:  # noqa: BLE001
-            raise APIError(500, f"The model's processor could not be loaded: {e}") from None
-        sm = SpeechModel(rt.model)
-        state.speech = sm
-        state.speech_ready = asyncio.get_running_loop().run_in_executor(rt.pool, sm.load)
-    try:
-        await asyncio.shield(state.speech_ready)
-    except Exception as e:  # noqa: BLE001
-        raise APIError(500, f"The speech-to-text model could not be loaded: {e}") from None
-    return sm if sm.supported else None
-
-
-async def _in_pool(state: Any, fn, *args, **kwargs):
-    from functools import partial
-
-    pool = state.multimodal.pool
-    return await asyncio.get_running_loop().run_in_executor(pool, partial(fn, *args, **kwargs))
 
 
 # ----------------------------------------------------------------------------------- engine
@@ -232,14 +194,15 @@ def _sampling(state: Any, req: SpeechRequest, *, logprobs: bool) -> dict[str, An
     return params
 
 
-async def _detect_language(state: Any, scope: RequestScope, sm: Any, chunk: Any, task: str, request_id: str) -> str:
-    rendered, allowed = await _in_pool(state, sm.detection_prompt, chunk, task)
+async def _detect_language(state: Any, scope: RequestScope, speech: SpeechService, sm: Any, chunk: Any, task: str,
+                           request_id: str) -> str:
+    rendered, allowed = await speech.in_pool(sm.detection_prompt, chunk, task)
     opts = SamplingOptions(max_tokens=1, temperature=0.0, allowed_token_ids=allowed)
     params = lower_sampling(opts, max_tokens=1, eos_token_id=state.limits.eos_token_id,
                             defaults=state.limits.defaults)
     chunks = _submit(state, scope, f"{request_id}-lang_detect", [rendered], params, None)
     await chunks[0].done
-    return await _in_pool(state, sm.parse_detection, chunks[0].token_ids)
+    return await speech.in_pool(sm.parse_detection, chunks[0].token_ids)
 
 
 # ----------------------------------------------------------------------------------- handler
@@ -253,7 +216,8 @@ async def handle_speech(request: web.Request, task: str) -> web.StreamResponse:
 async def _handle_speech(request: web.Request, state: Any, scope: RequestScope, task: str) -> web.StreamResponse:
     # vLLM registers these routes only for a transcription model: for any other, 404 whatever
     # the body (decided from config.json alone on a text-only model).
-    sm = await speech_model(state)
+    speech = request.app[SPEECH]
+    sm = await speech.model()
     if sm is None:
         raise web.HTTPNotFound()
     fields = await read_form_timed(request, state)
@@ -283,15 +247,15 @@ async def _handle_speech(request: web.Request, state: Any, scope: RequestScope, 
     except ValueError as e:
         raise APIError(400, str(e)) from None
     try:
-        chunks, duration = await _in_pool(state, sm.decode_and_chunk, req.file, task)
+        chunks, duration = await speech.in_pool(sm.decode_and_chunk, req.file, task)
     except ValueError as e:
         raise APIError(400, str(e)) from None
     offsets = sm.chunk_offsets(chunks, task)
     if language is None and sm.detect_language:
-        language = await _detect_language(state, scope, sm, chunks[0], task, request_id)
+        language = await _detect_language(state, scope, speech, sm, chunks[0], task, request_id)
     verbose = req.response_format == "verbose_json"
     try:
-        rendered = await _in_pool(state, sm.generation_prompts, chunks, task, language=language,
+        rendered = await speech.in_pool(sm.generation_prompts, chunks, task, language=language,
                                   prompt=req.prompt, to_language=to_language, hotwords=req.hotwords,
                                   verbose=verbose)
     except (ValueError, TypeError) as e:
@@ -307,7 +271,7 @@ async def _handle_speech(request: web.Request, state: Any, scope: RequestScope, 
     if verbose:
         segments: list[dict[str, Any]] = []
         for c, start in zip(outs, offsets):
-            segments.extend(await _in_pool(state, sm.verbose_segments, c.token_ids, c.logprobs,
+            segments.extend(await speech.in_pool(sm.verbose_segments, c.token_ids, c.logprobs,
                                            temperature=req.temperature, start_time=start))
         text = separator.join(s["text"] for s in segments)
         body = {"duration": duration, "language": language, "text": text, "segments": segments, "words": None}

@@ -172,7 +172,7 @@ async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
             raise APIError(400, "Beam search is not supported with media inputs here.", "use_beam_search")
         if not req.messages_normalized:
             normalize_messages(strip_media(req.messages))  # role and shape checks
-        mm_model, media = await prepare_chat(state, req.messages, req.media_io_kwargs)
+        mm_model, media = await prepare_chat(state.multimodal, req.messages, req.media_io_kwargs)
         messages = media.messages
     elif req.messages_normalized:
         messages = req.messages
@@ -209,7 +209,7 @@ async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
     prompt_ids = truncate_prompt(prompt_ids, req.truncate_prompt_tokens, state.max_model_len, req.truncation_side)
     mm = None
     if media is not None:
-        mm = await process_media(state, mm_model, media, prompt_ids, req.mm_processor_kwargs, lora_name_of(req.lora))
+        mm = await process_media(state.multimodal, mm_model, media, prompt_ids, req.mm_processor_kwargs, lora_name_of(req.lora))
         prompt_ids = mm.prompt_ids
     if req.logit_bias:
         req.options.logit_bias = token_bias(req.logit_bias)
