@@ -106,17 +106,32 @@ def multiprocess_dir() -> str | None:
     return environment.prometheus_multiproc_dir()
 
 
-def render_latest(registry: CollectorRegistry | None = None) -> bytes:
+TENANT_FAMILIES = "vllm_frontend_tenant_"  # the per-tenant families' name prefix (`TenantMetrics`)
+
+
+class _WithoutTenants:
+    """A registry's families but the per-tenant ones (which name every tenant)."""
+
+    def __init__(self, registry):
+        self.registry = registry
+
+    def collect(self):
+        return (m for m in self.registry.collect() if not m.name.startswith(TENANT_FAMILIES))
+
+
+def render_latest(registry: CollectorRegistry | None = None, tenant_series: bool = True) -> bytes:
     """The exposition text: merged from every worker's files in multiprocess mode, else
-    `registry` (a single process: tests, or a worker started without the supervisor)."""
+    `registry` (a single process: tests, or a worker started without the supervisor); without
+    the per-tenant families unless `tenant_series`."""
     path = multiprocess_dir()
     if path is not None:
         from prometheus_client.multiprocess import MultiProcessCollector
 
-        merged = CollectorRegistry()
-        MultiProcessCollector(merged, path=path)
-        return generate_latest(merged)
-    return generate_latest(registry) if registry is not None else b""
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=path)
+    if registry is None:
+        return b""
+    return generate_latest(registry if tenant_series else _WithoutTenants(registry))
 
 
 def mark_worker_dead(pid: int, path: str) -> None:
@@ -363,10 +378,10 @@ class WorkerMetrics:
         if draining:
             self.serving.set(0)
 
-    def render(self) -> bytes:
+    def render(self, tenant_series: bool = True) -> bytes:
         """The exposition text (this worker's gathered increments must be flushed first, on
-        the event loop's thread: `flush`)."""
-        return render_latest(self.registry)
+        the event loop's thread: `flush`); the per-tenant families only with `tenant_series`."""
+        return render_latest(self.registry, tenant_series)
 
     @staticmethod
     def flush() -> None:

@@ -6,8 +6,9 @@ Order, outermost first (`build_middlewares`):
     context  request id, W3C trace headers, HTTP metrics, in-flight gauge, request log
     cors     preflight answers; CORS headers for allowed origins (also on 401s, so a browser
              can read them)
-    auth     `--api-key`: Bearer token (or x-api-key) on /v1 (and /metrics with
-             --metrics-require-api-key)
+    auth     `--api-key`: Bearer token (or x-api-key) on vLLM's guarded prefixes (/v1, /v2,
+             /inference, /cohere); `--api-keys-file`: on every route but the public ones
+             (`PUBLIC_ROUTES`); /metrics too with --metrics-require-api-key
     error    (app.py) exceptions -> OpenAI-style error responses
 
 Response headers (X-Request-Id, CORS) are added in `on_response_prepare`, which runs before
@@ -53,8 +54,12 @@ request_log = logging.getLogger("vllm_pyfrontend.requests")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# vLLM's AuthenticationMiddleware.GUARDED_PREFIX.
+# vLLM's AuthenticationMiddleware.GUARDED_PREFIX: what `--api-key` alone guards (vLLM's semantics).
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+# With a keys file, the routes anyone may call (liveness, readiness and load probes, the
+# version, and /metrics unless --metrics-require-api-key); every other path asks for a key,
+# whatever it serves (/invocations, /tokenize, /pooling, /score, the abort routes ...).
+PUBLIC_ROUTES = frozenset({"/health", "/ping", "/version", "/load", "/ready", "/metrics"})
 _PREFLIGHT_MAX_AGE = "600"
 _SAFE_HEADERS = frozenset({"accept", "accept-language", "content-language", "content-type"})
 
@@ -62,16 +67,26 @@ _SAFE_HEADERS = frozenset({"accept", "accept-language", "content-language", "con
 # ---------------------------------------------------------------------------- API keys
 
 
+def guarded_paths(keys: ApiKeys | TenantKeys, guard_metrics: bool) -> Callable[[str], bool]:
+    """Which paths (the root path removed) ask for a key: with a keys file every path but
+    `PUBLIC_ROUTES`; with `--api-key` alone vLLM's prefixes. /metrics with --metrics-require-api-key."""
+    if isinstance(keys, TenantKeys):
+        public = PUBLIC_ROUTES - {"/metrics"} if guard_metrics else PUBLIC_ROUTES
+        return lambda path: path not in public
+    prefixes = GUARDED_PREFIXES + (("/metrics",) if guard_metrics else ())
+    return lambda path: path.startswith(prefixes)
+
+
 def auth_middleware(keys: ApiKeys | TenantKeys, guard_metrics: bool, root: str = ""):
     """Authentication with `--api-key` (`ApiKeys`: a tenant, no quota) or a keys file
     (`--api-keys-file`, `TenantKeys`): the key's tenant, and for a named key its quota, which
     the request's scope admits against (serving/scope.py: a 429 before any work, the lease
     held until the request's work ends, on every path)."""
-    prefixes = GUARDED_PREFIXES + (("/metrics",) if guard_metrics else ())
+    guarded = guarded_paths(keys, guard_metrics)
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method != "OPTIONS" and route_path(request, root).startswith(prefixes):
+        if request.method != "OPTIONS" and guarded(route_path(request, root)):
             found = keys.lookup(request.headers.get("Authorization"), request.headers.get("x-api-key"))
             if found is None:
                 return _unauthorized(request, root)

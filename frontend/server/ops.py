@@ -10,8 +10,9 @@ stored responses answer 503 then; every other route serves), so a load balancer 
 balancer or Kubernetes readiness probe takes the pod out of rotation while in-flight requests
 finish, and while a queue bound (`--max-num-queued-reqs` / `-tokens`) is reached
 ("overloaded"). With several engines, one that is down (stalled, or its socket gone) leaves both at
-200 while another serves, and both name it (`engines_down`). Both answer without authentication (as vLLM's /health); `/metrics` requires an API key
-only with `--metrics-require-api-key`.
+200 while another serves, and both name it (`engines_down`). Both answer without authentication
+(as vLLM's /health); `/metrics` requires an API key only with `--metrics-require-api-key`, and
+with a keys file it shows the per-tenant series only then, or to an admin key.
 """
 
 from __future__ import annotations
@@ -28,11 +29,21 @@ from vllm_pyfrontend.serving.state import STATE
 _json = msgspec.json.encode
 
 
+def tenant_series_allowed(request: web.Request, state) -> bool:
+    """Whether /metrics shows the per-tenant series (named keys and their usage): with no keys
+    file, behind --metrics-require-api-key, or to an admin key (`admin: true`)."""
+    if state.tenants is None or state.config.policy.metrics_require_api_key:
+        return True
+    found = state.tenants.lookup(request.headers.get("Authorization"), request.headers.get("x-api-key"))
+    return found is not None and found[0].admin
+
+
 async def handle_metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.metrics.flush()  # this worker's gathered increments first (on the loop's thread)
     # Merging reads every worker's mmap files: off the event loop, it never delays outputs.
-    body = await asyncio.get_running_loop().run_in_executor(None, state.metrics.render)
+    body = await asyncio.get_running_loop().run_in_executor(
+        None, state.metrics.render, tenant_series_allowed(request, state))
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -7,6 +7,10 @@ an abort, so its owner must finish the response itself. So each worker listens o
 socket in the deployment's runtime directory, and the worker that receives an abort sends the ids
 to every worker (itself included); each ends the requests it owns with finish reason `abort`, as
 vLLM's engine reports an abort.
+
+An abort is scoped by owner (frontend/tenants): with a keys file, a tenant's abort reaches only
+the requests its owner started, and its wildcard `*` only all of those; an admin key's reaches
+every request, as any abort does in a deployment without a keys file (vLLM's behaviour).
 """
 
 from __future__ import annotations
@@ -22,10 +26,19 @@ from aiohttp import web
 
 from vllm_pyfrontend.engine.types import FINISH_ABORT, EngineOutput
 from vllm_pyfrontend.serving.state import STATE
+from vllm_pyfrontend.tenants import tenant_of
 
 log = logging.getLogger(__name__)
 _MAX_DATAGRAM = 60_000
-ALL = "*"  # in a datagram: every request in flight on the worker
+ALL = "*"  # an id that stands for every request (of the owner, where the abort has one)
+
+
+class AbortMessage(msgspec.Struct, frozen=True):
+    """What one worker sends the others: the answered ids, and the owner whose requests they
+    may end (None: anyone's)."""
+
+    ids: list[str]
+    owner: str | None = None
 
 
 def socket_path(runtime_dir: str, worker_index: int) -> str:
@@ -38,7 +51,7 @@ class PeerAbort:
         self.worker_index = worker_index
         self.num_workers = num_workers
         self.engine = engine
-        self._runs: dict[str, list[Any]] = {}  # answered id -> its Submissions on this worker
+        self._runs: dict[str, list[tuple[Any, str]]] = {}  # answered id -> its (Submission, owner)s here
         self._receiver: socket.socket | None = None
         self._sender: socket.socket | None = None
 
@@ -66,11 +79,11 @@ class PeerAbort:
             except OSError:
                 return
             try:
-                ids = msgspec.json.decode(data, type=list[str])
+                msg = msgspec.json.decode(data, type=AbortMessage)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
             try:
-                self.abort_local(ids)
+                self.abort_local(msg.ids, msg.owner)
             except Exception:  # noqa: BLE001 - a bad datagram never stops the worker
                 log.exception("abort from a peer worker failed")
 
@@ -89,30 +102,33 @@ class PeerAbort:
             pass
 
     # -- this worker's requests -------------------------------------------------------------
-    def track(self, answered_id: str, submission) -> None:
-        self._runs.setdefault(answered_id, []).append(submission)
+    def track(self, answered_id: str, submission, owner: str) -> None:
+        self._runs.setdefault(answered_id, []).append((submission, owner))
 
     def untrack(self, answered_id: str, submission) -> None:
-        subs = self._runs.get(answered_id)
-        if subs is not None:
-            if submission in subs:
-                subs.remove(submission)
-            if not subs:
+        runs = self._runs.get(answered_id)
+        if runs is not None:
+            runs[:] = [r for r in runs if r[0] is not submission]
+            if not runs:
                 del self._runs[answered_id]
 
-    def abort_local(self, ids: list[str]) -> int:
-        """End this worker's requests answered under `ids` ("*": all of them, whatever route
-        started them): abort them in the engine and finish each choice with `abort` (the engine
-        reports nothing for a client's abort)."""
-        if ALL in ids:
+    def abort_local(self, ids: list[str], owner: str | None = None) -> int:
+        """End this worker's requests answered under `ids`, of `owner` (None: anyone's): abort
+        them in the engine and finish each choice with `abort` (the engine reports nothing for
+        a client's abort). "*" stands for all of them: with no owner every request in flight,
+        whatever route started it; with one, every request the owner started here by id."""
+        if ALL in ids and owner is None:
             sinks = self.engine.in_flight_sinks()
             self.engine.abort([rid for rid, _ in sinks])
             for rid, sink in sinks:
                 sink.on_output(EngineOutput(rid, [], finish_reason=FINISH_ABORT))
             return len(sinks)
+        answered = list(self._runs) if ALL in ids else ids
         count = 0
-        for answered in ids:
-            for sub in list(self._runs.get(answered, ())):
+        for rid_answered in answered:
+            for sub, of in list(self._runs.get(rid_answered, ())):
+                if owner is not None and of != owner:
+                    continue  # another owner's request: as if the id did not exist
                 for req, gen in sub.requests:
                     if gen.finished:
                         continue
@@ -124,20 +140,14 @@ class PeerAbort:
         return count
 
     # -- the deployment ---------------------------------------------------------------------
-    def abort_all_everywhere(self) -> int:
-        """Abort every request in flight in the deployment; returns this worker's count."""
-        count = self.abort_local([ALL])
-        self._send_peers([msgspec.json.encode([ALL])])
-        return count
-
-    def abort_everywhere(self, ids: list[str]) -> None:
+    def abort_everywhere(self, ids: list[str], owner: str | None = None) -> int:
+        """Abort `ids` ("*": all) of `owner` (None: anyone's) on every worker; returns this
+        worker's count."""
         if not ids:
-            return
-        self.abort_local(ids)
-        payload = msgspec.json.encode(list(ids))
-        chunks = [payload] if len(payload) <= _MAX_DATAGRAM else [
-            msgspec.json.encode(ids[i:i + 200]) for i in range(0, len(ids), 200)]
-        self._send_peers(chunks)
+            return 0
+        count = self.abort_local(ids, owner)
+        self._send_peers(_datagrams(ids, owner))
+        return count
 
     def _send_peers(self, chunks: list[bytes]) -> None:
         assert self._sender is not None
@@ -151,8 +161,39 @@ class PeerAbort:
                     log.debug("abort to worker %d not sent: %s", k, e)
 
 
+MAX_ID_LENGTH = 512  # longer than any id a route answers with: it names no request
+
+
+def _datagrams(ids: list[str], owner: str | None) -> list[bytes]:
+    """`ids` (those that can name a request) in messages of at most `_MAX_DATAGRAM` bytes."""
+    out: list[bytes] = []
+    chunk: list[str] = []
+    size = 0
+    for rid in ids:
+        if len(rid) > MAX_ID_LENGTH:
+            continue
+        cost = len(rid.encode()) * 6 + 3  # JSON escapes at most 6 bytes a byte, quotes and comma
+        if chunk and size + cost > _MAX_DATAGRAM - 1024:
+            out.append(msgspec.json.encode(AbortMessage(chunk, owner)))
+            chunk, size = [], 0
+        chunk.append(rid)
+        size += cost
+    if chunk:
+        out.append(msgspec.json.encode(AbortMessage(chunk, owner)))
+    return out
+
+
 PEER_ABORT = web.AppKey("peer_abort", PeerAbort)
 """Where the application keeps its `PeerAbort` once installed."""
+
+
+def abort_owner(request: web.Request) -> str | None:
+    """Whose requests an abort route's caller may end: with a keys file its owner's, or
+    anyone's for an admin key; anyone's without a keys file (vLLM's behaviour)."""
+    if request.app[STATE].tenants is None:
+        return None
+    tenant = tenant_of(request)
+    return None if tenant.admin else tenant.owner
 
 
 def install(app) -> PeerAbort:

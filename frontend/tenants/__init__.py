@@ -33,6 +33,7 @@ class Tenant:
     name: str  # "" for an anonymous key or no key; a label value for per-tenant metrics
     owner: str  # the scope of stored objects
     limits: Limits | None = field(default=None, compare=False)  # a named key's, from the keys file
+    admin: bool = False  # a named key marked `admin: true`: aborts any tenant's requests, reads per-tenant metrics
 
 
 ANONYMOUS = Tenant("", "")

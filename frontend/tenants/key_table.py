@@ -49,7 +49,7 @@ class TenantKeys:
         quotas = self.quotas.install(generation, entries)
         table = dict(self._anonymous)
         for e in entries:
-            table[e.digest] = (Tenant(e.name, named_owner(e.name), e.limits), quotas[e.name])
+            table[e.digest] = (Tenant(e.name, named_owner(e.name), e.limits, e.admin), quotas[e.name])
         self.table = table
         self.generation = generation
 

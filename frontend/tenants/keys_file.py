@@ -8,6 +8,8 @@ A YAML or JSON list, one entry per tenant:
       tokens_per_minute: 100000        # prompt + completion tokens
       max_concurrency: 8               # requests in progress at once
       max_tokens: 2048                 # the most tokens one completion may ask for
+      admin: true                      # optional: may abort every tenant's requests and read
+                                       # the per-tenant metric series (default false)
 
 The supervisor reads and validates it at start (a bad file stops the start with the entry and
 field at fault) and again on SIGHUP (a bad file is logged and the keys in use stay). The keys
@@ -33,7 +35,7 @@ SNAPSHOT_FILE = "tenant-keys.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _LIMITS = ("requests_per_second", "tokens_per_minute", "max_concurrency", "max_tokens")
-_FIELDS = frozenset(("name", "key", "key_sha256", *_LIMITS))
+_FIELDS = frozenset(("name", "key", "key_sha256", "admin", *_LIMITS))
 
 
 class KeysFileError(ValueError):
@@ -57,11 +59,13 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class KeyEntry:
-    """One tenant of the keys file: its name, the SHA-256 digest of its key, its limits."""
+    """One tenant of the keys file: its name, the SHA-256 digest of its key, its limits, and
+    whether it is an admin (aborts any tenant's requests, reads per-tenant metrics)."""
 
     name: str
     digest: bytes
     limits: Limits
+    admin: bool = False
 
 
 def _limit(where: str, field: str, value: Any) -> int:
@@ -117,7 +121,10 @@ def parse_entries(data: Any, source: str = "keys file") -> list[KeyEntry]:
             raise KeysFileError(f"{where}: duplicate key (also entry {digests[digest] + 1})")
         digests[digest] = i
         limits = Limits(**{f: _limit(where, f, raw[f]) for f in _LIMITS if raw.get(f) is not None})
-        entries.append(KeyEntry(name, digest, limits))
+        admin = raw.get("admin", False)
+        if not isinstance(admin, bool):
+            raise KeysFileError(f"{where}: `admin` must be true or false, got {admin!r}")
+        entries.append(KeyEntry(name, digest, limits, admin))
     return entries
 
 
@@ -156,7 +163,8 @@ def publish(runtime_dir: str, entries: list[KeyEntry], generation: int) -> None:
     path = snapshot_path(runtime_dir)
     tmp = f"{path}.{os.getpid()}.tmp"
     doc = {"generation": generation,
-           "keys": [{"name": e.name, "sha256": e.digest.hex(), **e.limits.to_json()} for e in entries]}
+           "keys": [{"name": e.name, "sha256": e.digest.hex(), "admin": e.admin, **e.limits.to_json()}
+                    for e in entries]}
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(doc, f)
@@ -168,6 +176,6 @@ def read_snapshot(runtime_dir: str) -> tuple[int, list[KeyEntry]]:
     with open(snapshot_path(runtime_dir), encoding="utf-8") as f:
         doc = json.load(f)
     entries = [KeyEntry(d["name"], bytes.fromhex(d["sha256"]),
-                        Limits(**{f: d[f] for f in _LIMITS if d.get(f) is not None}))
+                        Limits(**{f: d[f] for f in _LIMITS if d.get(f) is not None}), bool(d.get("admin")))
                for d in doc["keys"]]
     return int(doc["generation"]), entries

@@ -24,7 +24,8 @@ def v1_routes() -> list[tuple[str, str]]:
     """Every (method, path) the app registers under /v1 (so a new route is covered here)."""
     config = WorkerConfig(worker_index=0, num_workers=1, host="", port=0, model="m", served_model_names=["m"],
                           input_address="", output_address="")
-    fake_state = types.SimpleNamespace(config=config, metrics=WorkerMetrics("m", [0], 16), tenants=None, keys=None)
+    fake_state = types.SimpleNamespace(config=config, metrics=WorkerMetrics("m", [0], 16), tenants=None, keys=None,
+                                       loras=None, multimodal=None)
     app = build_app(fake_state)
     routes = set()
     for route in app.router.routes():

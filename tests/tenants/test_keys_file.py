@@ -62,6 +62,7 @@ def test_yaml_and_json_entries(tmp_path):
     ([{"name": "a", "key": "k", "max_tokens": 2.5}], "`max_tokens` must be a whole number"),
     ([{"name": "a", "key": "k", "max_concurrency": True}], "`max_concurrency` must be a whole number"),
     ([{"name": "a", "key": "k", "tokens_per_minute": "100"}], "`tokens_per_minute` must be a whole number"),
+    ([{"name": "a", "key": "k", "admin": "yes"}], "`admin` must be true or false"),
 ])
 def test_refused_entries_name_what_is_wrong(data, message):
     with pytest.raises(KeysFileError) as e:
@@ -83,7 +84,9 @@ def test_a_key_names_one_tenant(tmp_path):
 
 
 def test_snapshot_round_trip_keeps_no_key(tmp_path):
-    entries = parse_entries([{"name": "a", "key": "secret-key", "max_tokens": 5}, {"name": "b", "key": "k2"}])
+    entries = parse_entries([{"name": "a", "key": "secret-key", "max_tokens": 5}, {"name": "b", "key": "k2"},
+                             {"name": "c", "key": "k3", "admin": True}])
+    assert [e.admin for e in entries] == [False, False, True]
     publish(str(tmp_path), entries, 7)
     text = (tmp_path / "tenant-keys.json").read_text()
     assert "secret-key" not in text

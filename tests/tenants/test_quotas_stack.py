@@ -28,6 +28,7 @@ KEYS = """
 - {name: pair, key: key-pair, max_concurrency: 2}
 - {name: metered, key: key-metered, tokens_per_minute: 400}
 - {name: capped, key_sha256: %s, max_tokens: 8}
+- {name: ops, key: key-ops, admin: true}
 """ % hashlib.sha256(b"key-capped").hexdigest()
 
 
@@ -203,13 +204,13 @@ def test_per_tenant_metrics(stack):
     assert _chat(stack, "key-anon").status == 200
 
     def scraped():
-        text = request(stack, "/metrics").body.decode()
+        text = request(stack, "/metrics", headers=_auth("key-ops")).body.decode()
         req = _series(text, "vllm_frontend_tenant_requests_total")
         return text if req.get('tenant="free"', 0) >= 1 and req.get('tenant="metered"', 0) >= 1 else None
 
     text = wait_for(scraped, 10, "per-tenant series", stack)
     requests = _series(text, "vllm_frontend_tenant_requests_total")
-    assert set(requests) <= {f'tenant="{n}"' for n in ("limited", "free", "pair", "metered", "capped")}
+    assert set(requests) <= {f'tenant="{n}"' for n in ("limited", "free", "pair", "metered", "capped", "ops")}
     rejected = _series(text, "vllm_frontend_tenant_rejections_total")
     assert rejected.get('reason="requests_per_second",tenant="limited"', 0) >= 1, rejected
     assert rejected.get('reason="max_concurrency",tenant="pair"', 0) >= 16, rejected
@@ -218,3 +219,6 @@ def test_per_tenant_metrics(stack):
     assert _series(text, "vllm_frontend_tenant_prompt_tokens_total")['tenant="metered"'] > 0
     assert _series(text, "vllm_frontend_tenant_completion_tokens_total")['tenant="capped"'] >= 16
     assert 'tenant=""' not in text  # anonymous keys have no series
+    # Only an admin key reads them: to anyone else /metrics names no tenant.
+    for headers in ({}, _auth("key-free")):
+        assert "vllm_frontend_tenant_" not in request(stack, "/metrics", headers=headers).body.decode()

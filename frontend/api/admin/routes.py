@@ -29,7 +29,7 @@ from vllm_pyfrontend.engine.kv_events import KvEventsConfig
 from vllm_pyfrontend.engine.types import EngineDeadError
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.peer_abort import install as install_peer_abort
-from vllm_pyfrontend.serving.peer_abort import PEER_ABORT
+from vllm_pyfrontend.serving.peer_abort import ALL, PEER_ABORT, abort_owner
 from vllm_pyfrontend.serving.state import STATE
 
 _json = msgspec.json.encode
@@ -189,9 +189,9 @@ async def handle_dev_abort_requests(request: web.Request) -> web.Response:
     if ids:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise APIError(400, "'request_ids' must be a list of strings.")
-        peers.abort_everywhere(ids)
+        peers.abort_everywhere(ids, abort_owner(request))
         return _ok({"status": "aborted", "aborted": len(ids)})
-    count = peers.abort_all_everywhere()
+    count = peers.abort_everywhere([ALL], abort_owner(request))
     return _ok({"status": "aborted", "aborted": count})
 
 

@@ -36,7 +36,7 @@ from vllm_pyfrontend.serving.scope import RequestScope
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.api.openai.token_schemas import GenerateRequest, options_of
-from vllm_pyfrontend.serving.peer_abort import PEER_ABORT
+from vllm_pyfrontend.serving.peer_abort import PEER_ABORT, abort_owner
 from vllm_pyfrontend.serving.state import STATE
 
 _enc = msgspec.json.encode
@@ -278,7 +278,7 @@ async def _generate(request: web.Request, state, scope: RequestScope) -> web.Str
                          priority=req.priority, cache_salt=req.cache_salt, requested_max_tokens=opts.max_tokens)
     peers = request.app.get(PEER_ABORT)
     if peers is not None:
-        peers.track(response_id, sub)
+        peers.track(response_id, sub, scope.caller.tenant.owner)
     try:
         return await respond(state, request, run, role_chunks=False)
     finally:
@@ -298,7 +298,7 @@ async def handle_abort_requests(request: web.Request) -> web.Response:
         raise APIError(400, "Missing 'request_ids' in request body")
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise APIError(400, "'request_ids' must be a list of strings.")
-    request.app[PEER_ABORT].abort_everywhere(ids)
+    request.app[PEER_ABORT].abort_everywhere(ids, abort_owner(request))
     return web.Response(status=200)
 
 
@@ -313,8 +313,8 @@ def add_routes(app: web.Application) -> None:
         app.router.add_post("/inference/v1/generate", handle_generate)
         app.router.add_post("/inference/v1/abort_requests", handle_abort_requests)
         if policy.tokens_only:
-            # vLLM keeps this path (outside /v1 and /inference, so no API key) for existing
-            # tokens-only deployments.
+            # vLLM keeps this path (outside /v1 and /inference, so no `--api-key`; a keys file
+            # guards it) for existing tokens-only deployments.
             app.router.add_post("/abort_requests", handle_abort_requests)
     else:
         app.router.add_post("/inference/v1/generate", scale_out_disabled)
