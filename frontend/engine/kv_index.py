@@ -32,6 +32,7 @@ from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
 ROOT = 0x5EED  # the chain key a first block's parent has
 DEFAULT_MAX_BLOCKS = 1 << 20  # per engine; ~150 bytes each
+MAX_BLOCK_SIZE = 1 << 16  # tokens per block: vLLM's are at most a few thousand; a larger one is malformed
 
 
 class _EngineBlocks:
@@ -78,7 +79,9 @@ class KvIndex:
         bs = ev.block_size
         hashes = ev.block_hashes
         tokens = ev.token_ids
-        if bs <= 0 or len(tokens) != len(hashes) * bs or ev.lora_name is not None or ev.lora_id is not None:
+        # (a malformed event is ignored: a block size no engine uses, no blocks, tokens that do
+        # not fill them)
+        if (not 0 < bs <= MAX_BLOCK_SIZE or not hashes or len(tokens) != len(hashes) * bs or ev.lora_name is not None or ev.lora_id is not None):
             return
         if ev.extra_keys and any(k for k in ev.extra_keys):
             return

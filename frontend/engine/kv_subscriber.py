@@ -33,6 +33,11 @@ from .kv_index import KvIndex
 log = logging.getLogger(__name__)
 
 REPLAY_TIMEOUT = 2.0  # seconds for a replay to finish
+# Batches a SUB socket holds before it drops new ones (ZMQ's receive high-water mark): a worker
+# that falls this far behind loses batches, which is a gap (replayed, or the engine's entries
+# dropped), never memory without bound.
+RECEIVE_QUEUE = 10_000
+RESUBSCRIBE_AFTER = 1.0  # seconds before a subscription that failed starts again
 
 
 class KvEventSubscriber:
@@ -51,6 +56,7 @@ class KvEventSubscriber:
         self.gaps = 0
         self.restarts = 0
         self.disconnects = 0
+        self.resubscribes = 0
 
     def start(self) -> None:
         for src in self.sources:
@@ -78,9 +84,25 @@ class KvEventSubscriber:
     # ------------------------------------------------------------------ one engine
 
     async def _follow(self, src: EventSource) -> None:
+        """Follow one engine's events for as long as the worker runs: a subscription that fails
+        (a bug, a batch this code cannot handle) drops what the index held of the engine and
+        starts again from the replay buffer."""
+        while True:
+            try:
+                await self._subscribe(src)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - never blind for good: the engine is relearned
+                log.exception("KV events of engine %d: subscription failed; subscribing again", src.rank)
+                self.index.clear(src.rank)
+                self.expected[src.rank] = None
+                self.resubscribes += 1
+                await asyncio.sleep(RESUBSCRIBE_AFTER)
+
+    async def _subscribe(self, src: EventSource) -> None:
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, src.topic.encode())
-        sub.setsockopt(zmq.RCVHWM, 0)
+        sub.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         sub.setsockopt(zmq.LINGER, 0)
         monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         watch = asyncio.get_running_loop().create_task(self._watch(src, monitor))
@@ -94,11 +116,6 @@ class KvEventSubscriber:
                     continue
                 seq = int.from_bytes(frames[1], "big")
                 await self._on_batch(src, seq, frames[2])
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a bug here must not take routing down: the engine goes blind
-            log.exception("KV events of engine %d: subscription ended", src.rank)
-            self.index.clear(src.rank)
         finally:
             watch.cancel()
             sub.disable_monitor()
@@ -143,12 +160,11 @@ class KvEventSubscriber:
 
     def _apply(self, rank: int, seq: int, payload: bytes) -> None:
         try:
-            batch = decode_batch(payload)
+            self.index.apply(rank, decode_batch(payload).events)
         except Exception as e:  # noqa: BLE001 - one bad batch costs what it held
-            log.warning("KV events of engine %d: batch %d undecodable (%s); its index is rebuilt", rank, seq, e)
+            log.warning("KV events of engine %d: batch %d not applied (%s: %s); its index is rebuilt",
+                        rank, seq, type(e).__name__, e)
             self.index.clear(rank)
-        else:
-            self.index.apply(rank, batch.events)
         self.expected[rank] = seq + 1
         self.batches += 1
 

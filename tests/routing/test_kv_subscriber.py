@@ -135,3 +135,68 @@ def test_close_ends_a_follower_whose_replay_finishes_as_it_is_cancelled():
         assert not sub._tasks
 
     asyncio.run(main())
+
+
+def test_a_malformed_event_is_ignored_and_the_subscription_goes_on():
+    """An engine's event with a block size no engine uses (2^62), or blocks without tokens, is
+    ignored: the subscription follows the next batches and the index keeps its block size."""
+    async def main():
+        cfg = config(replay=True)
+        pub = KvEventPublisher(cfg, 0)
+        index = KvIndex([0])
+        sub = KvEventSubscriber(index, cfg.sources([0]))
+        sub.start()
+        try:
+            huge = BlockStored(block_hashes=[], parent_block_hash=None, token_ids=[], block_size=1 << 62,
+                               lora_id=None, medium="GPU", lora_name=None, group_idx=0)
+            pub.publish(batch(huge))
+            pub.publish(batch(BlockStored(block_hashes=[9], parent_block_hash=None, token_ids=[1],
+                                          block_size=1 << 62, lora_id=None, medium="GPU", lora_name=None,
+                                          group_idx=0)))
+            pub.publish(batch(stored([1, 2], A)))
+            await until(lambda: index.match(A) == {0: 8}, "the store after the malformed ones")
+            assert index.block_size == BS and sub.resubscribes == 0
+        finally:
+            await sub.close()
+            pub.close()
+
+    asyncio.run(main())
+
+
+def test_a_failed_subscription_starts_again(monkeypatch):
+    """Whatever fails while a batch is handled, the engine's subscription starts again (from the
+    replay buffer) instead of ending for good."""
+    from vllm_pyfrontend.engine import kv_subscriber
+
+    monkeypatch.setattr(kv_subscriber, "RESUBSCRIBE_AFTER", 0.05)
+
+    async def main():
+        cfg = config(replay=True)
+        pub = KvEventPublisher(cfg, 0)
+        index = KvIndex([0])
+        sub = KvEventSubscriber(index, cfg.sources([0]))
+        real = sub._on_batch
+        failures = [RuntimeError("a handler bug")]
+
+        async def flaky(src, seq, payload):
+            if failures:
+                raise failures.pop()
+            await real(src, seq, payload)
+
+        sub._on_batch = flaky
+        sub.start()
+        try:
+            # (until the SUB socket has joined, batches may be lost: publish until one fails)
+            deadline = time.monotonic() + 10
+            while sub.resubscribes == 0:
+                assert time.monotonic() < deadline, "the failed subscription noticed"
+                pub.publish(batch(stored([1, 2], A)))
+                await asyncio.sleep(0.02)
+            await until(lambda: index.match(A) == {0: 8}, "the store, from the replay buffer")
+            pub.publish(batch(stored([3, 4], B)))
+            await until(lambda: index.match(B) == {0: 8}, "the live stream after the new subscription")
+        finally:
+            await sub.close()
+            pub.close()
+
+    asyncio.run(main())

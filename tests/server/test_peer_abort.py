@@ -56,15 +56,26 @@ def test_abort_reaches_the_owning_worker(tmp_path):
             await p.start()
         try:
             gen = _Gen()
-            peers[1].track("generate-tokens-x", _Sub("generate-w1-1", gen))
-            peers[0].abort_everywhere(["generate-tokens-x", "unknown"])  # received by worker 0
+            peers[1].track("generate-tokens-x", _Sub("generate-w1-1", gen), "tenant:alice")
+            # Another owner's abort, by id or wildcard, crosses to worker 1 with its owner: nothing ends.
+            peers[0].abort_everywhere(["generate-tokens-x", "*"], "tenant:mallory")
+            await asyncio.sleep(0.2)
+            assert not gen.finished and not engines[1].aborted
+            peers[0].abort_everywhere(["generate-tokens-x", "unknown"], "tenant:alice")  # received by worker 0
             await _until(lambda: gen.finished)
             assert gen.reason == FINISH_ABORT and engines[1].aborted == ["generate-w1-1"] and not engines[0].aborted
 
+            # An owner's wildcard ends that owner's tracked requests on every worker.
+            mine = _Gen()
+            peers[0].track("generate-tokens-y", _Sub("generate-w0-1", mine), "tenant:alice")
+            peers[1].abort_everywhere(["*"], "tenant:alice")
+            await _until(lambda: mine.finished)
+
+            # No owner (an admin, or a deployment without a keys file): every request in flight.
             others = [_Gen(), _Gen()]
             engines[0].sinks["a"] = others[0]
             engines[1].sinks["b"] = others[1]
-            assert peers[1].abort_all_everywhere() == 1  # this worker's count
+            assert peers[1].abort_everywhere(["*"]) == 1  # this worker's count
             await _until(lambda: all(g.finished for g in others))
             assert "a" in engines[0].aborted and "b" in engines[1].aborted
         finally:
