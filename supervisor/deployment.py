@@ -44,6 +44,7 @@ from vllm_pyfrontend.supervisor.workers import (
     WorkerSlot,
     child_env,
     default_worker_command,
+    slot_config_fields,
 )
 
 log = logging.getLogger("vllm_pyfrontend.supervisor")
@@ -327,23 +328,18 @@ class Supervisor:
     def _worker_config(self, slot: WorkerSlot) -> WorkerConfig:
         opts = self.options
         assert self.runtime is not None
-        # A restarted worker gets no ready response from the engines: hand it the recorded ones.
-        infos = self.runtime.read_engine_infos() if slot.starts > 0 else None
+        own = slot_config_fields(slot, self.runtime)
         if self._keys is not None:
             self._keys.starting(slot.index)
         return WorkerConfig(
-            worker_index=slot.index,
+            **own,
             num_workers=opts.workers,
             host=opts.host,
             port=opts.port,
             model=opts.model,
             model_root=opts.model_arg or opts.model,
             served_model_names=opts.served_names,
-            input_address=slot.addresses.input,
-            output_address=slot.addresses.output,
             engine_indices=opts.engine_indices,
-            engine_infos=infos,
-            runtime_dir=self.runtime.path,
             tokenizer=opts.tokenizer,
             chat_template=opts.chat_template,
             max_model_len=opts.max_model_len,

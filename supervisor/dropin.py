@@ -50,7 +50,9 @@ from vllm_pyfrontend.supervisor.flag_groups import human_readable_int
 from vllm_pyfrontend.supervisor.frontend_flags import refused_serve_args
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, log_as, wait_all
 from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir
-from vllm_pyfrontend.supervisor.workers import WORKER_EVENTS, Fatal, WorkerPool, WorkerSlot, child_env
+from vllm_pyfrontend.supervisor.workers import (
+    WORKER_EVENTS, Fatal, WorkerPool, WorkerSlot, child_env, slot_config_fields,
+)
 
 log = logging.getLogger(__name__)
 
@@ -381,21 +383,15 @@ class DropinSupervisor:
     def _worker_config(self, slot: WorkerSlot) -> WorkerConfig:
         s = self.settings
         assert self._runtime is not None
-        # A restarted worker gets no replayed ready response: hand it the recorded ones.
-        infos = self._runtime.read_engine_infos() if slot.starts > 0 else None
         return WorkerConfig(
-            worker_index=slot.index,
+            **slot_config_fields(slot, self._runtime),
             num_workers=self.args.workers,
             host=s.host,
             port=s.port,
             model=s.model,
             model_root=s.model_root,
             served_model_names=s.served_model_names,
-            input_address=slot.addresses.input,
-            output_address=slot.addresses.output,
             engine_indices=self.args.engine_indices,
-            engine_infos=infos,
-            runtime_dir=self._runtime.path,
             tokenizer=s.tokenizer,
             chat_template=s.chat_template,
             max_model_len=s.max_model_len,

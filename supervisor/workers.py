@@ -30,7 +30,7 @@ from vllm_pyfrontend.config import WorkerConfig
 from vllm_pyfrontend.environment import API_KEYS_ENV, MULTIPROC_ENV
 from vllm_pyfrontend.supervisor.forkserver import ForkedChild, TemplateError, WorkerTemplate, preload_enabled
 from vllm_pyfrontend.supervisor.process import Child, describe_exit, wait_all
-from vllm_pyfrontend.supervisor.runtime import ClientAddresses
+from vllm_pyfrontend.supervisor.runtime import ClientAddresses, RuntimeDir
 
 # prometheus_client's multiprocess directory variable (see frontend/metrics), set for workers.
 METRICS_DIR_ENV = MULTIPROC_ENV
@@ -89,6 +89,19 @@ class WorkerSlot:
     starts: int = 0
     fast_crashes: int = 0
     restart_timer: asyncio.TimerHandle | None = None
+
+
+def slot_config_fields(slot: WorkerSlot, runtime: RuntimeDir) -> dict[str, Any]:
+    """The `WorkerConfig` fields that are worker `slot`'s own: its index, its engine client
+    addresses and the runtime directory, and, once restarted (the engines send no ready response
+    again), the engines' ready responses as the runtime directory recorded them."""
+    return {
+        "worker_index": slot.index,
+        "input_address": slot.addresses.input,
+        "output_address": slot.addresses.output,
+        "engine_infos": runtime.read_engine_infos() if slot.starts > 0 else None,
+        "runtime_dir": runtime.path,
+    }
 
 
 # make_event(kind, slot, child): the owner's event object for one of WORKER_EVENTS.

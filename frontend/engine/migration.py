@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Callable
 
 from .inflight import InFlight, fail_sink
@@ -82,7 +83,7 @@ def continuation(req: EngineRequest, sink: OutputSink, new_id: str) -> EngineReq
         if sp is not None and sp.get("prompt_logprobs") is not None \
                 and getattr(sink, "prompt_logprobs", None) is not None:
             return None  # part of the prompt's rows delivered: they would come again
-        return _copy(req, new_id, req.prompt_token_ids, sp)
+        return replace(req, request_id=new_id)
     if sp is None or req.mm_features:
         return None
     if sp.get("seed") is not None and (sp.get("temperature") or 0.0) >= 1e-5:
@@ -102,26 +103,8 @@ def continuation(req: EngineRequest, sink: OutputSink, new_id: str) -> EngineReq
         params["min_tokens"] = max(0, params["min_tokens"] - k)
     if params.get("prompt_logprobs") is not None:
         params["prompt_logprobs"] = None  # delivered with the first token already
-    return _copy(req, new_id, req.prompt_token_ids + output_ids, params)
-
-
-def _copy(req: EngineRequest, new_id: str, prompt: list[int], params) -> EngineRequest:
-    return EngineRequest(
-        request_id=new_id,
-        prompt_token_ids=prompt,
-        sampling_params=params,
-        arrival_time=req.arrival_time,
-        client_index=req.client_index,
-        external_req_id=req.external_req_id,
-        priority=req.priority,
-        cache_salt=req.cache_salt,
-        data_parallel_rank=req.data_parallel_rank,
-        trace_headers=req.trace_headers,
-        lora_request=req.lora_request,
-        pooling_params=req.pooling_params,
-        mm_features=req.mm_features,
-        aux_frames=req.aux_frames,
-    )
+    return replace(req, request_id=new_id, prompt_token_ids=req.prompt_token_ids + output_ids,
+                   sampling_params=params)
 
 
 def moved_id(rid: str, move: int) -> str:

@@ -95,6 +95,16 @@ def _opt_bool(key: str, v: Any) -> None:
         _bool(key, v)
 
 
+def _given(key: str, v: Any, kind: type, message: str) -> bool:
+    """Whether an optional value is given (not None); one given that is not a `kind` is
+    refused with `message`."""
+    if v is None:
+        return False
+    if not isinstance(v, kind):
+        raise _fail(key, message)
+    return True
+
+
 def _str(key: str, v: Any) -> str:
     if not isinstance(v, str):
         raise _fail(key, f"{_param(key)} must be a string, got {type(v).__name__}.")
@@ -324,19 +334,14 @@ def _bad_words(key: str, v: Any, ctx: _Ctx) -> None:
 
 
 def _bad_words_token_ids(key: str, v: Any, ctx: _Ctx) -> None:
-    if v is None:
-        return
-    if not isinstance(v, list):
-        raise _fail(key, "bad words must be lists of token ids.")
-    for seq in v:
-        _token_ids(key, seq, ctx.vocab_size, allow_empty=False)
+    if _given(key, v, list, "bad words must be lists of token ids."):
+        for seq in v:
+            _token_ids(key, seq, ctx.vocab_size, allow_empty=False)
 
 
 def _logit_bias(key: str, v: Any, ctx: _Ctx) -> None:
-    if v is None:
+    if not _given(key, v, dict, "logit_bias must be a map of token id to bias."):
         return
-    if not isinstance(v, dict):
-        raise _fail(key, "logit_bias must be a map of token id to bias.")
     _token_ids(key, list(v.keys()), ctx.vocab_size)
     for bias in v.values():
         # Stricter than SamplingParams: OpenAI's range, and never NaN/inf
@@ -352,11 +357,8 @@ def _allowed_token_ids(key: str, v: Any, ctx: _Ctx) -> None:
 
 
 def _extra_args(key: str, v: Any, ctx: _Ctx) -> None:
-    if v is None:
-        return
-    if not isinstance(v, dict):
-        raise _fail(key, "extra_args must be a map.")
-    _msgpack_safe(key, v)
+    if _given(key, v, dict, "extra_args must be a map."):
+        _msgpack_safe(key, v)
 
 
 def _thinking_token_budget(key: str, v: Any, ctx: _Ctx) -> None:
@@ -381,10 +383,8 @@ def _repetition_detection(key: str, v: Any, ctx: _Ctx) -> None:
 
 
 def _structured_outputs(key: str, v: Any, ctx: _Ctx) -> None:
-    if v is None:
+    if not _given(key, v, dict, "structured_outputs must be a map."):
         return
-    if not isinstance(v, dict):
-        raise _fail(key, "structured_outputs must be a map.")
     allowed = set(_STRUCTURED_CONSTRAINTS) | {
         "disable_any_whitespace", "disable_additional_properties", "whitespace_pattern",
         "_backend", "_backend_was_auto",

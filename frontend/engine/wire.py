@@ -14,6 +14,7 @@ this process, so they are refused with `ProtocolError`.
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 import sys
@@ -272,25 +273,31 @@ def _nest(flat: list, shape: Sequence[int]) -> list:
     return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
+def _array_parts(arr: Any, frames: Sequence[Any], what: str) -> tuple[Any, Any, Any]:
+    """An encoded tensor `[dtype, shape, data]` (`what` names it in errors) as its three parts,
+    `data` an aux frame's buffer where it is an index into `frames` (frame 0 being the payload
+    itself), else as sent (the raw bytes: ext 3, already unwrapped)."""
+    if not isinstance(arr, (list, tuple)) or len(arr) != 3:
+        raise ProtocolError(f"bad {what} encoding: {type(arr).__name__}")
+    dtype, shape, data = arr
+    if isinstance(data, int) and not isinstance(data, bool):
+        if not 0 < data < len(frames):
+            raise ProtocolError(f"{what} refers to missing aux frame {data}")
+        data = _frame_buffer(frames[data])
+    elif isinstance(data, dict):
+        raise ProtocolError("out-of-band tensor references are not supported")
+    return dtype, shape, data
+
+
 def decode_array(arr: Any, frames: Sequence[Any]) -> list:
     """`[dtype, shape, data]` -> nested Python lists.
 
     `data` is the raw bytes (ext 3, already unwrapped) or an index into `frames`
     (frame 0 being the payload itself).
     """
-    if not isinstance(arr, (list, tuple)) or len(arr) != 3:
-        raise ProtocolError(f"bad array encoding: {type(arr).__name__}")
-    dtype, shape, data = arr
-    if isinstance(data, int) and not isinstance(data, bool):
-        if not 0 < data < len(frames):
-            raise ProtocolError(f"array refers to missing aux frame {data}")
-        data = _frame_buffer(frames[data])
-    elif isinstance(data, dict):
-        raise ProtocolError("out-of-band tensor references are not supported")
+    dtype, shape, data = _array_parts(arr, frames, "array")
     shape = [int(d) for d in shape]
-    count = 1
-    for d in shape:
-        count *= d
+    count = math.prod(shape)
     if count == 0:
         return _nest([], shape) if len(shape) <= 1 else [[] for _ in range(shape[0])]
     if dtype == "bfloat16":
@@ -327,21 +334,13 @@ def _decode_logprobs(lp: Any, frames: Sequence[Any]) -> Logprobs | None:
 def decode_pooled(arr: Any, frames: Sequence[Any]) -> PooledTensor:
     """A pooling output tensor `[dtype, shape, data]` -> `PooledTensor` over the received
     bytes: an aux frame's buffer (no copy) or the inline ext-3 bytes."""
-    if not isinstance(arr, (list, tuple)) or len(arr) != 3:
-        raise ProtocolError(f"bad pooling output encoding: {type(arr).__name__}")
-    dtype, shape, data = arr
-    if isinstance(data, int) and not isinstance(data, bool):
-        if not 0 < data < len(frames):
-            raise ProtocolError(f"pooling output refers to missing aux frame {data}")
-        data = _frame_buffer(frames[data])
-    elif not isinstance(data, (bytes, bytearray, memoryview)):
+    dtype, shape, data = _array_parts(arr, frames, "pooling output")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError("out-of-band tensor references are not supported")
     if dtype != "bfloat16" and dtype not in _NUMPY_DTYPES:
         raise ProtocolError(f"unsupported pooling output dtype {dtype!r}")
     shape = tuple(int(d) for d in shape)
-    count = 1
-    for d in shape:
-        count *= d
+    count = math.prod(shape)
     itemsize = 2 if dtype == "bfloat16" else struct.calcsize(_DTYPE_FORMATS[dtype])
     if memoryview(data).nbytes != count * itemsize:
         raise ProtocolError(f"pooling output of shape {shape} {dtype} has {memoryview(data).nbytes} bytes")

@@ -90,6 +90,30 @@ class SamplingOptions:
     extra_args: dict[str, Any] | None = None
 
 
+# The options a request names as `SamplingOptions` does and passes on as sent (every other
+# option is converted on the way: `max_tokens`, `seed`, `stop`, `stop_token_ids`, ...).
+PLAIN_OPTIONS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_tokens",
+    "ignore_eos",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "allowed_token_ids",
+)
+
+
+def plain_options(req: Any) -> dict[str, Any]:
+    """`req`'s values of `PLAIN_OPTIONS`, keyed by name (`SamplingOptions` keywords)."""
+    return {name: getattr(req, name) for name in PLAIN_OPTIONS}
+
+
 class ContextLengthError(InvalidRequestError):
     def __init__(self, message: str, param: str = "input_tokens"):
         super().__init__(message, param)

@@ -11,6 +11,7 @@ own) can be tested and benchmarked without a GPU. See `supervisor/sim/` for the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -59,28 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# The config fields read from flags of other names (or values); each other field of
+# `SimEngineConfig` is the value of the flag of its name.
+_DERIVED_FIELDS = ("log_stats", "handshake_timeout_s", "runner")
+
+
 def config_from_args(args: argparse.Namespace) -> SimEngineConfig:
+    named = {f.name: getattr(args, f.name) for f in dataclasses.fields(SimEngineConfig)
+             if f.name not in _DERIVED_FIELDS}
     return SimEngineConfig(
-        handshake_address=args.handshake_address,
-        engine_index=args.engine_index,
-        model=args.model,
-        step_time=args.step_time,
-        max_num_seqs=args.max_num_seqs,
-        max_model_len=args.max_model_len,
-        vllm_version=args.vllm_version,
-        num_gpu_blocks=args.num_gpu_blocks,
-        block_size=args.block_size,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        dtype=args.dtype,
-        seed=args.seed,
+        **named,
         log_stats=not args.disable_log_stats,
-        include_finished_set=args.include_finished_set,
-        on_bad_request=args.on_bad_request,
-        die_after_steps=args.die_after_steps,
-        hang_after_steps=args.hang_after_steps,
         handshake_timeout_s=args.handshake_timeout,
         runner="pooling" if args.runner == "pooling" else "generate",
-        pooling_dim=args.pooling_dim,
     )
 
 

@@ -1,6 +1,7 @@
 """OpenAI's chat completion and completion bodies converted into the requests every API style
 lowers (`serving/lowering`): the checks of OpenAI's own fields, in vLLM's order, then the typed
-request, built positionally in its field order (35 keyword arguments cost more than the checks).
+request, built by keyword; the `GenerationRequest` fields both bodies name alike are read by one
+function (`_generation_fields`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
     completion_tokens = req.max_completion_tokens is not None
     check_openai_request(req, state.max_model_len,
                          max_tokens_param="max_completion_tokens" if completion_tokens else "max_tokens")
-    stream, include_usage, continuous = stream_flags(req, state.config.policy.enable_force_include_usage)
+    shared = _generation_fields(state, req, lora, render)
     return ChatRequest(
         messages=req.messages,
         options=options_from(req, req.max_completion_tokens if completion_tokens else req.max_tokens,
@@ -65,9 +66,6 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
         tools=req.tools,
         tool_choice=req.tool_choice,
         parallel_tool_calls=req.parallel_tool_calls,
-        response_format=req.response_format,
-        structured_outputs=req.structured_outputs,
-        logit_bias=req.logit_bias,
         chat_template_kwargs=req.chat_template_kwargs,
         reasoning_effort=req.reasoning_effort,
         add_generation_prompt=req.add_generation_prompt,
@@ -77,30 +75,43 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
         messages_normalized=False,
         allow_media=not render,
         mm_processor_kwargs=req.mm_processor_kwargs,
-        n=req.n,
+        media_io_kwargs=req.media_io_kwargs,
         logprobs=bool(req.logprobs),
         top_logprobs=req.top_logprobs,
-        prompt_logprobs=req.prompt_logprobs,
-        echo=bool(req.echo),
-        truncate_prompt_tokens=req.truncate_prompt_tokens,
-        bad_words=req.bad_words,
         include_reasoning=req.include_reasoning,
-        return_token_ids=bool(req.return_token_ids),
-        stream=stream,
-        include_usage=include_usage,
-        continuous_usage=continuous,
-        priority=req.priority,
-        cache_salt=req.cache_salt,
-        lora=lora,
-        request_id=req.request_id,
-        use_beam_search=bool(req.use_beam_search) and not render,
-        length_penalty=req.length_penalty,
-        return_tokens_as_token_ids=bool(req.return_tokens_as_token_ids),
-        logprob_token_ids=req.logprob_token_ids,
-        truncation_side=req.truncation_side,
-        media_io_kwargs=req.media_io_kwargs,
-        stream_interval=req.stream_interval,
+        **shared,
     )
+
+
+def _generation_fields(state, req: ChatCompletionRequest | CompletionRequest, lora: list[Any] | None,
+                       render: bool) -> dict[str, Any]:
+    """The `GenerationRequest` fields (but `options`) of OpenAI's chat or completion body, which
+    name them alike; the stream options checked (`stream_flags`)."""
+    stream, include_usage, continuous = stream_flags(req, state.config.policy.enable_force_include_usage)
+    return {
+        "logit_bias": req.logit_bias,
+        "response_format": req.response_format,
+        "structured_outputs": req.structured_outputs,
+        "n": req.n,
+        "prompt_logprobs": req.prompt_logprobs,
+        "echo": bool(req.echo),
+        "truncate_prompt_tokens": req.truncate_prompt_tokens,
+        "bad_words": req.bad_words,
+        "return_token_ids": bool(req.return_token_ids),
+        "stream": stream,
+        "include_usage": include_usage,
+        "continuous_usage": continuous,
+        "priority": req.priority,
+        "cache_salt": req.cache_salt,
+        "lora": lora,
+        "request_id": req.request_id,
+        "use_beam_search": bool(req.use_beam_search) and not render,
+        "length_penalty": req.length_penalty,
+        "return_tokens_as_token_ids": bool(req.return_tokens_as_token_ids),
+        "logprob_token_ids": req.logprob_token_ids,
+        "truncation_side": req.truncation_side,
+        "stream_interval": req.stream_interval,
+    }
 
 
 def check_request_mm_kwargs(mm_processor_kwargs: dict | None, media_io_kwargs: dict | None, trusted: bool) -> None:
@@ -137,32 +148,11 @@ def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any
     if not render and req.logprobs is not None and req.logprobs < -1:
         raise APIError(400, "`logprobs` must be a positive value or -1.", "logprobs")
     check_openai_request(req, state.max_model_len)
-    stream, include_usage, continuous = stream_flags(req, state.config.policy.enable_force_include_usage)
+    shared = _generation_fields(state, req, lora, render)
     return TextCompletionRequest(
         prompt=req.prompt,
         options=options_from(req, req.max_tokens, with_logit_bias=False),
-        logit_bias=req.logit_bias,
         add_special_tokens=req.add_special_tokens,
-        n=req.n,
         logprobs=req.logprobs,
-        prompt_logprobs=req.prompt_logprobs,
-        echo=bool(req.echo),
-        truncate_prompt_tokens=req.truncate_prompt_tokens,
-        bad_words=req.bad_words,
-        structured_outputs=req.structured_outputs,
-        response_format=req.response_format,
-        return_token_ids=bool(req.return_token_ids),
-        stream=stream,
-        include_usage=include_usage,
-        continuous_usage=continuous,
-        priority=req.priority,
-        cache_salt=req.cache_salt,
-        lora=lora,
-        request_id=req.request_id,
-        use_beam_search=bool(req.use_beam_search) and not render,
-        length_penalty=req.length_penalty,
-        return_tokens_as_token_ids=bool(req.return_tokens_as_token_ids),
-        logprob_token_ids=req.logprob_token_ids,
-        truncation_side=req.truncation_side,
-        stream_interval=req.stream_interval,
+        **shared,
     )

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from vllm_pyfrontend.llm.sampling import SamplingOptions
+from vllm_pyfrontend.llm.sampling import SamplingOptions, plain_options
 from vllm_pyfrontend.api.openai.schemas import StreamOptions
 
 _INT64_MIN = -(2**63)
@@ -98,25 +98,13 @@ def options_of(sp: SamplingBody) -> SamplingOptions:
     stop = [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])
     return SamplingOptions(
         max_tokens=sp.max_tokens,
-        temperature=sp.temperature,
-        top_p=sp.top_p,
-        top_k=sp.top_k,
-        min_p=sp.min_p,
         seed=None if sp.seed == -1 else sp.seed,
-        presence_penalty=sp.presence_penalty,
-        frequency_penalty=sp.frequency_penalty,
-        repetition_penalty=sp.repetition_penalty,
-        min_tokens=sp.min_tokens,
         stop=stop,
         stop_token_ids=list(dict.fromkeys(sp.stop_token_ids or [])),
-        ignore_eos=sp.ignore_eos,
-        include_stop_str_in_output=sp.include_stop_str_in_output,
-        skip_special_tokens=sp.skip_special_tokens,
-        spaces_between_special_tokens=sp.spaces_between_special_tokens,
         logprobs=sp.logprobs,
         logit_bias=logit_bias,
-        allowed_token_ids=sp.allowed_token_ids,
         extra_args=sp.extra_args,
+        **plain_options(sp),
     )
 
 

@@ -30,13 +30,13 @@ import msgspec
 from vllm_pyfrontend.chat.tools import ToolChoiceError, ToolPlan, plan_tools
 from vllm_pyfrontend.llm.beam_search import BeamSearchParams, check_beam_width
 from vllm_pyfrontend.llm.prompt import bad_words_token_ids, truncate_prompt
-from vllm_pyfrontend.llm.sampling import SamplingOptions, check_n, is_greedy, lower_choices, resolve_max_tokens
+from vllm_pyfrontend.llm.sampling import check_n, is_greedy, lower_choices, resolve_max_tokens
 from vllm_pyfrontend.llm.structured import forced_json, lower_structured_outputs
 from vllm_pyfrontend.multimodal import has_media
 from vllm_pyfrontend.multimodal.chat import lora_name_of, prepare_chat, process as process_media, strip_media
 from vllm_pyfrontend.serving.beam_generation import beam_choice
 from vllm_pyfrontend.errors import APIError
-from vllm_pyfrontend.serving.lowering.options import check_prompt_logprobs, options_from, stream_flags, token_bias
+from vllm_pyfrontend.serving.lowering.options import GenerationRequest, check_prompt_logprobs, token_bias
 from vllm_pyfrontend.serving.request_pipeline import RequestRun
 from vllm_pyfrontend.serving.responder import new_choice, submit_choices
 from vllm_pyfrontend.chat.messages import normalize_messages
@@ -72,20 +72,17 @@ def reused_prompt_ids(kv_transfer_params: Any, *, echo: bool, has_media: bool, v
     return ids
 
 
-class ChatRequest(msgspec.Struct):
-    """One chat request in the terms every API style shares (OpenAI chat's names).
+class ChatRequest(GenerationRequest):
+    """One chat request in the terms every API style shares (OpenAI chat's names): its own
+    fields here, the rest (sampling, choices, engine requests) those of `GenerationRequest`.
 
     A msgspec Struct, built by keyword by every style (35 keywords cost about 1.2 µs more than
     positional arguments: nothing against a request's cost, and no field can shift)."""
 
     messages: list[dict[str, Any]]
-    options: SamplingOptions  # `logit_bias` left None: it is converted from `logit_bias` below
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
-    structured_outputs: dict[str, Any] | None = None
-    logit_bias: dict[str, float] | None = None  # as sent: token ids as strings
     # the chat template
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None  # reaches the template; turns thinking on (off for "none")
@@ -96,32 +93,11 @@ class ChatRequest(msgspec.Struct):
     messages_normalized: bool = False  # already in the template's shape (no role / content checks)
     allow_media: bool = True  # media parts go to frontend/multimodal (else the text-only checks refuse them)
     mm_processor_kwargs: dict[str, Any] | None = None
-    # choices and what they report
-    n: int | None = 1
+    media_io_kwargs: dict[str, Any] | None = None  # per modality, over the server's (trusted requests)
+    # what the choices report
     logprobs: bool = False
     top_logprobs: int | None = None
-    prompt_logprobs: int | None = None
-    echo: bool = False
-    truncate_prompt_tokens: int | None = None
-    bad_words: list[str] | None = None
     include_reasoning: bool = True
-    return_token_ids: bool = False
-    stream: bool = False
-    include_usage: bool = False
-    continuous_usage: bool = False
-    # the engine requests
-    priority: int = 0
-    cache_salt: str | None = None
-    lora: list[Any] | None = None  # vLLM's LoRARequest array (serving/lora.py)
-    request_id: str | None = None
-    use_beam_search: bool = False
-    length_penalty: float = 1.0
-    # logprobs as vLLM's options shape them
-    return_tokens_as_token_ids: bool = False  # tokens written "token_id:N"
-    logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position (not a top-k)
-    truncation_side: str | None = None  # "right": truncation keeps the first tokens
-    media_io_kwargs: dict[str, Any] | None = None  # per modality, over the server's (trusted requests)
-    stream_interval: int | None = None  # tokens per streamed chunk (vLLM's; at least the server's)
 
 
 class ChatPrompt(msgspec.Struct):

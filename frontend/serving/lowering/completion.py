@@ -24,49 +24,25 @@ import msgspec
 from vllm_pyfrontend.chat.assistant import AssistantStream
 from vllm_pyfrontend.llm.beam_search import BeamSearchParams, check_beam_width
 from vllm_pyfrontend.llm.prompt import bad_words_token_ids, check_prompt_ids, truncate_prompt
-from vllm_pyfrontend.llm.sampling import SamplingOptions, check_n, is_greedy, lower_choices, resolve_max_tokens
+from vllm_pyfrontend.llm.sampling import check_n, is_greedy, lower_choices, resolve_max_tokens
 from vllm_pyfrontend.llm.structured import lower_structured_outputs
 from vllm_pyfrontend.serving.beam_generation import beam_choice
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.formatters import CompletionFormatter, token_id_text
-from vllm_pyfrontend.serving.lowering.options import check_prompt_logprobs, options_from, stream_flags, token_bias
+from vllm_pyfrontend.serving.lowering.options import GenerationRequest, check_prompt_logprobs, token_bias
 from vllm_pyfrontend.serving.request_pipeline import RequestRun
 from vllm_pyfrontend.serving.responder import new_choice, submit_choices
 
 _PROMPT_SHAPES = "`prompt` must be a string, a list of strings, a list of token ids or a list of token-id lists"
 
 
-class TextCompletionRequest(msgspec.Struct):
-    """One text completion request (OpenAI's names); `prompt` as sent, shape unchecked.
-    Built by keyword by every style."""
+class TextCompletionRequest(GenerationRequest):
+    """One text completion request (OpenAI's names); `prompt` as sent, shape unchecked. Its own
+    fields here, the rest those of `GenerationRequest`. Built by keyword by every style."""
 
     prompt: Any
-    options: SamplingOptions  # `logit_bias` left None: it is converted from `logit_bias` below
-    logit_bias: dict[str, float] | None = None  # as sent: token ids as strings
     add_special_tokens: bool = True
-    n: int | None = 1
     logprobs: int | None = None  # per sampled token (None: none)
-    prompt_logprobs: int | None = None
-    echo: bool = False
-    truncate_prompt_tokens: int | None = None
-    bad_words: list[str] | None = None
-    structured_outputs: dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
-    return_token_ids: bool = False
-    stream: bool = False
-    include_usage: bool = False
-    continuous_usage: bool = False
-    priority: int = 0
-    cache_salt: str | None = None
-    lora: list[Any] | None = None  # vLLM's LoRARequest array (serving/lora.py)
-    request_id: str | None = None
-    use_beam_search: bool = False
-    length_penalty: float = 1.0
-    # logprobs as vLLM's options shape them
-    return_tokens_as_token_ids: bool = False  # tokens written "token_id:N"
-    logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position (not a top-k)
-    truncation_side: str | None = None  # "right": truncation keeps the first tokens
-    stream_interval: int | None = None  # tokens per streamed chunk (vLLM's; at least the server's)
 
 
 class CompletionPrompts(msgspec.Struct):

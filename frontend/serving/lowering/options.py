@@ -1,4 +1,5 @@
-"""OpenAI's sampling fields, shared by chat and text completions, as `llm` typed options.
+"""OpenAI's sampling fields, shared by chat and text completions, as `llm` typed options, and
+`GenerationRequest`, the fields the chat and the text completion request have in common.
 
 Chat and completion request structs name these fields the same way, so one function reads
 either; the checks keep vLLM's wording (the differential tests compare them).
@@ -8,8 +9,44 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_pyfrontend.llm.sampling import SamplingOptions
+import msgspec
+
+from vllm_pyfrontend.llm.sampling import SamplingOptions, plain_options
 from vllm_pyfrontend.errors import APIError
+
+
+class GenerationRequest(msgspec.Struct, kw_only=True):
+    """What a chat request (`ChatRequest`) and a text completion request
+    (`TextCompletionRequest`) share, in OpenAI's names: sampling, structured outputs, the
+    choices and what they report, the engine requests. Keyword-only: each kind's own fields
+    (its prompt first) come before these, and every style builds it by keyword."""
+
+    options: SamplingOptions  # `logit_bias` left None: it is converted from `logit_bias` below
+    logit_bias: dict[str, float] | None = None  # as sent: token ids as strings
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    # choices and what they report
+    n: int | None = 1
+    prompt_logprobs: int | None = None
+    echo: bool = False
+    truncate_prompt_tokens: int | None = None
+    bad_words: list[str] | None = None
+    return_token_ids: bool = False
+    stream: bool = False
+    include_usage: bool = False
+    continuous_usage: bool = False
+    # the engine requests
+    priority: int = 0
+    cache_salt: str | None = None
+    lora: list[Any] | None = None  # vLLM's LoRARequest array (serving/lora.py)
+    request_id: str | None = None
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    # logprobs as vLLM's options shape them
+    return_tokens_as_token_ids: bool = False  # tokens written "token_id:N"
+    logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position (not a top-k)
+    truncation_side: str | None = None  # "right": truncation keeps the first tokens
+    stream_interval: int | None = None  # tokens per streamed chunk (vLLM's; at least the server's)
 
 
 def token_bias(logit_bias: dict[str, float]) -> dict[int, float]:
@@ -43,24 +80,12 @@ def options_from(req: Any, max_tokens: int | None, *, with_logit_bias: bool = Tr
         extra["kv_transfer_params"] = req.kv_transfer_params
     return SamplingOptions(
         max_tokens=max_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-        min_p=req.min_p,
         seed=req.seed,
-        presence_penalty=req.presence_penalty,
-        frequency_penalty=req.frequency_penalty,
-        repetition_penalty=req.repetition_penalty,
-        min_tokens=req.min_tokens,
         stop=[s for s in (stop or []) if s],
         stop_token_ids=list(req.stop_token_ids or []),
-        ignore_eos=req.ignore_eos,
-        include_stop_str_in_output=req.include_stop_str_in_output,
-        skip_special_tokens=req.skip_special_tokens,
-        spaces_between_special_tokens=req.spaces_between_special_tokens,
         logit_bias=logit_bias,
-        allowed_token_ids=req.allowed_token_ids,
         extra_args=extra or None,
+        **plain_options(req),
     )
 
 
