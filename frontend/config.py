@@ -116,6 +116,7 @@ class WorkerPolicy:
     batch_priority: int = 1
     batch_lease_timeout: float = 30.0
     batch_max_requests: int = 50000
+    batch_max_output_bytes: int = 1024 * 1024 * 1024  # one batch's output file at most
     # Media inputs (frontend/media; vLLM's names): where media may come from, decoder settings,
     # items per prompt, and the threads that fetch and decode them in each worker.
     allowed_local_media_path: str | None = None  # file:// URLs only under this directory

@@ -153,6 +153,9 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                         "again on another worker (default 30)")
     p.add_argument("--batch-max-requests", type=_non_negative_int, default=50000,
                    help="request lines per batch input file (default 50000, as OpenAI)")
+    p.add_argument("--batch-max-output-bytes", type=_non_negative_int, default=1024 ** 3,
+                   help="one batch's output file at most, in bytes; the answers past it go to the error "
+                        "file as `output_too_large` entries (default 1 GiB)")
     p.add_argument("--ssl-keyfile", default=None, help="TLS private key file (with --ssl-certfile)")
     p.add_argument("--ssl-certfile", default=None, help="TLS certificate chain file: serve https")
     p.add_argument("--ssl-ca-certs", default=None, help="CA certificates that sign client certificates")

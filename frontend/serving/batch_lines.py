@@ -13,7 +13,9 @@ one; the others run. Output and error lines have OpenAI's shape:
 
 from __future__ import annotations
 
+import io
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -53,6 +55,20 @@ def expired_entry(custom_id: str | None) -> bytes:
                                                    "window expired.")
 
 
+class _CustomId(msgspec.Struct):
+    custom_id: str | None = None
+
+
+def output_too_large_entry(answer: bytes, cap: int) -> bytes:
+    """The error line for an answer that would take the batch's output file past `cap` bytes."""
+    try:
+        custom_id = msgspec.json.decode(answer, type=_CustomId).custom_id
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        custom_id = None
+    return error_entry(custom_id, "output_too_large", f"This request's answer would take the batch's output file "
+                                                      f"past its limit of {cap} bytes (--batch-max-output-bytes).")
+
+
 class InputError(Exception):
     """The input file as a whole cannot run (OpenAI's batch `errors`)."""
 
@@ -61,13 +77,17 @@ class InputError(Exception):
         self.entry = {"code": code, "message": message, "param": None, "line": line}
 
 
-def parse_input(data: bytes, endpoint: str, *, max_lines: int, max_body_bytes: int,
+def parse_input(data: Iterable[bytes] | bytes, endpoint: str, *, max_lines: int, max_body_bytes: int,
                 priority: int) -> list[NewLine]:
-    """The lines of an input file, each to run (its body, with the batch's engine `priority`)
-    or answered with an error entry; `InputError` when the file cannot run at all."""
+    """The lines of an input file (an open binary file, read line by line: what this holds
+    grows with the requests kept, never with the file's line count), each to run (its body,
+    with the batch's engine `priority`) or answered with an error entry; `InputError` when the
+    file cannot run at all."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = io.BytesIO(data)
     lines: list[NewLine] = []
     seen: set[str] = set()
-    for n, raw in enumerate(data.split(b"\n")):
+    for n, raw in enumerate(data):
         if not raw.strip():
             continue
         if len(lines) >= max_lines:

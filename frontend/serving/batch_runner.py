@@ -34,7 +34,7 @@ from typing import Any
 from vllm_pyfrontend.errors import APIError
 
 from vllm_pyfrontend.serving.batch_lines import (
-    RETRY_STATUSES, InputError, answer_entry, expired_entry, parse_input)
+    RETRY_STATUSES, InputError, answer_entry, expired_entry, output_too_large_entry, parse_input)
 from vllm_pyfrontend.store.batches import BatchStore, Line, Task
 from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore
 from vllm_pyfrontend.tenants import Tenant
@@ -53,6 +53,7 @@ class RunnerSettings:
     priority: int = 1
     max_lines: int = 50000
     max_body_bytes: int = 32 * 1024 * 1024
+    max_output_bytes: int = 1024 * 1024 * 1024  # one batch's output file at most
 
 
 class BatchMetricsSink:
@@ -214,11 +215,12 @@ class BatchRunner:
         try:
             if rec is None:
                 raise InputError("invalid_file", f"The input file `{b['input_file_id']}` does not exist.")
-            data = await asyncio.to_thread(_read, self.contents.path(rec.id))
             s = self.settings
-            # (off the event loop: a large file takes a while to check, interactive requests wait for nothing)
-            lines = await asyncio.to_thread(parse_input, data, b["endpoint"], max_lines=s.max_lines,
-                                            max_body_bytes=s.max_body_bytes, priority=s.priority)
+            # (off the event loop, read line by line: a large file takes a while to check,
+            # interactive requests wait for nothing, and memory follows the requests kept)
+            lines = await asyncio.to_thread(_parse_file, self.contents.path(rec.id), b["endpoint"],
+                                            max_lines=s.max_lines, max_body_bytes=s.max_body_bytes,
+                                            priority=s.priority)
         except InputError as e:
             if await self.batches.fail(b["id"], self.me, [e.entry]):
                 self.metrics.batch_ended("failed")
@@ -239,24 +241,82 @@ class BatchRunner:
         batch_id, final = b["id"], task.final_status or "completed"
         if not await self.batches.begin_finalize(batch_id, self.me, final, expired_entry):
             return
-        answers = await self.batches.answers(batch_id)
-        out = b"".join(a + b"\n" for _, failed, a in answers if not failed)
-        err = b"".join(a + b"\n" for _, failed, a in answers if failed)
         out_id, err_id = output_file_ids(batch_id)
+        out = OutputFile(self.contents, out_id)
+        err = OutputFile(self.contents, err_id)
+        try:
+            # The answers a page at a time, each written as it is read: the output is never
+            # held whole in memory. Past the output cap an answer becomes an error entry.
+            after = -1
+            while page := await self.batches.answers(batch_id, after, _PAGE):
+                after = page[-1][0]
+                await asyncio.to_thread(_write_page, page, out, err, self.settings.max_output_bytes)
+            await asyncio.to_thread(out.close)
+            await asyncio.to_thread(err.close)
+        except BaseException:
+            out.discard()
+            err.discard()
+            raise
         now = time.time()
         ids: list[str | None] = []
-        for file_id, data, kind in ((out_id, out, "output"), (err_id, err, "error")):
-            if not data:
+        for f, kind in ((out, "output"), (err, "error")):
+            if not f.size:
                 ids.append(None)
                 continue
-            await asyncio.to_thread(self.contents.write, file_id, data)
-            await self.files.add(FileRecord(file_id, task.owner, "batch_output", f"{batch_id}_{kind}.jsonl",
-                                            len(data), now))
-            ids.append(file_id)
+            await self.files.add(FileRecord(f.file_id, task.owner, "batch_output", f"{batch_id}_{kind}.jsonl",
+                                            f.size, now))
+            ids.append(f.file_id)
         if await self.batches.end_finalize(batch_id, self.me, ids[0], ids[1]):
             self.metrics.batch_ended(final)
 
 
-def _read(path: str) -> bytes:
+_PAGE = 1000  # answers read from the store at a time while a batch's output is written
+
+
+class OutputFile:
+    """A batch output file written line by line to a temporary file, published whole on
+    `close` (readers see all of it or nothing; nothing when no line was written)."""
+
+    def __init__(self, contents: FileContents, file_id: str):
+        self.contents = contents
+        self.file_id = file_id
+        self.size = 0
+        self._temp = contents.temp_path(file_id)
+        self._f = None
+
+    def write(self, line: bytes) -> None:
+        if self._f is None:
+            self._f = open(self._temp, "wb")
+        self._f.write(line)
+        self._f.write(b"\n")
+        self.size += len(line) + 1
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+            self.contents.publish(self._temp, self.file_id)
+
+    def discard(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        try:
+            os.unlink(self._temp)
+        except OSError:
+            pass
+
+
+def _write_page(page: list[tuple[int, bool, bytes]], out: OutputFile, err: OutputFile, cap: int) -> None:
+    for _, failed, answer in page:
+        if failed:
+            err.write(answer)
+        elif out.size + len(answer) + 1 <= cap:
+            out.write(answer)
+        else:
+            err.write(output_too_large_entry(answer, cap))
+
+
+def _parse_file(path: str, endpoint: str, **bounds: int) -> list:
     with open(path, "rb") as f:
-        return f.read()
+        return parse_input(f, endpoint, **bounds)

@@ -81,7 +81,9 @@ class BatchStore(Protocol):
 
     async def statuses(self, batch_ids: list[str]) -> dict[str, str]: ...
 
-    async def answers(self, batch_id: str) -> list[tuple[int, bool, bytes]]: ...
+    async def answers(self, batch_id: str, after: int = -1, limit: int = -1) -> list[tuple[int, bool, bytes]]:
+        """The recorded answers (index, failed, answer) of indexes above `after`, in index
+        order, at most `limit` of them (-1: all)."""
 
     async def begin_finalize(self, batch_id: str, me: str, final_status: str, unfinished_answer) -> bool: ...
 
@@ -133,6 +135,39 @@ CREATE TABLE IF NOT EXISTS batch_runners (
 STATUS_TIME = {"in_progress": "in_progress_at", "finalizing": "finalizing_at", "completed": "completed_at",
                "failed": "failed_at", "expired": "expired_at", "cancelling": "cancelling_at",
                "cancelled": "cancelled_at"}
+
+
+def _fair_lines(db, now: float, n: int) -> list[tuple]:
+    """The next `n` lines to run, fair across owners: each goes to the owner with the fewest
+    lines running now (ties: the owner of the older batch), from that owner's oldest batch
+    first. One owner's 50,000-line batch never holds another owner's one line for long."""
+    runnable = (f" FROM batch_lines l JOIN batches b ON b.id = l.batch_id"
+                f" WHERE b.status = 'in_progress' AND b.expires_at > ? AND"
+                f" (l.state = {PENDING} OR (l.state = {RUNNING} AND l.lease_until <= ?))")
+    owners = [o for (o,) in db.execute(
+        "SELECT owner FROM batches WHERE status = 'in_progress' AND expires_at > ? "
+        "GROUP BY owner ORDER BY MIN(created_at)", (now,)).fetchall()]
+    if len(owners) <= 1:
+        return db.execute(
+            "SELECT l.batch_id, l.idx, l.custom_id, b.record, l.body, b.owner, b.tenant" + runnable
+            + " ORDER BY b.created_at, l.idx LIMIT ?", (now, now, n)).fetchall()
+    running = dict(db.execute(
+        f"SELECT b.owner, COUNT(*) FROM batch_lines l JOIN batches b ON b.id = l.batch_id "
+        f"WHERE l.state = {RUNNING} AND l.lease_until > ? GROUP BY b.owner", (now,)).fetchall())
+    queues = {o: db.execute(
+        "SELECT l.batch_id, l.idx, l.custom_id, b.record, l.body, b.owner, b.tenant" + runnable
+        + " AND b.owner = ? ORDER BY b.created_at, l.idx LIMIT ?", (now, now, o, n)).fetchall()[::-1]
+        for o in owners}
+    order = {o: k for k, o in enumerate(owners)}
+    rows = []
+    while len(rows) < n:
+        ready = [o for o in owners if queues[o]]
+        if not ready:
+            break
+        o = min(ready, key=lambda x: (running.get(x, 0), order[x]))
+        rows.append(queues[o].pop())
+        running[o] = running.get(o, 0) + 1
+    return rows
 
 
 def _counts(db, batch_id: str) -> dict[str, int]:
@@ -291,7 +326,7 @@ class SQLiteBatchStore:
         return await self._db.transaction(tx)
 
     async def claim_lines(self, me: str, want: int, max_running: int, lease_s: float) -> list[Line]:
-        """Up to `want` lines of running batches (oldest batch first), keeping the lines running
+        """Up to `want` lines of running batches (fair across owners, `_fair_lines`), keeping the lines running
         deployment-wide (unexpired leases) at most `max_running`, and this runner's at most its
         fair part of them: `max_running` over the runners seen within `lease_s` (every worker
         of every replica), so the work spreads over the deployment."""
@@ -306,12 +341,7 @@ class SQLiteBatchStore:
             n = min(want, max_running - running, -(-max_running // max(1, live)) - mine)
             if n <= 0:
                 return []
-            rows = db.execute(
-                f"SELECT l.batch_id, l.idx, l.custom_id, b.record, l.body, b.owner, b.tenant FROM batch_lines l"
-                f" JOIN batches b ON b.id = l.batch_id"
-                f" WHERE b.status = 'in_progress' AND b.expires_at > ? AND"
-                f" (l.state = {PENDING} OR (l.state = {RUNNING} AND l.lease_until <= ?))"
-                f" ORDER BY b.created_at, l.idx LIMIT ?", (now, now, n)).fetchall()
+            rows = _fair_lines(db, now, n)
             db.executemany(
                 f"UPDATE batch_lines SET state = {RUNNING}, lease_owner = ?, lease_until = ? "
                 f"WHERE batch_id = ? AND idx = ?", [(me, now + lease_s, r[0], r[1]) for r in rows])
@@ -365,10 +395,10 @@ class SQLiteBatchStore:
         # A batch past its window runs no more lines, whether or not a worker expired it yet.
         return {r[0]: ("expired" if r[1] in ACTIVE and r[2] <= now else r[1]) for r in rows}
 
-    async def answers(self, batch_id: str) -> list[tuple[int, bool, bytes]]:
+    async def answers(self, batch_id: str, after: int = -1, limit: int = -1) -> list[tuple[int, bool, bytes]]:
         rows = await self._db.run(lambda: self._db.db.execute(
-            f"SELECT idx, failed, answer FROM batch_lines WHERE batch_id = ? AND state = {DONE} ORDER BY idx",
-            (batch_id,)).fetchall())
+            f"SELECT idx, failed, answer FROM batch_lines WHERE batch_id = ? AND state = {DONE} AND idx > ? "
+            f"ORDER BY idx LIMIT ?", (batch_id, after, limit)).fetchall())
         return [(i, bool(f), a) for i, f, a in rows]
 
     async def begin_finalize(self, batch_id: str, me: str, final_status: str, unfinished_answer) -> bool:

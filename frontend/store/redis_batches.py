@@ -66,11 +66,37 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0,
   if runnable(id) then take(id, string.sub(m, sep + 1)) end
 end
 if #out < n then
+  -- fair across owners: each line to the owner with the fewest lines running (ties: the owner
+  -- of the older batch), from that owner's oldest batch first
+  local owners, order, running, owner_of = {}, {}, {}, {}
+  local function owner(id)
+    if not owner_of[id] then owner_of[id] = redis.call('HGET', P .. 'batch:' .. id, 'owner') or '' end
+    return owner_of[id]
+  end
   for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-    if runnable(id) then
-      local popped = redis.call('ZPOPMIN', P .. 'pending:' .. id, n - #out)
-      for i = 1, #popped, 2 do take(id, popped[i]) end
-      if #out >= n then break end
+    if runnable(id) and redis.call('ZCARD', P .. 'pending:' .. id) > 0 then
+      local o = owner(id)
+      if not owners[o] then owners[o] = {}; table.insert(order, o); running[o] = 0 end
+      table.insert(owners[o], id)
+    end
+  end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[2], '+inf')) do
+    local o = owner(string.sub(m, 1, string.find(m, '|', 1, true) - 1))
+    if running[o] then running[o] = running[o] + 1 end
+  end
+  while #out < n do
+    local best = nil
+    for _, o in ipairs(order) do
+      if #owners[o] > 0 and (best == nil or running[o] < running[best]) then best = o end
+    end
+    if best == nil then break end
+    local ids = owners[best]
+    local popped = redis.call('ZPOPMIN', P .. 'pending:' .. ids[1], 1)
+    if #popped > 0 then
+      take(ids[1], popped[1])
+      running[best] = running[best] + 1
+    else
+      table.remove(ids, 1)
     end
   end
 end
@@ -376,9 +402,17 @@ class RedisBatchStore:
                 out[b] = "expired" if s in ACTIVE and float(expires) <= now else s
         return out
 
-    async def answers(self, batch_id: str) -> list[tuple[int, bool, bytes]]:
-        done = await self._redis.hgetall(f"{P}done:{batch_id}")
-        return sorted((int(i), v[:1] == b"1", v[1:]) for i, v in done.items())
+    async def answers(self, batch_id: str, after: int = -1, limit: int = -1) -> list[tuple[int, bool, bytes]]:
+        end = int(await self._redis.hget(self._key(batch_id), "total") or 0)
+        out: list[tuple[int, bool, bytes]] = []
+        start = after + 1
+        while start < end and (limit < 0 or len(out) < limit):  # (answers in index order, a page at a time)
+            idxs = list(range(start, min(end, start + (1000 if limit < 0 else max(limit - len(out), 1)))))
+            for i, v in zip(idxs, await self._redis.hmget(f"{P}done:{batch_id}", idxs)):
+                if v is not None:
+                    out.append((i, v[:1] == b"1", v[1:]))
+            start = idxs[-1] + 1
+        return out if limit < 0 else out[:limit]
 
     async def begin_finalize(self, batch_id: str, me: str, final_status: str, unfinished_answer) -> bool:
         async def fn(h, p):

@@ -37,10 +37,11 @@ def _lines(n: int, bad: int = 0) -> list[NewLine]:
     return out
 
 
-async def _started(store, batch_id: str, n: int, bad: int = 0, window_s: float = 3600) -> None:
-    await store.create(_batch(batch_id, window_s), "owner-a", "ta")
+async def _started(store, batch_id: str, n: int, bad: int = 0, window_s: float = 3600,
+                   owner: str = "owner-a") -> None:
+    await store.create(_batch(batch_id, window_s), owner, "t" + owner[-1])
     task = await store.claim_task("w0", 5)
-    assert task.kind == "validate" and task.owner == "owner-a"
+    assert task.kind == "validate" and task.owner == owner
     assert await store.start_run(batch_id, "w0", _lines(n, bad))
 
 
@@ -176,6 +177,44 @@ def test_runners_get_fair_parts(url, tmp_path):
         assert len(await store.claim_lines("wa", 10, 4, lease_s=0.5)) == 2  # its part again, not more
         await asyncio.sleep(0.6)  # both stop renewing; wb is never seen again
         assert len(await store.claim_lines("wa", 10, 4, lease_s=0.5)) == 4  # alone: the whole bound
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_claims_are_fair_across_owners(url, tmp_path):
+    """A big batch of one owner created first does not hold another owner's small batch back:
+    each line goes to the owner with the fewest lines running."""
+    async def main():
+        store = open_batch_store(url, str(tmp_path))
+        await _started(store, "batch_big", 200, owner="owner-a")
+        await asyncio.sleep(0.01)
+        await _started(store, "batch_small", 2, owner="owner-b")
+        first = await store.claim_lines("w", 1, 50, lease_s=5)
+        second = await store.claim_lines("w", 1, 50, lease_s=5)
+        assert [x.owner for x in first + second] == ["owner-a", "owner-b"]
+        # Several at once: interleaved, the small batch's lines among the first ones.
+        more = await store.claim_lines("w", 4, 50, lease_s=5)
+        assert [x.batch_id for x in more].count("batch_small") == 1
+        assert [x.idx for x in more if x.batch_id == "batch_big"] == [1, 2, 3]
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_answers_a_page_at_a_time(url, tmp_path):
+    async def main():
+        store = open_batch_store(url, str(tmp_path))
+        await _started(store, "batch_p", 7)
+        lines = await store.claim_lines("w", 10, 10, lease_s=5)
+        for x in lines:
+            if x.idx != 3:  # one line not answered yet
+                assert await store.complete("w", "batch_p", x.idx, b'{"i": %d}' % x.idx, x.idx == 5)
+        assert [a[0] for a in await store.answers("batch_p")] == [0, 1, 2, 4, 5, 6]
+        assert [a[0] for a in await store.answers("batch_p", -1, 2)] == [0, 1]
+        page = await store.answers("batch_p", 1, 3)
+        assert [a[0] for a in page] == [2, 4, 5] and page[2][1] and page[0][2] == b'{"i": 2}'
+        assert await store.answers("batch_p", 6, 10) == []
         await store.close()
 
     asyncio.run(main())

@@ -92,7 +92,7 @@ def add_batch_routes(app: web.Application, endpoints: dict[str, Endpoint]) -> No
             max_concurrency=max(1, policy.batch_max_concurrency),
             lease_s=policy.batch_lease_timeout, poll_s=min(0.5, policy.batch_lease_timeout / 4),
             priority=policy.batch_priority, max_lines=policy.batch_max_requests,
-            max_body_bytes=cfg.max_request_body_bytes)
+            max_body_bytes=cfg.max_request_body_bytes, max_output_bytes=policy.batch_max_output_bytes)
         runner = None
         if policy.batch_max_concurrency > 0:  # 0: this deployment stores files and batches, runs none
             runner = BatchRunner(batches=batches, files=files, contents=contents, call=line_caller(state, endpoints),
