@@ -6,7 +6,9 @@ directory), so an adapter loaded through one worker is served by every worker. T
 adapters (`--lora-modules`) are loaded into the engine(s) once per deployment, by whichever
 worker starts first; the others wait for them before serving. As in vLLM, the load routes exist
 only with VLLM_ALLOW_RUNTIME_LORA_UPDATING set, a load is checked by the engine (`add_lora` on
-every engine) before the adapter is listed, and an unload only takes it off the list.
+every engine) before the adapter is listed, and an unload only takes it off the list. With a keys
+file only an admin key loads or unloads adapters (they are the deployment's, served to every
+tenant, read from the server's disk).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from vllm_pyfrontend.llm.lora import LoRAAdapter, LoRAStore, parse_lora_modules
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.state import STATE
+from vllm_pyfrontend.tenants import tenant_of
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,15 @@ async def load_adapter(state, name: str, path: str, *, load_inplace: bool = Fals
     return f"Success: LoRA adapter '{name}' added successfully."
 
 
+def _check_admin(request: web.Request) -> None:
+    """With a keys file, loading and unloading adapters (a path on the server's disk, served to
+    every tenant) is for an admin key (`admin: true`) only."""
+    if request.app[STATE].tenants is not None and not tenant_of(request).admin:
+        raise APIError(403, "Loading and unloading LoRA adapters needs an admin API key.")
+
+
 async def handle_load(request: web.Request) -> web.Response:
+    _check_admin(request)
     state = request.app[STATE]
     req: LoadLoRAAdapterRequest = decode_body(await state.read_body(request), LoadLoRAAdapterRequest)
     text = await load_adapter(state, req.lora_name, req.lora_path, load_inplace=req.load_inplace,
@@ -124,6 +135,7 @@ async def handle_load(request: web.Request) -> web.Response:
 
 
 async def handle_unload(request: web.Request) -> web.Response:
+    _check_admin(request)
     state = request.app[STATE]
     req: UnloadLoRAAdapterRequest = decode_body(await state.read_body(request), UnloadLoRAAdapterRequest)
     if not req.lora_name:

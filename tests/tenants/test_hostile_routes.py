@@ -5,6 +5,7 @@ route family turned on: scale-out, tokens-only's abort path, dev mode, the token
 - Without a key, every route the app has answers 401, except the public ones
   (`PUBLIC_ROUTES`: probes, version, /metrics), whatever it serves.
 - /metrics names no tenant to a client without an admin key.
+- Only an admin key loads or unloads LoRA adapters (a path on the server, served to all).
 - An abort reaches only its owner's requests: another tenant's id, or its wildcard, ends
   nothing of the first tenant's; the tenant's own abort and an admin's wildcard do.
 """
@@ -40,7 +41,7 @@ def stack(request, tmp_path_factory):
     root = request.param
     args = sim_args("--api-keys-file", str(path), "--enable-scale-out", "--enable-tokenizer-info-endpoint",
                     *(["--root-path", root] if root else []), workers=1, step=0.02)
-    with InProcessStack(args, env={"VLLM_SERVER_DEV_MODE": "1"}) as s:
+    with InProcessStack(args, env={"VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}) as s:
         s.root = root
         yield s
 
@@ -55,7 +56,8 @@ def test_every_route_but_the_public_ones_asks_for_a_key(stack):
                      if r.resource is not None and r.method not in ("HEAD", "OPTIONS", "*")})
     assert len(routes) > 40, routes  # the whole table, route families included
     for must in ("/invocations", "/tokenize", "/detokenize", "/pooling", "/classify", "/score", "/rerank",
-                 "/abort_requests", "/inference/v1/abort_requests", "/tokenizer_info", "/v1/chat/completions"):
+                 "/abort_requests", "/inference/v1/abort_requests", "/tokenizer_info", "/v1/chat/completions",
+                 "/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
         assert any(p == must for _, p in routes), must
     asked = []
     for method, path in routes:
@@ -89,6 +91,15 @@ def test_metrics_name_tenants_only_to_an_admin_key(stack):
         text = scrape(headers)
         assert "vllm_frontend_tenant_" not in text and "alice" not in text, headers
         assert "vllm:num_requests_running" in text  # the rest of the families stay
+
+
+def test_only_an_admin_key_loads_or_unloads_adapters(stack):
+    body = json.dumps({"lora_name": "mine", "lora_path": "/etc"}).encode()
+    for path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+        r = request(stack, stack.root + path, body, headers=_auth("key-mallory"))
+        assert r.status == 403 and "admin" in r.json()["error"]["message"], (path, r.status, r.body)
+        r = request(stack, stack.root + path, body, headers=_auth("key-ops"))
+        assert r.status in (400, 404, 500) and b"admin" not in r.body, (path, r.status, r.body)  # the engine's answer
 
 
 def _generate(stack, key: str, max_tokens: int) -> tuple[threading.Thread, dict]:
