@@ -38,10 +38,7 @@ class _Increments:
         """`kept` has observations to write with the next flush, at the latest in
         STEP_FLUSH_SECONDS."""
         self.kept.append(kept)
-        due = self.timer
-        if due is not None and not due.is_closed():
-            return
-        loop = self._loop_or_flush()
+        loop = self._unless_due(self.timer)
         if loop is not None:
             self.timer = loop
             loop.call_later(STEP_FLUSH_SECONDS, self._timed_flush)
@@ -56,13 +53,17 @@ class _Increments:
 
     def done(self) -> None:
         """The increments of one request are added: flush now or at the loop pass's end."""
-        due = self.scheduled
-        if due is not None and not due.is_closed():
-            return
-        loop = self._loop_or_flush()
+        loop = self._unless_due(self.scheduled)
         if loop is not None:
             self.scheduled = loop
             loop.call_soon(self.flush)
+
+    def _unless_due(self, due: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop | None:
+        """The loop to schedule a flush on; None when one is due already (on `due`, a loop
+        that still runs) or there is no loop (then it flushed now)."""
+        if due is not None and not due.is_closed():
+            return None
+        return self._loop_or_flush()
 
     def _loop_or_flush(self) -> asyncio.AbstractEventLoop | None:
         """The running event loop to flush on later; without one (no loop in this thread),

@@ -34,33 +34,25 @@ def scan_value(s: str, i: int, n: int) -> int:
     if i >= n:
         raise NeedMore
     c = s[i]
-    if c == "{":
+    if c == "{" or c == "[":
+        # an object's members are ``"key": value``, an array's items a value
+        is_object = c == "{"
+        close = "}" if is_object else "]"
         i = _skip_ws(s, i + 1, n)
-        if s[i] == "}":
+        if s[i] == close:
             return i + 1
         while True:
-            if s[i] != '"':
-                raise BadJson(i)
-            i = _scan_string(s, i, n)
-            i = _skip_ws(s, i, n)
-            if s[i] != ":":
-                raise BadJson(i)
-            i = _skip_ws(s, i + 1, n)
+            if is_object:
+                if s[i] != '"':
+                    raise BadJson(i)
+                i = _scan_string(s, i, n)
+                i = _skip_ws(s, i, n)
+                if s[i] != ":":
+                    raise BadJson(i)
+                i = _skip_ws(s, i + 1, n)
             i = scan_value(s, i, n)
             i = _skip_ws(s, i, n)
-            if s[i] == "}":
-                return i + 1
-            if s[i] != ",":
-                raise BadJson(i)
-            i = _skip_ws(s, i + 1, n)
-    if c == "[":
-        i = _skip_ws(s, i + 1, n)
-        if s[i] == "]":
-            return i + 1
-        while True:
-            i = scan_value(s, i, n)
-            i = _skip_ws(s, i, n)
-            if s[i] == "]":
+            if s[i] == close:
                 return i + 1
             if s[i] != ",":
                 raise BadJson(i)
@@ -114,6 +106,17 @@ def _scan_string(s: str, i: int, n: int) -> int:
         i += 1
 
 
+def _digits(s: str, i: int, n: int) -> int:
+    """One or more digits from ``i``: where they end."""
+    if i >= n:
+        raise NeedMore
+    if not s[i].isdigit():
+        raise BadJson(i)
+    while i < n and s[i].isdigit():
+        i += 1
+    return i
+
+
 def _scan_number(s: str, i: int, n: int) -> int:
     start = i
     if s[i] == "-":
@@ -122,29 +125,15 @@ def _scan_number(s: str, i: int, n: int) -> int:
             raise NeedMore
     if s[i] == "0":
         i += 1
-    elif s[i].isdigit():
-        while i < n and s[i].isdigit():
-            i += 1
     else:
-        raise BadJson(i)
+        i = _digits(s, i, n)
     if i < n and s[i] == ".":
-        i += 1
-        if i >= n:
-            raise NeedMore
-        if not s[i].isdigit():
-            raise BadJson(i)
-        while i < n and s[i].isdigit():
-            i += 1
+        i = _digits(s, i + 1, n)
     if i < n and s[i] in "eE":
         i += 1
         if i < n and s[i] in "+-":
             i += 1
-        if i >= n:
-            raise NeedMore
-        if not s[i].isdigit():
-            raise BadJson(i)
-        while i < n and s[i].isdigit():
-            i += 1
+        i = _digits(s, i, n)
     if i == start:
         raise BadJson(i)
     return i

@@ -41,9 +41,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
-from vllm_pyfrontend.parsers.combinators import find_first, partial_tail
+from vllm_pyfrontend.parsers.combinators import partial_tail
 from vllm_pyfrontend.parsers.reasoning.registry import register_reasoning_parser
 from vllm_pyfrontend.parsers.reasoning.think import ThinkReasoningParser, ThinkStyle
+from vllm_pyfrontend.parsers.rewrite import MarkerRewriter
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,30 +62,6 @@ class Family:
 
 
 FamilyFor = Callable[[Mapping[str, Any]], Family]
-
-
-class _Rewriter:
-    """Streaming find-and-replace of fixed strings (held while a tail may begin one)."""
-
-    def __init__(self, pairs: Sequence[tuple[str, str]]) -> None:
-        self.table = dict(pairs)
-        self.markers = tuple(self.table)
-        self.buf = ""
-
-    def feed(self, text: str, eof: bool = False) -> str:
-        buf = self.buf + text
-        out: list[str] = []
-        while True:
-            j, m = find_first(buf, self.markers)
-            if j == -1:
-                break
-            out.append(buf[:j])
-            out.append(self.table[m])
-            buf = buf[j + len(m) :]
-        cut = len(buf) if eof else partial_tail(buf, self.markers)
-        out.append(buf[:cut])
-        self.buf = buf[cut:]
-        return "".join(out)
 
 
 class _AnswerWrapper:
@@ -131,28 +108,13 @@ class _AnswerWrapper:
 
 
 class FamilyReasoningParser:
-    """``feed(text, token_ids=None)`` / ``finish()``, like `ThinkReasoningParser`."""
+    """``feed(text, token_ids=None)`` / ``finish()``, like `ThinkReasoningParser`: ``inner``
+    (the split with the family's style) plus the family's rewriting and framing."""
 
-    def __init__(
-        self,
-        family: Family,
-        tokenizer: Any = None,
-        *,
-        prompt_text: str | None = None,
-        prompt_token_ids: Sequence[int] | None = None,
-        template_kwargs: Mapping[str, Any] | None = None,
-        implicit_ends: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, family: Family, inner: ThinkReasoningParser) -> None:
         self.family = family
-        self.inner = ThinkReasoningParser(
-            family.style,
-            tokenizer,
-            prompt_text=prompt_text,
-            prompt_token_ids=prompt_token_ids,
-            template_kwargs=template_kwargs,
-            implicit_ends=tuple(implicit_ends) + family.implicit_ends,
-        )
-        self._rw = _Rewriter(family.rewrite) if family.rewrite else None
+        self.inner = inner
+        self._rw = MarkerRewriter(family.rewrite) if family.rewrite else None
         self._prefix = family.content_prefix
         self._label_buf: str | None = "" if family.reasoning_label else None
         self._lstrip = family.content_lstrip and not self.inner.identity
@@ -237,20 +199,20 @@ def family_parser_maker(family: Family | FamilyFor) -> Callable[..., FamilyReaso
     def make(
         tokenizer: Any = None,
         *,
-        prompt_text: str | None = None,
-        prompt_token_ids: Sequence[int] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
         implicit_ends: Sequence[str] = (),
+        **prompt: Any,
     ) -> FamilyReasoningParser:
+        """``prompt``: ``prompt_text`` / ``prompt_token_ids``, as `ThinkReasoningParser` takes them."""
         fam = family if isinstance(family, Family) else family(template_kwargs or {})
-        return FamilyReasoningParser(
-            fam,
+        inner = ThinkReasoningParser(
+            fam.style,
             tokenizer,
-            prompt_text=prompt_text,
-            prompt_token_ids=prompt_token_ids,
             template_kwargs=template_kwargs,
-            implicit_ends=implicit_ends,
+            implicit_ends=tuple(implicit_ends) + fam.implicit_ends,
+            **prompt,
         )
+        return FamilyReasoningParser(fam, inner)
 
     return make
 

@@ -64,10 +64,11 @@ def get_reasoning_parser(
     template_kwargs: Mapping[str, Any] | None = None,
     implicit_ends: Sequence[str] = (),
 ) -> ThinkReasoningParser:
+    options = dict(prompt_text=prompt_text, prompt_token_ids=prompt_token_ids,
+                   template_kwargs=template_kwargs, implicit_ends=implicit_ends)
     custom = _CUSTOM.get(name)
     if custom is not None:  # not a <think> style (gpt-oss harmony)
-        return custom(tokenizer, prompt_text=prompt_text, prompt_token_ids=prompt_token_ids,
-                      template_kwargs=template_kwargs, implicit_ends=implicit_ends)
+        return custom(tokenizer, **options)
     try:
         style = _REGISTRY[name]
     except KeyError:
@@ -75,18 +76,5 @@ def get_reasoning_parser(
             f"unknown reasoning parser {name!r}; known: {', '.join(reasoning_parser_names())}"
         ) from None
     if not isinstance(style, ThinkStyle):
-        return style(
-            tokenizer,
-            prompt_text=prompt_text,
-            prompt_token_ids=prompt_token_ids,
-            template_kwargs=template_kwargs,
-            implicit_ends=implicit_ends,
-        )
-    return ThinkReasoningParser(
-        style,
-        tokenizer,
-        prompt_text=prompt_text,
-        prompt_token_ids=prompt_token_ids,
-        template_kwargs=template_kwargs,
-        implicit_ends=implicit_ends,
-    )
+        return style(tokenizer, **options)
+    return ThinkReasoningParser(style, tokenizer, **options)

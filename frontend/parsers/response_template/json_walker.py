@@ -11,7 +11,7 @@ from typing import Any
 
 import regex
 
-from vllm_pyfrontend.parsers.combinators import NEED, Fail, scan_json
+from vllm_pyfrontend.parsers.combinators import NEED, Fail, Ok, scan_json
 from vllm_pyfrontend.parsers.response_template.casting import cast_member, keeps_strings, schema_types
 from vllm_pyfrontend.parsers.response_template.template import Field
 from vllm_pyfrontend.parsers.response_template.values import PLACEHOLDER
@@ -76,6 +76,21 @@ def json_call_shape(f: Field) -> _JsonCallShape | None:
 
 _WS = " \t\r\n"
 _PLAIN = regex.compile(r'[^"\\\x00-\x1f]*')
+
+
+def _skip_ws(s: str, k: int) -> int:
+    """The first index at or after ``k`` that is not JSON whitespace (``len(s)`` if none)."""
+    while k < len(s) and s[k] in _WS:
+        k += 1
+    return k
+
+
+def _scan(s: str, k: int) -> Ok | None:
+    """The JSON value at ``s[k]``; None while it may still complete; `_Dead` when it cannot."""
+    r = scan_json(s, k, False)
+    if isinstance(r, Fail):
+        raise _Dead
+    return None if r is NEED else r
 
 
 def escape(text: str) -> str:
@@ -153,44 +168,14 @@ class JsonCallWalker:
                     self._i = i + 1
                     self._state = "done"
                     continue
-                if st == "top_next":
-                    if c != ",":
-                        raise _Dead
-                    self._i = i + 1
-                    i = self._ws(s)
-                    if i >= n:
-                        self._state = "top_key"
-                        return
-                self._state = "top_key"
-            elif st == "top_key":
+                self._to_key(st == "top_next", c, i, "top_key")
+            elif st in ("top_key", "args_key"):
                 key, j = self._key(s, i)
                 if key is None:
                     return
-                if key == self.shape.args_key and not self.args_begun:
-                    k = j
-                    while k < n and s[k] in _WS:
-                        k += 1
-                    if k >= n:
-                        return
-                    if s[k] != "{":
-                        raise _Dead  # arguments that are not an object: whole at close
-                    self._i = k + 1
-                    self.args_begun = True
-                    self._state = "args_first"
-                    continue
-                r = scan_json(s, j, False)
-                if r is NEED:
+                member = self._top_member if st == "top_key" else self._args_member
+                if not member(s, key, j):
                     return
-                if isinstance(r, Fail):
-                    raise _Dead
-                if key == self.shape.name_key and self.name is None:
-                    value = json.loads(r.value)
-                    if not isinstance(value, str) or not value:
-                        raise _Dead
-                    self.name = value
-                    self._flush_pending()
-                self._i = r.end
-                self._state = "top_next"
             elif st in ("args_first", "args_next"):
                 if c == "}":
                     self._i = i + 1
@@ -199,35 +184,7 @@ class JsonCallWalker:
                         self._write_close()
                     self._state = "top_next" if self.shape.args_key is not None else "done"
                     continue
-                if st == "args_next":
-                    if c != ",":
-                        raise _Dead
-                    self._i = i + 1
-                    i = self._ws(s)
-                    if i >= n:
-                        self._state = "args_key"
-                        return
-                self._state = "args_key"
-            elif st == "args_key":
-                key, j = self._key(s, i)
-                if key is None:
-                    return
-                k = j
-                while k < n and s[k] in _WS:
-                    k += 1
-                if k >= n:
-                    return
-                if s[k] == '"' and self.name is not None and keeps_strings(self._schema_types(key)):
-                    self._open_string(key, k)  # a string that is never cast: streams as it comes
-                    continue
-                r = scan_json(s, k, False)
-                if r is NEED:
-                    return
-                if isinstance(r, Fail):
-                    raise _Dead
-                self._member(key, json.loads(r.value))
-                self._i = r.end
-                self._state = "args_next"
+                self._to_key(st == "args_next", c, i, "args_key")
             elif st == "args_str":
                 self._string(s)
                 if self._state == "args_str":
@@ -237,25 +194,66 @@ class JsonCallWalker:
             else:  # pragma: no cover
                 raise _Dead
 
+    def _to_key(self, after_member: bool, c: str, i: int, key_state: str) -> None:
+        """On to a member's key (state ``key_state``); after a member, past the ``,`` that
+        must come first (the loop skips the whitespace after it)."""
+        if after_member:
+            if c != ",":
+                raise _Dead
+            self._i = i + 1
+        self._state = key_state
+
+    def _top_member(self, s: str, key: str, j: int) -> bool:
+        """A member of the outer object, its value at ``s[j]``: the arguments object is
+        entered, the name read, any other member passed over. False: not complete yet."""
+        if key == self.shape.args_key and not self.args_begun:
+            if s[j] != "{":
+                raise _Dead  # arguments that are not an object: whole at close
+            self._i = j + 1
+            self.args_begun = True
+            self._state = "args_first"
+            return True
+        r = _scan(s, j)
+        if r is None:
+            return False
+        if key == self.shape.name_key and self.name is None:
+            value = json.loads(r.value)
+            if not isinstance(value, str) or not value:
+                raise _Dead
+            self.name = value
+            self._flush_pending()
+        self._i = r.end
+        self._state = "top_next"
+        return True
+
+    def _args_member(self, s: str, key: str, j: int) -> bool:
+        """A member of the arguments object, its value at ``s[j]``: a string that is never cast
+        streams as it comes, any other value is written once complete. False: not complete yet."""
+        if s[j] == '"' and self.name is not None and keeps_strings(self._schema_types(key)):
+            self._open_string(key, j)
+            return True
+        r = _scan(s, j)
+        if r is None:
+            return False
+        self._member(key, json.loads(r.value))
+        self._i = r.end
+        self._state = "args_next"
+        return True
+
     def _key(self, s: str, i: int) -> tuple[str | None, int]:
-        """A member's key and where its value starts (None: not complete yet)."""
+        """A member's key and where its value starts (past the whitespace: a character of
+        ``s``); None: not complete yet."""
         if s[i] != '"':
             raise _Dead
-        r = scan_json(s, i, False)
-        if r is NEED:
+        r = _scan(s, i)
+        if r is None:
             return None, i
-        if isinstance(r, Fail):
-            raise _Dead
-        j = r.end
-        while j < len(s) and s[j] in _WS:
-            j += 1
+        j = _skip_ws(s, r.end)
         if j >= len(s):
             return None, i
         if s[j] != ":":
             raise _Dead
-        j += 1
-        while j < len(s) and s[j] in _WS:
-            j += 1
+        j = _skip_ws(s, j + 1)
         if j >= len(s):
             return None, i
         return json.loads(r.value), j

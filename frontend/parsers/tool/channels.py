@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
-from vllm_pyfrontend.parsers.combinators import fmap, find_first, lit, many, partial_tail, seq, ws
+from vllm_pyfrontend.parsers.combinators import fmap, lit, many, seq, ws
+from vllm_pyfrontend.parsers.rewrite import MarkerRewriter
 from vllm_pyfrontend.parsers.tool.base import Section, SectionToolParser, ToolFormat
 from vllm_pyfrontend.parsers.tool.json_grammar import call_object
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
@@ -27,36 +28,17 @@ class MarkerDropParser:
     def __init__(self, inner: SectionToolParser, drop: Sequence[str]) -> None:
         self.inner = inner
         self.drop = tuple(drop)
-        self._held = ""
+        # whitespace before a marker is framing
+        self._rw = MarkerRewriter(dict.fromkeys(self.drop, ""), strip_before=True, on_marker=inner.gate.passed)
 
     def __getattr__(self, name: str) -> Any:  # fmt, gate, n_calls, tools
         return getattr(self.inner, name)
 
-    def _filter(self, text: str, eof: bool) -> str:
-        buf = self._held + text
-        out: list[str] = []
-        while True:
-            j, m = find_first(buf, self.drop)
-            if j == -1:
-                break
-            out.append(buf[:j].rstrip())  # whitespace before a marker is framing
-            self.inner.gate.passed(m)
-            buf = buf[j + len(m) :]
-        if eof:
-            cut = len(buf)
-        else:
-            # hold a possible marker, and the whitespace that may precede one
-            cut = partial_tail(buf, self.drop)
-            cut = len(buf[:cut].rstrip())
-        out.append(buf[:cut])
-        self._held = buf[cut:]
-        return "".join(out)
-
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
-        return self.inner.feed(self._filter(text, eof=False), token_ids)
+        return self.inner.feed(self._rw.feed(text), token_ids)
 
     def finish(self) -> AssistantDelta | None:
-        rest = self._filter("", eof=True)
+        rest = self._rw.feed("", eof=True)
         first = self.inner.feed(rest) if rest else None
         last = self.inner.finish()
         if first is None:

@@ -34,7 +34,7 @@ from vllm_pyfrontend.parsers.tool.json_grammar import call, json_args, name_ok
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.streaming import skip_ws
 from vllm_pyfrontend.parsers.tool.tagged_params import TypedFormat, tagged_name
-from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, xml_args, xml_call, xml_name
+from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, call_element, xml_args, xml_call, xml_name
 
 
 # --------------------------------------------------------------- deepseek v3
@@ -212,20 +212,13 @@ def dsml_invoke_grammar(args: P, make: Callable[[str, list], Call], prefix: str 
     (``args``: the tagged parameters' parser, ``make``: the call from its name and parameters,
     ``name_of``: the name's check), reported to the tool engine as ``"call"``, its name as
     ``"name"``. The specification of `DsmlInvoke`."""
-    return tag(
-        "call",
-        fmap(
-            seq(
-                lit(f'<{prefix}invoke name="'),
-                tag("name", fmap(take_until('"'), name_of)),
-                lit('">'),
-                ws(),
-                args,
-                ws(),
-                lit(f"</{prefix}invoke>"),
-            ),
-            lambda v: make(v[1], v[4]),
-        ),
+    return call_element(
+        (lit(f'<{prefix}invoke name="'),),
+        tag("name", fmap(take_until('"'), name_of)),
+        (lit('">'),),
+        args,
+        f"</{prefix}invoke>",
+        make,
     )
 
 

@@ -9,14 +9,11 @@ the schema says nothing it stays text, as vLLM does.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from vllm_pyfrontend.parsers.combinators import (
-    NEED,
     Ok,
     P,
-    Probe,
-    Result,
     chars_while,
     choice,
     fmap,
@@ -35,20 +32,17 @@ from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.schema_values import schema_types, tool_schema, typed_value
 from vllm_pyfrontend.parsers.tool.streaming import (
-    ArgsPrefix,
-    ParsedArgs,
+    MemberArgs,
+    ValuePrefix,
     XmlStringTail,
-    complete_members,
     dumps_value,
     escape,
     first_wins,
-    min_open,
-    open_member_prefix,
-    probe_name,
-    skip_ws,
+    items_prefix,
+    members_prefix,
     xml_args_text,
 )
-from vllm_pyfrontend.parsers.tool.xml_calls import JsonOrTextTyping, XmlParam, xml_args, xml_call
+from vllm_pyfrontend.parsers.tool.xml_calls import JsonOrTextTyping, XmlParam, call_element, xml_args, xml_call
 
 Q = '<|"|>'
 
@@ -153,91 +147,44 @@ class _Nested:
         return None
 
     def _items(self, s: str, i: int, schema: Any, least: int, depth: int) -> tuple[str, str, Any]:
-        parts: list[str] = []
-        while True:
-            i = skip_ws(s, i)
-            r = self.value.parse(s, i, False)
-            if isinstance(r, Ok):
-                parts.append(dumps_value(_typed(r.value, schema)))
-                sep = _G_SEP.parse(s, r.end, False)
-                if isinstance(sep, Ok):
-                    i = sep.end
-                    continue
-            elif r is NEED:
-                sub = self.prefix(s, i, schema, least, depth + 1)
-                if sub is not None:
-                    text, closers, tail = sub
-                    return "[" + ", ".join([*parts, text]), closers + "]", tail
-            return "[" + ", ".join(parts), "]", None
+        return items_prefix(
+            s, i, self.value, _G_SEP,
+            lambda item: dumps_value(_typed(item, schema)),
+            lambda at: self.prefix(s, at, schema, least, depth + 1),
+        )
 
     def _members(self, s: str, i: int, schema: Any, least: int, depth: int) -> tuple[str, str, Any]:
-        parts: list[str] = []
-        seen: set[str] = set()
-        while True:
-            i = skip_ws(s, i)
-            h = self.key_head.parse(s, i, False)
-            if not isinstance(h, Ok):
-                break
-            key = h.value
-            sub_schema = _sub_schema(schema, "properties", key)
-            r = self.value.parse(s, h.end, False)
-            if isinstance(r, Ok):
-                if key not in seen:
-                    seen.add(key)
-                    parts.append(f"{dumps_value(key)}: {dumps_value(_typed(r.value, sub_schema))}")
-                sep = _G_SEP.parse(s, r.end, False)
-                if isinstance(sep, Ok):
-                    i = sep.end
-                    continue
-            elif r is NEED and key not in seen:
-                sub = self.prefix(s, h.end, sub_schema, least, depth + 1)
-                if sub is not None:
-                    text, closers, tail = sub
-                    return "{" + ", ".join([*parts, f"{dumps_value(key)}: {text}"]), closers + "}", tail
-            break
-        return "{" + ", ".join(parts), "}", None
+        def head(text: str, at: int) -> tuple[str, int] | None:
+            h = self.key_head.parse(text, at, False)
+            return (h.value, h.end) if isinstance(h, Ok) else None
+
+        return members_prefix(
+            s, i, head, self.value, _G_SEP,
+            lambda key, value: dumps_value(_typed(value, _sub_schema(schema, "properties", key))),
+            lambda key, at: self.prefix(s, at, _sub_schema(schema, "properties", key), least, depth + 1),
+        )
 
 
-class _Gemma4Args(P):
+class _Gemma4Args(MemberArgs):
     """The top-level members of a call, ``key:value`` separated by commas ->
-    ``[(key, value)]``; streamed member by member (reported as ``"args"``):
-    completed members typed by the schema, an open ``<|"|>`` string as it
-    arrives (a delimited string is text whatever the schema says)."""
+    ``[(key, value)]``; streamed member by member: completed members typed by
+    the schema, an open ``<|"|>`` string as it arrives (a delimited string is
+    text whatever the schema says)."""
 
-    __slots__ = ("member", "head", "typed_member", "schema_of", "nested", "_many", "_sep")
+    __slots__ = ("schema_of", "nested")
 
-    def __init__(self, member: P, head: P, value: P, typed_member, schema_of) -> None:
-        self.member = member
-        self.head = head  # ``key:`` -> key
-        self.typed_member = typed_member  # (call name, key, value) -> JSON value
+    def __init__(self, member: P, head: P, value: P, schema_of: Callable[[str, str], Any]) -> None:
+        # head: ``key:`` -> key
+        sep = seq(ws(), lit(","), ws())
+        super().__init__(many(member, sep=sep), member, head, sep)
         self.schema_of = schema_of  # (call name, key) -> the parameter's schema
         self.nested = _Nested(value, head)
-        self._sep = seq(ws(), lit(","), ws())
-        self._many = many(member, sep=self._sep)
 
-    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
-        r = self._many.parse(s, pos, eof, pr)
-        if isinstance(r, Ok) and r.value:  # (no members: not begun)
-            name = probe_name(pr)
-            if name:  # under a probe: the text too (`ParsedArgs`)
-                text = xml_args_text([(k, self.typed_member(name, k, v)) for k, v in r.value])
-                return Ok(r.end, ParsedArgs(r.value, text))
-        return r
+    def typed(self, name: str, key: str, value: Any) -> Any:
+        return _typed(value, self.schema_of(name, key))
 
-    def partial(self, s: str, pos: int, pr: Probe) -> ArgsPrefix | None:
-        name = next((v for k, _, e, v in reversed(pr.events) if k == "name" and e != -1), None)
-        if not isinstance(name, str) or not name:
-            return None
-        least = min_open(pr)
-        parts, seen, i = complete_members(s, pos, self._sep, self.member,
-                                          lambda key, value: self.typed_member(name, key, value), pr)
-        begun = open_member_prefix(parts, seen, self.head.parse(s, i, False, pr), least,
-                                   lambda key, at: self.nested.prefix(s, at, self.schema_of(name, key), least))
-        if begun is not None:
-            return begun
-        if not parts and least:
-            return ArgsPrefix("", "")
-        return ArgsPrefix("{" + ", ".join(parts), "}")
+    def value_prefix(self, s: str, at: int, name: str, key: str, least: int) -> ValuePrefix | None:
+        return self.nested.prefix(s, at, self.schema_of(name, key), least)
 
 
 class Gemma4(ToolFormat):
@@ -251,14 +198,11 @@ class Gemma4(ToolFormat):
             props = (tool_schema(self.tools, name) or {}).get("properties")
             return props.get(key) if isinstance(props, dict) else None
 
-        def typed_member(name: str, key: str, value: Any) -> Any:
-            return _typed(value, schema_of(name, key))
-
-        node = _Gemma4Args(member, head, value, typed_member, schema_of)
+        node = _Gemma4Args(member, head, value, schema_of)
 
         def build(v: list[Any]) -> Call:
             name = v[1]
-            return Call(name=name, arguments=xml_args_text([(k, typed_member(name, k, x)) for k, x in v[4]]))
+            return Call(name=name, arguments=xml_args_text([(k, node.typed(name, k, x)) for k, x in v[4]]))
 
         call = tag(
             "call",
@@ -292,20 +236,13 @@ class FunctionGemma(ToolFormat):
             "<escape>",
         )
         make = xml_call(typing)
-        call = tag(
-            "call",
-            fmap(
-                seq(
-                    lit("call:"),
-                    tag("name", chars_while(lambda c: c.isalnum() or c == "_")),
-                    lit("{"),
-                    ws(),
-                    xml_args(param, typing, sep=seq(ws(), opt(lit(",")), ws())),
-                    ws(),
-                    lit("}"),
-                ),
-                lambda v: [make(v[1], v[4])],
-            ),
+        call = call_element(
+            (lit("call:"),),
+            tag("name", chars_while(lambda c: c.isalnum() or c == "_")),
+            (lit("{"),),
+            xml_args(param, typing, sep=seq(ws(), opt(lit(",")), ws())),
+            "}",
+            lambda name, params: [make(name, params)],
         )
         self.sections = {
             "<start_function_call>": Section(body=call, ends=("<end_function_call>",))

@@ -33,37 +33,23 @@ from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.schema_values import tool_names
 
 
-def call_array(*arg_keys: str) -> P:
-    """``[{"name": ..., "<arg_key>": {...}}, ...]`` (at least one call) -> list[Call]."""
+def json_array(item: P, minimum: int = 1) -> P:
+    """``[item, item, ...]`` (at least ``minimum`` items) -> the items' values."""
     return fmap(
-        seq(
-            lit("["),
-            ws(),
-            many(call_object(*arg_keys), sep=seq(ws(), lit(","), ws()), minimum=1),
-            ws(),
-            lit("]"),
-        ),
+        seq(lit("["), ws(), many(item, sep=seq(ws(), lit(","), ws()), minimum=minimum), ws(), lit("]")),
         lambda v: v[2],
     )
+
+
+def call_array(*arg_keys: str) -> P:
+    """``[{"name": ..., "<arg_key>": {...}}, ...]`` (at least one call) -> list[Call]."""
+    return json_array(call_object(*arg_keys))
 
 
 def _strict_call(*arg_keys: str) -> P:
     """A call object that must carry one of ``arg_keys`` holding an object
     (streamed as written: `call_object`)."""
     return call_object(*arg_keys, strict=True)
-
-
-def _strict_array(*arg_keys: str) -> P:
-    return fmap(
-        seq(
-            lit("["),
-            ws(),
-            many(_strict_call(*arg_keys), sep=seq(ws(), lit(","), ws()), minimum=1),
-            ws(),
-            lit("]"),
-        ),
-        lambda v: v[2],
-    )
 
 
 def _padded(p: P) -> P:
@@ -110,19 +96,6 @@ class Llama3Json(ToolFormat):
 
 
 # ------------------------------------------------------------------- mistral
-def _mistral_array() -> P:
-    return fmap(
-        seq(
-            lit("["),
-            ws(),
-            many(call_object("arguments"), sep=seq(ws(), lit(","), ws())),
-            ws(),
-            lit("]"),
-        ),
-        lambda v: v[2],
-    )
-
-
 def _mistral_named() -> P:
     """v11+ tokenizers: ``name[ARGS]{...}`` (or ``name[CALL_ID]id[ARGS]{...}``)."""
     return tag(
@@ -145,7 +118,9 @@ class Mistral(ToolFormat):
 
     sections = {
         "[TOOL_CALLS]": Section(
-            body=fmap(seq(ws(), choice(_mistral_array(), _mistral_named())), lambda v: v[1])
+            body=fmap(
+                seq(ws(), choice(json_array(call_object("arguments"), minimum=0), _mistral_named())), lambda v: v[1]
+            )
         )
     }
 
@@ -185,7 +160,7 @@ class ToolCallsArray(ToolFormat):
     """Jamba and Hunyuan-A13B: ``<tool_calls>[{"name": ..., "arguments": {...}}, ...]</tool_calls>``."""
 
     sections = {
-        "<tool_calls>": Section(body=_padded(_strict_array("arguments")), ends=("</tool_calls>",))
+        "<tool_calls>": Section(body=_padded(json_array(_strict_call("arguments"))), ends=("</tool_calls>",))
     }
 
 
@@ -368,21 +343,25 @@ class Plamo3(ToolFormat):
     }
 
 
-register_tool_parser("hermes", lambda tools: Hermes())
-register_tool_parser("qwen3_json", lambda tools: Hermes(), note="Hermes' format")
-register_tool_parser("llama3_json", lambda tools: Llama3Json())
-register_tool_parser("llama4_json", lambda tools: Llama3Json(), note="Llama 3's JSON format")
-register_tool_parser("mistral", lambda tools: Mistral(), note="Mistral ([TOOL_CALLS])")
-register_tool_parser("granite", lambda tools: Granite())
-register_tool_parser("granite4", lambda tools: Granite4())
-register_tool_parser("granite-20b-fc", lambda tools: Granite20bFC())
-register_tool_parser("jamba", lambda tools: ToolCallsArray())
-register_tool_parser("hunyuan_a13b", lambda tools: ToolCallsArray())
-register_tool_parser("apertus", lambda tools: Apertus())
+# the formats above but InternLM's do not read the request's tools: (name, format, note)
+for _name, _format, _note in (
+    ("hermes", Hermes, ""),
+    ("qwen3_json", Hermes, "Hermes' format"),
+    ("llama3_json", Llama3Json, ""),
+    ("llama4_json", Llama3Json, "Llama 3's JSON format"),
+    ("mistral", Mistral, "Mistral ([TOOL_CALLS])"),
+    ("granite", Granite, ""),
+    ("granite4", Granite4, ""),
+    ("granite-20b-fc", Granite20bFC, ""),
+    ("jamba", ToolCallsArray, ""),
+    ("hunyuan_a13b", ToolCallsArray, ""),
+    ("apertus", Apertus, ""),
+    ("gigachat3", GigaChat3, ""),
+    ("ernie45", Ernie45, ""),
+    ("longcat", Longcat, ""),
+    ("phi4_mini_json", Phi4MiniJson, ""),
+    ("xlam", Xlam, ""),
+    ("plamo3", Plamo3, ""),
+):
+    register_tool_parser(_name, lambda tools, fmt=_format: fmt(), note=_note)
 register_tool_parser("internlm", lambda tools: Internlm(tools))
-register_tool_parser("gigachat3", lambda tools: GigaChat3())
-register_tool_parser("ernie45", lambda tools: Ernie45())
-register_tool_parser("longcat", lambda tools: Longcat())
-register_tool_parser("phi4_mini_json", lambda tools: Phi4MiniJson())
-register_tool_parser("xlam", lambda tools: Xlam())
-register_tool_parser("plamo3", lambda tools: Plamo3())

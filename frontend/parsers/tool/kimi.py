@@ -12,7 +12,7 @@ from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.channels import MarkerDropFormat
 from vllm_pyfrontend.parsers.tool.json_grammar import call, json_args, name_ok
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
-from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, xml_args, xml_call
+from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, call_element, xml_args, xml_call
 
 
 # ------------------------------------------------------------------- kimi k2
@@ -132,22 +132,13 @@ class KimiK3(MarkerDropFormat):
             return name
 
         typing = _K3Typing()
-        make = xml_call(typing)
-        call = tag(
-            "call",
-            fmap(
-                seq(
-                    lit(f"{O}call"),
-                    ws(1),
-                    tag("name", fmap(take_until(S), tool_name)),
-                    lit(S),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit(f"{C}call{S}"),
-                ),
-                lambda v: make(v[2], v[5]),
-            ),
+        call = call_element(
+            (lit(f"{O}call"), ws(1)),
+            tag("name", fmap(take_until(S), tool_name)),
+            (lit(S),),
+            xml_args(param, typing),
+            f"{C}call{S}",
+            xml_call(typing),
         )
         self.sections = {f"{O}tools{S}": Section(body=ws_list(call), ends=(f"{C}tools{S}",))}
 

@@ -19,9 +19,9 @@ from vllm_pyfrontend.parsers.tool.xml_calls import (
     XmlParam,
     attr_value,
     call_name,
+    named_param,
     xml_args,
     xml_call,
-    xml_name,
 )
 
 
@@ -88,11 +88,7 @@ class MiniCpm5(XmlFormat):
 
     def build(self) -> dict[str, Section]:
         typing = _MiniCpmTyping(self.tools)
-        head = fmap(
-            seq(lit("<param"), ws(1), lit("name="), attr_value(), ws(), lit(">")),
-            lambda v: xml_name(v[3]),
-        )
-        param = _MiniCpmParam(head, "</param>")
+        param = _MiniCpmParam(named_param("param"), "</param>")
         make = xml_call(typing)
 
         def build_call(v: list[Any]) -> list[Call]:

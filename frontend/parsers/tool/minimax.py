@@ -30,9 +30,10 @@ from vllm_pyfrontend.parsers.tool.xml_calls import (
     XmlParam,
     attr_value,
     call_name,
+    named_invoke,
+    named_param,
     xml_args,
     xml_call,
-    xml_name,
 )
 
 
@@ -48,33 +49,8 @@ class MinimaxM2(XmlFormat):
     """
 
     def build(self) -> dict[str, Section]:
-        param = XmlParam(
-            fmap(
-                seq(lit("<parameter"), ws(1), lit("name="), attr_value(), ws(), lit(">")),
-                lambda v: xml_name(v[3]),
-            ),
-            "</parameter>",
-        )
-        make = xml_call(self.typing)
-        invoke = tag(
-            "call",
-            fmap(
-                seq(
-                    lit("<invoke"),
-                    ws(1),
-                    lit("name="),
-                    call_name(attr_value()),
-                    ws(),
-                    lit(">"),
-                    ws(),
-                    xml_args(param, self.typing),
-                    ws(),
-                    lit("</invoke>"),
-                ),
-                lambda v: make(v[3], v[7]),
-            ),
-        )
-        body = ws_list(invoke)
+        param = XmlParam(named_param("parameter"), "</parameter>")
+        body = ws_list(named_invoke("invoke", param, self.typing))
         return {"<minimax:tool_call>": Section(body=body, ends=("</minimax:tool_call>",))}
 
 

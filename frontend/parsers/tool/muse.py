@@ -4,19 +4,10 @@ muse_glimmer.
 
 from __future__ import annotations
 
-from vllm_pyfrontend.parsers.combinators import fmap, lit, seq, tag, take_until, ws, ws_list
+from vllm_pyfrontend.parsers.combinators import take_until, ws_list
 from vllm_pyfrontend.parsers.tool.base import Section
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
-from vllm_pyfrontend.parsers.tool.xml_calls import (
-    JsonOrTextTyping,
-    XmlFormat,
-    XmlParam,
-    attr_value,
-    call_name,
-    xml_args,
-    xml_call,
-    xml_name,
-)
+from vllm_pyfrontend.parsers.tool.xml_calls import JsonOrTextTyping, XmlFormat, XmlParam, named_invoke, named_param
 
 
 class MuseGlimmer(XmlFormat):
@@ -34,33 +25,8 @@ class MuseGlimmer(XmlFormat):
 
     def build(self) -> dict[str, Section]:
         typing = JsonOrTextTyping()
-        param = XmlParam(
-            fmap(
-                seq(lit("<atem:parameter"), ws(1), lit("name="), attr_value(), take_until(">"), lit(">")),
-                lambda v: xml_name(v[3]),
-            ),
-            "</atem:parameter>",
-        )
-        make = xml_call(typing)
-        invoke = tag(
-            "call",
-            fmap(
-                seq(
-                    lit("<atem:invoke"),
-                    ws(1),
-                    lit("name="),
-                    call_name(attr_value()),
-                    take_until(">"),
-                    lit(">"),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit("</atem:invoke>"),
-                ),
-                lambda v: make(v[3], v[7]),
-            ),
-        )
-        body = ws_list(invoke)
+        param = XmlParam(named_param("atem:parameter", take_until(">")), "</atem:parameter>")
+        body = ws_list(named_invoke("atem:invoke", param, typing, take_until(">")))
         return {"<atem:function_calls>": Section(body=body, ends=("</atem:function_calls>",))}
 
 

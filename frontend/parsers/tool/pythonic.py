@@ -37,15 +37,13 @@ from vllm_pyfrontend.parsers.combinators import (
 from vllm_pyfrontend.parsers.tool.base import Call, Section, ToolFormat
 from vllm_pyfrontend.parsers.tool.registry import register_tool_parser
 from vllm_pyfrontend.parsers.tool.streaming import (
-    ArgsPrefix,
-    ParsedArgs,
-    complete_members,
+    MemberArgs,
+    ValuePrefix,
     dumps_value,
     escape,
     first_wins,
-    min_open,
-    open_member_prefix,
-    probe_name,
+    items_prefix,
+    members_prefix,
     skip_ws,
     xml_args_text,
 )
@@ -288,99 +286,55 @@ def _py_prefix(s: str, i: int, least: int, depth: int = 0) -> tuple[str, str, An
 
 
 def _py_items(s: str, i: int, least: int, depth: int) -> tuple[str, str, Any]:
-    parts: list[str] = []
-    while True:
-        i = skip_ws(s, i)
-        r = _VALUE.parse(s, i, False)
-        if isinstance(r, Ok):
-            parts.append(dumps_value(r.value))
-            sep = _SEP.parse(s, r.end, False)
-            if isinstance(sep, Ok):
-                i = sep.end
-                continue
-        elif r is NEED:
-            sub = _py_prefix(s, i, least, depth + 1)
-            if sub is not None:
-                text, closers, tail = sub
-                return "[" + ", ".join([*parts, text]), closers + "]", tail
-        return "[" + ", ".join(parts), "]", None
+    return items_prefix(s, i, _VALUE, _SEP, dumps_value, lambda at: _py_prefix(s, at, least, depth + 1))
+
+
+def _py_key_at(s: str, i: int) -> tuple[str, int] | None:
+    """A dict member's key and ``:`` at ``s[i]``: the key and where its value starts."""
+    kr = _VALUE.parse(s, i, False)
+    if not isinstance(kr, Ok):
+        return None
+    try:
+        key = _key(kr.value)
+    except ValueError:
+        return None
+    k = skip_ws(s, kr.end)
+    if k >= len(s) or s[k] != ":":
+        return None
+    return key, skip_ws(s, k + 1)
+
+
+def _member_json(key: str, value: Any) -> str:
+    """A complete dict member's value as JSON."""
+    return dumps_value(value)
 
 
 def _py_pairs(s: str, i: int, least: int, depth: int) -> tuple[str, str, Any]:
-    parts: list[str] = []
-    seen: set[str] = set()
-    n = len(s)
-    while True:
-        i = skip_ws(s, i)
-        kr = _VALUE.parse(s, i, False)
-        if not isinstance(kr, Ok):
-            break
-        try:
-            key = _key(kr.value)
-        except ValueError:
-            break
-        k = skip_ws(s, kr.end)
-        if k >= n or s[k] != ":":
-            break
-        at = skip_ws(s, k + 1)
-        vr = _VALUE.parse(s, at, False)
-        if isinstance(vr, Ok):
-            if key not in seen:
-                seen.add(key)
-                parts.append(f"{dumps_value(key)}: {dumps_value(vr.value)}")
-            sep = _SEP.parse(s, vr.end, False)
-            if isinstance(sep, Ok):
-                i = sep.end
-                continue
-        elif vr is NEED and key not in seen:
-            sub = _py_prefix(s, at, least, depth + 1)
-            if sub is not None:
-                text, closers, tail = sub
-                return "{" + ", ".join([*parts, f"{dumps_value(key)}: {text}"]), closers + "}", tail
-        break
-    return "{" + ", ".join(parts), "}", None
+    return members_prefix(
+        s, i, _py_key_at, _VALUE, _SEP, _member_json, lambda key, at: _py_prefix(s, at, least, depth + 1)
+    )
 
 
-class _PyArgs(P):
-    """Keyword arguments ``key=value, ...`` -> ``[(key, value)]``, streamed
-    argument by argument (reported as ``"args"``): completed ones as JSON, an
-    open string literal decoded as it arrives."""
+class _PyArgs(MemberArgs):
+    """Keyword arguments ``key=value, ...`` (a trailing comma allowed) -> ``[(key, value)]``,
+    streamed argument by argument: completed ones as JSON, an open string literal decoded as
+    it arrives."""
 
-    __slots__ = ("kwarg", "head", "_p", "_sep")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self.kwarg = fmap(
-            seq(chars_while(_ident_char), ws(), lit("="), ws(), py_value()),
-            lambda v: (v[0], v[4]),
-        )
-        self.head = fmap(seq(chars_while(_ident_char), ws(), lit("="), ws()), lambda v: v[0])
-        self._sep = seq(ws(), lit(","), ws())
-        self._p = fmap(seq(many(self.kwarg, sep=self._sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
+        kwarg = fmap(seq(chars_while(_ident_char), ws(), lit("="), ws(), py_value()), lambda v: (v[0], v[4]))
+        head = fmap(seq(chars_while(_ident_char), ws(), lit("="), ws()), lambda v: v[0])
+        sep = seq(ws(), lit(","), ws())
+        items = fmap(seq(many(kwarg, sep=sep), opt(seq(ws(), lit(",")))), lambda v: v[0])
+        super().__init__(items, kwarg, head, sep)
 
-    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
-        r = self._p.parse(s, pos, eof, pr)
-        if isinstance(r, Ok) and r.value and probe_name(pr) is not None:
-            return Ok(r.end, ParsedArgs(r.value, xml_args_text(r.value)))
-        return r
+    def value_prefix(self, s: str, at: int, name: str, key: str, least: int) -> ValuePrefix | None:
+        return _py_prefix(s, at, least)
 
-    def partial(self, s: str, pos: int, pr: Probe) -> ArgsPrefix | None:
-        if probe_name(pr) is None:
-            return None
-        least = min_open(pr)
-        parts, seen, i = complete_members(s, pos, self._sep, self.kwarg, lambda key, value: value, pr)
-        h = self.head.parse(s, i, False, pr)
-        begun = open_member_prefix(parts, seen, h, least, lambda key, at: _py_prefix(s, at, least))
-        if begun is not None:
-            return begun
-        open_str = isinstance(h, Ok) and h.end < len(s) and s[h.end] in "'\""
-        if not parts:
-            # the arguments have begun (the call is committed) with a complete
-            # argument or an open string; ``bad(x=b'z')`` is not a call yet
-            if not open_str:
-                return None
-            if least:
-                return ArgsPrefix("", "")
-        return ArgsPrefix("{" + ", ".join(parts), "}")
+    def begun(self, s: str, h: Result) -> bool:
+        # by an open string; ``bad(x=b'z')`` is not a call yet
+        return isinstance(h, Ok) and h.end < len(s) and s[h.end] in "'\""
 
 
 def py_call() -> P:

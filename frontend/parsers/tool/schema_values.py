@@ -26,6 +26,13 @@ _ALIASES = {
 _ORDER = ("null", "integer", "number", "boolean", "object", "array", "string")
 
 
+#: the JSON type of an ``enum`` member, by its Python class (bool before int: a bool is an int)
+_ENUM_TYPES = (
+    (type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "number"),
+    (str, "string"), (list, "array"), (dict, "object"),
+)  # fmt: skip
+
+
 def normalize_type(name: str) -> str:
     key = name.strip().lower()
     return _ALIASES.get(key, key)
@@ -44,20 +51,9 @@ def schema_types(schema: Any) -> set[str]:
     enum = schema.get("enum")
     if isinstance(enum, list):
         for v in enum:
-            if v is None:
-                types.add("null")
-            elif isinstance(v, bool):
-                types.add("boolean")
-            elif isinstance(v, int):
-                types.add("integer")
-            elif isinstance(v, float):
-                types.add("number")
-            elif isinstance(v, str):
-                types.add("string")
-            elif isinstance(v, list):
-                types.add("array")
-            elif isinstance(v, dict):
-                types.add("object")
+            kind = next((name for cls, name in _ENUM_TYPES if isinstance(v, cls)), None)
+            if kind is not None:
+                types.add(kind)
     for key in ("anyOf", "oneOf", "allOf"):
         alts = schema.get(key)
         if isinstance(alts, list):

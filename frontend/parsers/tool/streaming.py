@@ -19,7 +19,10 @@ the text can be closed: never inside a key, a number or a literal, after a
 ``,`` or ``:`` waiting for what follows, or inside an escape sequence. For
 XML parameters converted to JSON (`XmlArgs`), completed parameters are
 written as ``"key": value``; an open parameter streams only when its value is
-a string (the schema or the format says so), escaped as it arrives.
+a string (the schema or the format says so), escaped as it arrives. Arguments
+written as members in a literal syntax (pythonic, Gemma 4: `MemberArgs`) stream
+member by member, their nested values item by item (`items_prefix`,
+`members_prefix`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from json.encoder import encode_basestring  # (the C escaper, as ensure_ascii=Fa
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vllm_pyfrontend.parsers.combinators import Ok, Probe, find_first, partial_tail
+from vllm_pyfrontend.parsers.combinators import NEED, Ok, P, Probe, Result, find_first, partial_tail
 
 
 @dataclass(slots=True)
@@ -311,6 +314,129 @@ def open_member_prefix(parts: list[str], seen: set[str], h: Any, least: int,
             sep = ", " if parts else ""
             return ArgsPrefix(f"{{{', '.join(parts)}{sep}{dumps_value(h.value)}: {value}", closers + "}", tail)
     return None
+
+
+#: what is certain of an open value's JSON: (text, closers, tail), as in `ArgsPrefix`
+ValuePrefix = tuple[str, str, Any]
+
+
+def items_prefix(s: str, i: int, value: P, sep: P, dumped: Callable[[Any], str],
+                 open_prefix: Callable[[int], ValuePrefix | None]) -> ValuePrefix:
+    """What is certain of the JSON of an open array whose items begin at ``s[i]``: each complete
+    item (`value` parses one, `sep` what stands between two) as ``dumped(item)``, then the open
+    item's prefix (``open_prefix(start)``) when it has one."""
+    parts: list[str] = []
+    while True:
+        i = skip_ws(s, i)
+        r = value.parse(s, i, False)
+        if isinstance(r, Ok):
+            parts.append(dumped(r.value))
+            after = sep.parse(s, r.end, False)
+            if isinstance(after, Ok):
+                i = after.end
+                continue
+        elif r is NEED:
+            sub = open_prefix(i)
+            if sub is not None:
+                text, closers, tail = sub
+                return "[" + ", ".join([*parts, text]), closers + "]", tail
+        return "[" + ", ".join(parts), "]", None
+
+
+def members_prefix(s: str, i: int, head: Callable[[str, int], tuple[str, int] | None], value: P, sep: P,
+                   dumped: Callable[[str, Any], str],
+                   open_prefix: Callable[[str, int], ValuePrefix | None]) -> ValuePrefix:
+    """What is certain of the JSON of an open object whose members begin at ``s[i]``: each
+    complete member (``head(s, start)``: its key and where its value starts, None when there
+    is none; `value` parses the value, `sep` what stands between two members) as
+    ``"key": dumped(key, value)``, then the open member's value prefix
+    (``open_prefix(key, start)``) when it has one. A repeated key keeps its first value."""
+    parts: list[str] = []
+    seen: set[str] = set()
+    while True:
+        h = head(s, skip_ws(s, i))
+        if h is None:
+            break
+        key, at = h
+        r = value.parse(s, at, False)
+        if isinstance(r, Ok):
+            if key not in seen:
+                seen.add(key)
+                parts.append(f"{dumps_value(key)}: {dumped(key, r.value)}")
+            after = sep.parse(s, r.end, False)
+            if isinstance(after, Ok):
+                i = after.end
+                continue
+        elif r is NEED and key not in seen:
+            sub = open_prefix(key, at)
+            if sub is not None:
+                text, closers, tail = sub
+                return "{" + ", ".join([*parts, f"{dumps_value(key)}: {text}"]), closers + "}", tail
+        break
+    return "{" + ", ".join(parts), "}", None
+
+
+class MemberArgs(P):
+    """A call's arguments written as members, a key and then its value (pythonic keyword
+    arguments, Gemma 4's ``key:value``) -> ``[(key, value)]``, tagged ``"args"`` with `partial`
+    by the call's grammar: under a probe a complete list also carries its arguments text
+    (`ParsedArgs`), and `partial` streams an open one member by member: the complete members as
+    JSON, then what is certain of the open member's value.
+
+    ``items``: the whole list; ``member``: one member -> ``(key, value)``; ``head``: a member
+    up to its value -> the key; ``sep``: what stands between two members. A format says how a
+    value becomes JSON (`typed`), what of an open value is certain (`value_prefix`) and whether
+    a list without a complete member has begun (`begun`)."""
+
+    __slots__ = ("items", "member", "head", "sep")
+
+    def __init__(self, items: P, member: P, head: P, sep: P) -> None:
+        self.items = items
+        self.member = member
+        self.head = head
+        self.sep = sep
+
+    def typed(self, name: str, key: str, value: Any) -> Any:
+        """A complete member's JSON value in a call of ``name`` (by default the value as parsed)."""
+        return value
+
+    def value_prefix(self, s: str, at: int, name: str, key: str, least: int) -> ValuePrefix | None:
+        """What is certain of the JSON of the open value at ``s[at:]`` (text, closers, tail);
+        None: nothing yet. ``least``: see `min_open`."""
+        raise NotImplementedError  # pragma: no cover
+
+    def begun(self, s: str, h: Result) -> bool:
+        """Whether the arguments have begun (the call is committed) while no member is complete,
+        ``h`` the parse of the first member's head."""
+        return True
+
+    def parse(self, s: str, pos: int, eof: bool, pr: Probe | None = None) -> Result:
+        r = self.items.parse(s, pos, eof, pr)
+        if isinstance(r, Ok) and r.value:  # (no members: not begun)
+            name = probe_name(pr)
+            if name is not None:  # under a probe: the text too (`ParsedArgs`)
+                text = xml_args_text([(k, self.typed(name, k, v)) for k, v in r.value])
+                return Ok(r.end, ParsedArgs(r.value, text))
+        return r
+
+    def partial(self, s: str, pos: int, pr: Probe) -> ArgsPrefix | None:
+        name = probe_name(pr)
+        if name is None:
+            return None
+        least = min_open(pr)
+        parts, seen, i = complete_members(s, pos, self.sep, self.member,
+                                          lambda key, value: self.typed(name, key, value), pr)
+        h = self.head.parse(s, i, False, pr)
+        begun = open_member_prefix(parts, seen, h, least,
+                                   lambda key, at: self.value_prefix(s, at, name, key, least))
+        if begun is not None:
+            return begun
+        if not parts:
+            if not self.begun(s, h):
+                return None
+            if least:
+                return ArgsPrefix("", "")  # "{" goes out with the first member
+        return ArgsPrefix("{" + ", ".join(parts), "}")
 
 
 def xml_args_text(items: list[tuple[str, Any]]) -> str:

@@ -35,7 +35,7 @@ from vllm_pyfrontend.parsers.tool.schema_values import (
     tool_schema,
     typed_value,
 )
-from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, xml_args, xml_call
+from vllm_pyfrontend.parsers.tool.xml_calls import XmlParam, XmlTyping, call_element, xml_args, xml_call
 
 
 def tagged_name(text: str) -> str:
@@ -101,20 +101,13 @@ class HyV3(TypedFormat):
             head = fmap(seq(take_until(self.sep), lit(self.sep)), lambda v: v[0])
         else:
             head = take_until("<arg_key>", "</tool_call>")
-        make = xml_call(typing)
-        call = tag(
-            "call",
-            fmap(
-                seq(
-                    lit("<tool_call>"),
-                    tag("name", fmap(head, tagged_name)),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit("</tool_call>"),
-                ),
-                lambda v: make(v[1], v[3]),
-            ),
+        call = call_element(
+            (lit("<tool_call>"),),
+            tag("name", fmap(head, tagged_name)),
+            (),
+            xml_args(param, typing),
+            "</tool_call>",
+            xml_call(typing),
         )
         return {
             "<tool_calls>": Section(
@@ -357,26 +350,13 @@ class Dots(TypedFormat):
         param = XmlParam(
             head, "</parameter>", stops=("</invoke>", "</dots_function_call>"), hold=lambda v: len(v.rstrip())
         )
-        make = xml_call(typing)
-        invoke = tag(
-            "call",
-            fmap(
-                seq(
-                    lit("<invoke"),
-                    ws(1),
-                    lit("name"),
-                    ws(),
-                    lit("="),
-                    ws(),
-                    tag("name", fmap(_attr(), lambda n: tagged_name(self._check(n)))),
-                    lit(">"),
-                    ws(),
-                    xml_args(param, typing),
-                    ws(),
-                    lit("</invoke>"),
-                ),
-                lambda v: make(v[6], v[9] or []),
-            ),
+        invoke = call_element(
+            (lit("<invoke"), ws(1), lit("name"), ws(), lit("="), ws()),
+            tag("name", fmap(_attr(), lambda n: tagged_name(self._check(n)))),
+            (lit(">"),),
+            xml_args(param, typing),
+            "</invoke>",
+            xml_call(typing),
         )
         as_json = fmap(json_members(), self._json_call)
         body = fmap(

@@ -1,6 +1,6 @@
 """XML-style call formats: the engine every XML-ish grammar is built from
-(`XmlParam`, `XmlTyping`, `xml_args`, `XmlFormat`) and the Qwen3-Coder family:
-qwen3_coder, qwen3_xml, step3p5, seed_oss, mimo.
+(`XmlParam`, `XmlTyping`, `xml_args`, `call_element`, `XmlFormat`) and the
+Qwen3-Coder family: qwen3_coder, qwen3_xml, step3p5, seed_oss, mimo.
 
 Parameters arrive as text; the arguments JSON is built from them, typed by the
 tool's schema (`coerce_params`) where the format leaves it to the schema, as
@@ -254,6 +254,23 @@ def xml_call(typing: XmlTyping) -> Callable[[str, list[tuple[str, Any, str]]], C
     return make
 
 
+def call_element(
+    before: Sequence[P], name: P, after: Sequence[P], args: P, close: str, make: Callable[[str, Any], Any]
+) -> P:
+    """One call written as an element: the ``before`` parts, the function's ``name`` (a parser
+    that reports it as ``"name"``), the ``after`` parts, whitespace, ``args`` (the parameters),
+    whitespace and ``close``. Reported as ``"call"``; its value: ``make(name, parameters)``."""
+    at_name = len(before)
+    at_args = at_name + len(after) + 2
+    return tag(
+        "call",
+        fmap(
+            seq(*before, name, *after, ws(), args, ws(), lit(close)),
+            lambda v: make(v[at_name], v[at_args]),
+        ),
+    )
+
+
 class XmlFormat(ToolFormat):
     """Formats whose values need the request's tools (schema coercion)."""
 
@@ -278,6 +295,28 @@ def attr_value() -> P:
         fmap(seq(lit('"'), take_until('"'), lit('"')), lambda v: v[1]),
         fmap(seq(lit("'"), take_until("'"), lit("'")), lambda v: v[1]),
         take_until(">", minimum=1),
+    )
+
+
+def named_param(element: str, rest: P | None = None) -> P:
+    """A parameter's opening tag ``<ELEMENT name=KEY>`` (``KEY`` as `attr_value` reads it;
+    ``rest``: what may stand before ``>``, whitespace by default) -> the key."""
+    return fmap(
+        seq(lit(f"<{element}"), ws(1), lit("name="), attr_value(), ws() if rest is None else rest, lit(">")),
+        lambda v: xml_name(v[3]),
+    )
+
+
+def named_invoke(element: str, param: XmlParam, typing: XmlTyping, rest: P | None = None) -> P:
+    """One call, ``<ELEMENT name=NAME>`` its parameters ``</ELEMENT>`` (``NAME`` as `attr_value`
+    reads it, checked by `call_name`; ``rest`` as in `named_param`), built by `xml_call`."""
+    return call_element(
+        (lit(f"<{element}"), ws(1), lit("name=")),
+        call_name(attr_value()),
+        (ws() if rest is None else rest, lit(">")),
+        xml_args(param, typing),
+        f"</{element}>",
+        xml_call(typing),
     )
 
 
@@ -312,21 +351,13 @@ class Qwen3Coder(XmlFormat):
             "</parameter>",
             trim=self.trim_values,
         )
-        make = xml_call(self.typing)
-        function = tag(
-            "call",
-            fmap(
-                seq(
-                    lit("<function="),
-                    call_name(take_until(">")),
-                    lit(">"),
-                    ws(),
-                    xml_args(param, self.typing),
-                    ws(),
-                    lit("</function>"),
-                ),
-                lambda v: make(v[1], v[4]),
-            ),
+        function = call_element(
+            (lit("<function="),),
+            call_name(take_until(">")),
+            (lit(">"),),
+            xml_args(param, self.typing),
+            "</function>",
+            xml_call(self.typing),
         )
         body = ws_list(function)
         return {"<tool_call>": Section(body=body, ends=("</tool_call>",))}
