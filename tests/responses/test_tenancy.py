@@ -1,5 +1,6 @@
 """Stored responses scoped by API key, through the official `openai` SDK: key B can neither read,
-continue, overwrite (a client-supplied `request_id`) nor cancel key A's response, on any worker
+continue, overwrite (a client-supplied `request_id`: B's is B's own record, and nothing tells
+B that A has one of that id) nor cancel key A's response, on any worker
 of one deployment (SQLite store) and on either of two deployments sharing one Redis; another
 key's id is answered exactly as an id that does not exist."""
 
@@ -49,11 +50,13 @@ def _check_isolation(url_a: str, url_b: str, worker_a: int | None, worker_b: int
     # continue
     with pytest.raises(openai.NotFoundError):
         cb.responses.create(model="dsv4", input="More", previous_response_id=first.id, max_output_tokens=5)
-    # overwrite: a request_id that is taken is refused, whoever owns it; A's record is unchanged
-    for c in (cb, ca):
-        with pytest.raises(openai.ConflictError):
-            c.responses.create(model="dsv4", input="Forged", max_output_tokens=5,
-                               extra_body={"request_id": first.id})
+    # overwrite: B's request_id is B's own record (as any id of B's: nothing says A has one);
+    # A's own id taken again is A's 409; A's record is unchanged
+    forged = cb.responses.create(model="dsv4", input="Forged", max_output_tokens=5, metadata={"by": "B"},
+                                 extra_body={"request_id": first.id})
+    assert forged.id == first.id and cb.responses.retrieve(first.id).metadata == {"by": "B"}
+    with pytest.raises(openai.ConflictError):
+        ca.responses.create(model="dsv4", input="Forged", max_output_tokens=5, extra_body={"request_id": first.id})
     got = ca.responses.retrieve(first.id)
     assert got.output_text == first.output_text and got.metadata == {"secret": "A's"}
     # A's follow-up still continues A's conversation

@@ -59,7 +59,7 @@ from vllm_pyfrontend.store import (
 from vllm_pyfrontend.serving.state import STATE
 from vllm_pyfrontend.serving.web_app import app_service
 from vllm_pyfrontend.tenants import tenant_of
-from vllm_pyfrontend.api.responses.service import RESPONSES, Responses, mark_orphan, store_error
+from vllm_pyfrontend.api.responses.service import RESPONSES, Responses, mark_orphan, store_error, store_key
 
 log = logging.getLogger(__name__)
 WORKER_HEADER = "X-Vllm-Pyfrontend-Worker"  # which worker served the request
@@ -108,14 +108,15 @@ async def owned_record(responses: Responses, owner: str, response_id: str) -> di
     store = responses.store
     if store is None:
         raise _not_found(response_id)
+    key = store_key(owner, response_id)
     try:
-        record = await store.get(response_id)
+        record = await store.get(key)
         if record is None or record.get("owner", "") != owner:
             raise _not_found(response_id)
         worker = record.get("worker")
         if worker is not None and worker != responses.worker_id and not await store.worker_alive(worker):
             await store.fail_orphans(mark_orphan)
-            record = await store.get(response_id) or record
+            record = await store.get(key) or record
     except StoreUnavailable as e:
         raise store_error(e) from None
     return record
@@ -164,6 +165,7 @@ class _Turn:
         self.response_id = run.response_id
         self.responses = responses
         self.owner = owner  # None: not stored
+        self.key = store_key(owner or "", self.response_id)  # its record's, and this worker's tables'
         self.store_failure: StoreUnavailable | None = None
         self.finalized = False
 
@@ -212,16 +214,16 @@ class _Turn:
         record = {"response": response, "messages": self.messages}
         try:
             try:
-                done = await store.update(self.response_id, self.owner, record)
+                done = await store.update(self.key, self.owner, record)
             except RecordTooLarge as e:
                 log.warning("response %s not stored whole: %s", self.response_id, e)
                 record = {"messages": [], "response": {
                     **response, "output": [], "status": "failed",
                     "error": {"code": "response_too_large",
                               "message": f"The response was generated but is too large to store ({e})."}}}
-                done = await store.update(self.response_id, self.owner, record)
+                done = await store.update(self.key, self.owner, record)
             if not done:  # evicted (the store's bounds) or expired while it ran: stored anew
-                done = await store.create(self.response_id, self.owner, record)
+                done = await store.create(self.key, self.owner, record)
             if not done:
                 log.warning("response %s could not be stored: its id was taken meanwhile", self.response_id)
         except StoreUnavailable as e:
@@ -247,10 +249,10 @@ class _Turn:
 
     async def finish(self) -> dict[str, Any]:
         """After the run's end: the final object, stored (a cancel seen in the store wins)."""
-        cancelled = self.response_id in self.responses.cancelled
+        cancelled = self.key in self.responses.cancelled
         if not cancelled and self.req.background and self.owner is not None:
             try:
-                cancelled = bool(await self.responses.store.cancel_requested([self.response_id]))
+                cancelled = bool(await self.responses.store.cancel_requested([self.key]))
             except StoreUnavailable as e:
                 log.warning("could not read the cancel flag of %s: %s", self.response_id, e)
         response = await self.store(self.final(cancelled))
@@ -263,9 +265,9 @@ class _Turn:
         run = self.run
         if not run.done.done():
             run.cancel()
-        self.responses.running.discard(self.response_id)
-        self.responses.background.pop(self.response_id, None)
-        self.responses.cancelled.discard(self.response_id)
+        self.responses.running.discard(self.key)
+        self.responses.background.pop(self.key, None)
+        self.responses.cancelled.discard(self.key)
 
 
 # -- POST /v1/responses ---------------------------------------------------------------------------
@@ -365,7 +367,7 @@ async def create_response(state, responses: Responses, scope: RequestScope, body
         raise
     turn = _Turn(state, responses, req, model, messages, sampling, run, formatter, sink, owner)
     if background:
-        responses.own(response_id, run)
+        responses.own(turn.key, run)
     try:
         initial = turn.snapshot("queued" if background else "in_progress")
         formatter.event("response.created", response=initial)
@@ -407,32 +409,33 @@ async def _create_record(responses: Responses, response_id: str, owner: str, rec
     store = responses.store
     assert store is not None
     try:
-        created = await store.create(response_id, owner, record, worker=responses.worker_id)
+        created = await store.create(store_key(owner, response_id), owner, record, worker=responses.worker_id)
     except RecordTooLarge as e:
         raise APIError(400, f"The response cannot be stored: its input, instructions and metadata take {e.size} "
                             f"bytes, over the bound of {e.limit} per stored response. Send less, or store: false.",
                        "input") from None
     except StoreUnavailable as e:
         raise store_error(e) from None
-    if not created:
+    if not created:  # (this owner's own: another owner's id is another key)
         raise APIError(409, f"A response with id '{response_id}' already exists; send another request_id "
                             "(or none: one is generated).", "request_id", "ConflictError")
-    responses.running.add(response_id)
+    responses.running.add(store_key(owner, response_id))
 
 
 async def _abandon(responses: Responses, response_id: str, owner: str, messages: list[dict[str, Any]],
                    error: BaseException) -> None:
     """A created record whose request did not start: stored as failed (best effort)."""
-    responses.running.discard(response_id)
+    key = store_key(owner, response_id)
+    responses.running.discard(key)
     store = responses.store
     assert store is not None
     message = error.message if isinstance(error, APIError) else "The request did not start."
     try:
-        record = await store.get(response_id)
+        record = await store.get(key)
         if record is not None:
             response = {**record["response"], "status": "failed",
                         "error": {"code": "server_error", "message": message}}
-            await store.update(response_id, owner, {"response": response, "messages": messages})
+            await store.update(key, owner, {"response": response, "messages": messages})
     except StoreUnavailable as e:
         log.warning("could not mark response %s failed: %s", response_id, e)
 
@@ -560,10 +563,11 @@ async def handle_cancel(request: web.Request) -> web.Response:
         response = {**response, "status": "cancelled"}
         store = responses.store
         assert store is not None
+        key = store_key(record["owner"], response_id)
         try:
-            await store.request_cancel(response_id)
-            await store.update(response_id, record["owner"], {**record, "response": response})
+            await store.request_cancel(key)
+            await store.update(key, record["owner"], {**record, "response": response})
         except StoreUnavailable as e:
             raise store_error(e) from None
-        responses.cancel_local(response_id)
+        responses.cancel_local(key)
     return _json(state, response)

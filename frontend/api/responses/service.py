@@ -36,9 +36,17 @@ def store_error(e: StoreUnavailable) -> APIError:
     return APIError(503, f"The response store is unavailable: {e}", None, "ServiceUnavailableError")
 
 
+def store_key(owner: str, response_id: str) -> str:
+    """Where a response is kept: its id in its owner's namespace, so two tenants may use the
+    same client `request_id` and neither learns the other's exists (an owner "", a deployment
+    without keys: the id itself)."""
+    return f"{owner}\x1f{response_id}" if owner else response_id
+
+
 class Responses:
     """Per worker: the store (None: storing is off), the background runs this worker owns (for
-    cancels), and the ids it holds in progress in the store (for its heartbeat)."""
+    cancels), and the records it holds in progress in the store (for its heartbeat), all by
+    store key (`store_key`)."""
 
     def __init__(self, store: ResponseStore | None):
         self.store = store
