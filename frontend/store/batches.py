@@ -24,6 +24,7 @@ from vllm_pyfrontend.store.files import DB_NAME, SQLiteDB, is_redis_url
 PENDING, RUNNING, DONE = 0, 1, 2
 # Statuses whose lines may still run; the terminal ones.
 ACTIVE = ("validating", "in_progress")
+ENDED = ("completed", "failed", "expired", "cancelled")
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled")
 
@@ -189,7 +190,8 @@ def _object(db, row) -> dict[str, Any]:
     batch_id, status, record = row
     obj = msgspec.json.decode(record)
     obj["status"] = status
-    obj["request_counts"] = _counts(db, batch_id)
+    if status not in ENDED:  # (an ended batch keeps its counts in its record; its lines are gone)
+        obj["request_counts"] = _counts(db, batch_id)
     return obj
 
 
@@ -436,8 +438,12 @@ class SQLiteBatchStore:
             obj = msgspec.json.decode(record)
             obj["output_file_id"] = output_file_id
             obj["error_file_id"] = error_file_id
+            # The lines and their answers are in the output files now: the counts are kept in
+            # the record and the lines go (the input is not kept twice).
+            obj["request_counts"] = _counts(db, batch_id)
             _set_status(db, batch_id, msgspec.json.encode(obj), final_status)
             db.execute("UPDATE batches SET lease_owner = NULL, lease_until = 0 WHERE id = ?", (batch_id,))
+            db.execute("DELETE FROM batch_lines WHERE batch_id = ?", (batch_id,))
             return True
 
         return await self._db.transaction(tx)

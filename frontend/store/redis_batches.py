@@ -454,6 +454,8 @@ class RedisBatchStore:
             p.multi()
             self._set_status(p, batch_id, h, _s(h[b"final_status"]), record=obj, lease_owner="", lease_until=0)
             p.zrem(OPEN, batch_id)
+            # the lines and their answers are in the output files now: not kept twice
+            p.delete(f"{P}lines:{batch_id}", f"{P}done:{batch_id}", f"{P}pending:{batch_id}", f"{P}brun:{batch_id}")
             return True
 
         return await self._change(batch_id, fn)

@@ -82,6 +82,8 @@ def test_claims_leases_and_exactly_once(url, tmp_path):
         obj = await store.get("batch_1", None)
         assert obj["status"] == "completed" and obj["output_file_id"] == "file-o"
         assert obj["request_counts"] == {"total": 6, "completed": 4, "failed": 2}
+        assert await store.answers("batch_1") == []  # the lines went with the output files: no copy kept
+        assert (await store.list("owner-a", after=None, limit=10))[0][0]["request_counts"]["total"] == 6
         assert obj["finalizing_at"] and obj["completed_at"] and obj["in_progress_at"]
         assert (await store.counts_by_status()).get("completed") == 1
         await store.close()
