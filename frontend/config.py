@@ -99,6 +99,18 @@ class WorkerPolicy:
     # workers of one supervisor (or off with VLLM_ENABLE_RESPONSES_API_STORE=0);
     # "redis://HOST:PORT/DB" = shared by several replicas; "none" = nothing stored (vLLM's default).
     response_store: str | None = None
+    # Tenants' limits across replicas (frontend/tenants/quota_sync.py): a Redis URL (None: the
+    # response store's when it is Redis, else per replica); what a replica does while it does
+    # not answer ("open": its own counts; "closed": 503 for limited tenants).
+    quota_store: str | None = None
+    quota_store_failure: str = "open"
+
+    def quota_store_url(self) -> str | None:
+        """Where replicas share tenants' counts: --quota-store, else a Redis response store."""
+        if self.quota_store:
+            return self.quota_store
+        store = self.response_store or ""
+        return store if store.startswith(("redis://", "rediss://", "unix://")) else None
     response_store_ttl: float = 24 * 3600.0  # seconds a stored response is kept
     response_store_max_entries: int = 10000  # past it the oldest stored responses go
     response_store_max_bytes: int = 512 * 1024 * 1024  # past it (in all) the oldest go

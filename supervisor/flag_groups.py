@@ -47,7 +47,14 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="API keys required on /v1 routes (any of them; default: $VLLM_API_KEY)")
     p.add_argument("--api-keys-file", default=None, metavar="FILE",
                    help="named API keys with per-tenant limits (YAML or JSON list of {name, key | key_sha256, "
-                        "requests_per_second, tokens_per_minute, max_concurrency, max_tokens}); reloaded on SIGHUP")
+                        "requests_per_second, tokens_per_minute, max_concurrency, max_tokens, admin}); reloaded "
+                        "on SIGHUP")
+    p.add_argument("--quota-store", default=None, metavar="URL",
+                   help="redis://HOST:PORT/DB shared by replicas, so a tenant's limits hold across them "
+                        "(default: the --response-store when it is Redis; else each replica counts its own)")
+    p.add_argument("--quota-store-failure", choices=("open", "closed"), default="open",
+                   help="while the quota store does not answer: open (each replica goes on with its own "
+                        "counts; the default) or closed (limited tenants' requests get 503)")
     p.add_argument("--metrics-require-api-key", action=bool_flag, default=False,
                    help="also require an API key on /metrics")
     p.add_argument("--allowed-origins", nargs="+", default=[], help="CORS allowed origins")

@@ -404,7 +404,15 @@ class TenantMetrics:
         self.rejections = Counter("vllm_frontend_tenant_rejections", "Requests refused by a tenant's limit, by "
                                   "tenant and limit (requests_per_second, tokens_per_minute, max_concurrency: "
                                   "429; max_tokens: 400).", ["tenant", "reason"], registry=registry)
+        self.quota_store_errors = Counter("vllm_frontend_quota_store_errors", "Syncs of tenants' counts with the "
+                                          "shared quota store (--quota-store) that failed; meanwhile limits hold "
+                                          "per replica (or limited tenants get 503 with --quota-store-failure "
+                                          "closed).", registry=registry)
         self._children: dict[str, tuple[Any, Any, Any]] = {}
+
+    def quota_store_error(self) -> None:
+        INCREMENTS.add(self.quota_store_errors, 1)
+        INCREMENTS.done()
 
     def _of(self, name: str) -> tuple[Any, Any, Any]:
         c = self._children.get(name)

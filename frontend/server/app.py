@@ -193,4 +193,25 @@ def build_app(state: ServerState) -> web.Application:
     sagemaker.add_routes(app, chat=handle_chat_completions, completion=handle_completions)  # /ping, /invocations
     add_speech_routes(app, state.multimodal)  # /v1/audio/transcriptions, /v1/audio/translations (frontend/api/speech)
     add_batch_routes(app, batch_endpoints(app))  # /v1/files, /v1/batches; the batch runner (frontend/api/batches)
+    add_quota_sync(app, state)  # tenants' counts shared with the other replicas (frontend/tenants/quota_sync.py)
     return app
+
+
+def add_quota_sync(app: web.Application, state: ServerState) -> None:
+    """With a keys file and a quota store shared by replicas, worker 0 of each replica keeps the
+    tenants' counts in step with the other replicas' while the app runs."""
+    url = state.config.policy.quota_store_url()
+    if state.tenants is None or url is None or state.worker_index != 0:
+        return
+    from vllm_pyfrontend.tenants.quota_sync import QuotaSync
+
+    sync = QuotaSync(state.tenants.quotas, url, recorder=state.metrics.tenant_recorder())
+
+    async def start(_app: web.Application) -> None:
+        sync.start()
+
+    async def stop(_app: web.Application) -> None:
+        await sync.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)

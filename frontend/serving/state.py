@@ -135,7 +135,9 @@ class ServerState:
         self.tenants: TenantKeys | None = None
         if policy.api_keys_file:
             self.tenants = TenantKeys(config.runtime_dir, config.worker_index, config.num_workers,
-                                      config.api_keys, recorder=self.metrics.tenant_recorder())
+                                      config.api_keys, recorder=self.metrics.tenant_recorder(),
+                                      fail_closed=policy.quota_store_url() is not None
+                                      and policy.quota_store_failure == "closed")
             self.tenants.load()
         # Who a key is (the keys file's table, or the anonymous `--api-key` keys), for the paths
         # that authenticate outside the HTTP middleware (gRPC); None: no key is asked for.

@@ -30,9 +30,9 @@ class TenantKeys:
     `reload` on SIGHUP)."""
 
     def __init__(self, runtime_dir: str, worker_index: int, num_workers: int, anonymous_keys: list[str],
-                 recorder: Any = None):
+                 recorder: Any = None, fail_closed: bool = False):
         self.runtime_dir = runtime_dir
-        self.quotas = TenantQuotas(runtime_dir, worker_index, num_workers, recorder)
+        self.quotas = TenantQuotas(runtime_dir, worker_index, num_workers, recorder, fail_closed)
         self._anonymous: dict[bytes, Entry] = {}
         for k in anonymous_keys:
             if k:

@@ -10,6 +10,11 @@ can be overshot by at most one request per other worker. A record is one cache l
     window, requests, previous         requests started in this second and the one before
     window, tokens, previous           tokens charged in this minute and the one before
 
+Each row has one record more, the other replicas' sums (the same fields, and whether the quota
+store answered), written by one worker per replica when replicas share a quota store
+(`quota_sync.py`); a check sums it with the rest. Windows are numbered by wall-clock time, so
+every replica's windows are the same ones.
+
 A rate is a sliding window estimated from two fixed ones (as nginx's and Cloudflare's rate
 limiters do): at fraction f into the current window, what the last full window length used is
 `previous * (1 - f) + current`. Three numbers per rate and worker, so a check reads a few
@@ -58,7 +63,7 @@ RPS_WINDOW, TPM_WINDOW = 1.0, 60.0
 _INT = struct.Struct("<q")
 _RATE = struct.Struct("<qqq")
 
-REASONS = ("requests_per_second", "tokens_per_minute", "max_concurrency", "max_tokens")
+REASONS = ("requests_per_second", "tokens_per_minute", "max_concurrency", "max_tokens", "quota_store")
 
 
 def quota_file(runtime_dir: str, generation: int) -> str:
@@ -84,12 +89,15 @@ def remove_older_files(runtime_dir: str, keep_from: int) -> None:
 class QuotaExceeded(APIError):
     """429 in OpenAI's rate-limit shape, with when to retry (None: retrying cannot help)."""
 
-    def __init__(self, reason: str, message: str, retry_after: float | None):
-        super().__init__(429, message, None, "tokens" if reason == "tokens_per_minute" else "requests")
+    def __init__(self, reason: str, message: str, retry_after: float | None, status: int = 429):
+        super().__init__(status, message, None, "tokens" if reason == "tokens_per_minute" else
+                         "requests" if status == 429 else None)
         self.reason = reason
         self.retry_after = retry_after
 
     def body(self) -> dict:
+        if self.status != 429:  # (the quota store does not answer, fail-closed: a 503)
+            return super().body()
         return {"error": {"message": self.message, "type": self.err_type, "param": None,
                           "code": "rate_limit_exceeded"}}
 
@@ -100,19 +108,30 @@ class QuotaExceeded(APIError):
                 "retry-after-ms": str(max(1, math.ceil(self.retry_after * 1000)))}
 
 
+_SYNCED = 7  # in the other replicas' record: 1 while the quota store answers (quota_sync.py)
+
+
 class _Board:
     """The counter file of one generation of the key table: a row per tenant, a record per
-    worker in each row."""
+    worker in each row, and one more for the other replicas of the deployment (their sums, kept
+    by `quota_sync.QuotaSync` when a quota store is shared; zeros otherwise): every check sums
+    all of them."""
 
-    def __init__(self, runtime_dir: str, generation: int, num_tenants: int, num_workers: int, worker_index: int):
+    def __init__(self, runtime_dir: str, generation: int, num_tenants: int, num_workers: int, worker_index: int,
+                 fail_closed: bool = False):
         self.generation = generation
         self.num_workers = num_workers
         self.worker_index = worker_index
-        self.row_bytes = num_workers * RECORD
+        self.fail_closed = fail_closed  # with a quota store: refuse while it does not answer
+        self.row_bytes = (num_workers + 1) * RECORD
         size = max(1, num_tenants) * self.row_bytes
         self.map = map_shared(quota_file(runtime_dir, generation), size)
-        self.row = struct.Struct(f"<{num_workers * _Q}q")
-        self.bases = range(0, num_workers * _Q, _Q)
+        self.row = struct.Struct(f"<{(num_workers + 1) * _Q}q")
+        self.bases = range(0, (num_workers + 1) * _Q, _Q)
+
+    def replicas(self, index: int) -> int:
+        """The offset of row `index`'s record of the other replicas."""
+        return index * self.row_bytes + self.num_workers * RECORD
 
     def own(self, index: int) -> int:
         return index * self.row_bytes + self.worker_index * RECORD
@@ -194,10 +213,10 @@ class TenantQuota:
             w, cur, prev = win, amount, cur if w == win - 1 else 0
         _RATE.pack_into(board.map, off, w, cur, prev)
 
-    def _reject(self, reason: str, message: str, retry_after: float | None) -> QuotaExceeded:
+    def _reject(self, reason: str, message: str, retry_after: float | None, status: int = 429) -> QuotaExceeded:
         if self._recorder is not None:
             self._recorder.tenant_rejected(self.name, reason)
-        return QuotaExceeded(reason, message, retry_after)
+        return QuotaExceeded(reason, message, retry_after, status)
 
     # -- a request ----------------------------------------------------------------------
     def admit(self) -> "Lease":
@@ -207,8 +226,11 @@ class TenantQuota:
         board = self._board
         conc, rps, tpm = lim.max_concurrency, lim.requests_per_second, lim.tokens_per_minute
         if board is not None and (conc is not None or rps is not None or tpm is not None):
-            now = time.monotonic()
+            now = time.time()
             v = board.read(self._index)
+            if board.fail_closed and not v[board.num_workers * _Q + _SYNCED]:
+                raise self._reject("quota_store", f"The limits of `{self.name}` cannot be checked now (the shared "
+                                   "quota store does not answer). Please try again later.", 1.0, status=503)
             if conc is not None:
                 running = sum(v[_INFLIGHT::_Q])
                 if running >= conc:
@@ -252,7 +274,7 @@ class TenantQuota:
             raise self._reject("tokens_per_minute", f"Request too large for `{self.name}` on tokens per min "
                                f"(TPM): Limit {tpm}, Requested {prompt_tokens}. The input or output tokens must "
                                "be reduced in order to run successfully.", None)
-        now = time.monotonic()
+        now = time.time()
         cur, prev, f = _rate(board, board.read(self._index), _TPM, TPM_WINDOW, now)
         used = prev * (1.0 - f) + cur
         if used + prompt_tokens > tpm:
@@ -263,7 +285,7 @@ class TenantQuota:
 
     def charge_tokens(self, tokens: int) -> None:
         if tokens > 0 and self.limits.tokens_per_minute is not None:
-            self._add(_TPM, TPM_WINDOW, tokens, time.monotonic())
+            self._add(_TPM, TPM_WINDOW, tokens, time.time())
 
     def refund_tokens(self, tokens: int) -> None:
         """Give back part of a reservation made in this window or the one before (an older
@@ -272,7 +294,7 @@ class TenantQuota:
         if tokens <= 0 or board is None or self.limits.tokens_per_minute is None:
             return
         off = self._own + _TPM * 8
-        win = int(time.monotonic() / TPM_WINDOW)
+        win = int(time.time() / TPM_WINDOW)
         w, cur, prev = _RATE.unpack_from(board.map, off)
         if w == win:
             take = min(cur, tokens)
@@ -346,17 +368,20 @@ class Lease:
 class TenantQuotas:
     """This worker's quota counters of every named tenant."""
 
-    def __init__(self, runtime_dir: str, worker_index: int, num_workers: int, recorder: Any = None):
+    def __init__(self, runtime_dir: str, worker_index: int, num_workers: int, recorder: Any = None,
+                 fail_closed: bool = False):
         self.runtime_dir = runtime_dir
         self.worker_index = worker_index
         self.num_workers = max(1, num_workers, worker_index + 1)
+        self.fail_closed = fail_closed  # a shared quota store that does not answer: refuse (503)
         self.recorder = recorder  # tenant_admitted(name), tenant_rejected(name, reason), tenant_tokens(name, p, c)
         self.by_name: dict[str, TenantQuota] = {}
         self.generation: int | None = None
 
     def install(self, generation: int, entries: list[KeyEntry]) -> dict[str, TenantQuota]:
         """Take a new key table: a new counter file, this worker's counts carried into it."""
-        board = _Board(self.runtime_dir, generation, len(entries), self.num_workers, self.worker_index)
+        board = _Board(self.runtime_dir, generation, len(entries), self.num_workers, self.worker_index,
+                       self.fail_closed)
         current: dict[str, TenantQuota] = {}
         for i, e in enumerate(entries):
             q = self.by_name.get(e.name)
