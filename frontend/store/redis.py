@@ -3,7 +3,8 @@
 Keys (under the prefix `vpf:`): `rec:<id>` is a hash (`owner`, `data`: the JSON record, `worker`
 while in progress) with the store's TTL; `rindex` orders ids by first store time and `rsizes`
 holds their sizes, `rbytes` their total, so the oldest go once `max_entries` or `max_bytes` is
-exceeded; `running` maps in-progress ids to their worker, whose heartbeat `beat:<worker>`
+exceeded, from the owner holding the most (`rowner`: bytes per owner, `rindex:<owner>` its ids by
+store time, `rowner_of`: each id's owner); `running` maps in-progress ids to their worker, whose heartbeat `beat:<worker>`
 expires `STALE_S` after its last beat; `cancel:<id>` is a cancel flag. Writes are one Lua
 script each (create-only, owner-checked update, the bounds): atomic across replicas.
 
@@ -46,7 +47,10 @@ else
   if expect ~= '' and cur ~= expect then return 0 end
 end
 local old = redis.call('HGET', sizes, id)
-if old then redis.call('DECRBY', total, old) end
+if old then
+  redis.call('DECRBY', total, old)
+  redis.call('HINCRBY', prefix .. 'rowner', owner, -tonumber(old))
+end
 redis.call('DEL', rec)
 redis.call('HSET', rec, 'owner', owner, 'data', data)
 if worker ~= '' then
@@ -60,26 +64,56 @@ redis.call('PEXPIRE', rec, ttl)
 redis.call('HSET', sizes, id, size)
 redis.call('INCRBY', total, size)
 redis.call('ZADD', index, 'NX', now, id)
+redis.call('HSET', prefix .. 'rowner_of', id, owner)
+redis.call('HINCRBY', prefix .. 'rowner', owner, size)
+redis.call('ZADD', prefix .. 'rindex:' .. owner, 'NX', now, id)
+-- an id leaves every index and total at once
+local function forget(o, s)
+  local of = redis.call('HGET', prefix .. 'rowner_of', o)
+  if of then
+    redis.call('ZREM', prefix .. 'rindex:' .. of, o)
+    if s then
+      local left = redis.call('HINCRBY', prefix .. 'rowner', of, -tonumber(s))
+      if left <= 0 then redis.call('HDEL', prefix .. 'rowner', of) end
+    end
+    redis.call('HDEL', prefix .. 'rowner_of', o)
+  end
+end
 -- ids whose records expired: off the index and the total
 local expired = redis.call('ZRANGEBYSCORE', index, '-inf', now - ttl / 1000, 'LIMIT', 0, 16)
 for _, o in ipairs(expired) do
   if redis.call('EXISTS', prefix .. 'rec:' .. o) == 0 then
     redis.call('ZREM', index, o)
     local s = redis.call('HGET', sizes, o)
+    forget(o, s)
     if s then redis.call('DECRBY', total, s); redis.call('HDEL', sizes, o) end
     redis.call('HDEL', running, o)
   end
 end
--- the oldest go while a bound is exceeded (never the record just written)
+-- while a bound is exceeded: the oldest of the owner that holds the most (one tenant storing a
+-- lot evicts its own responses, not another's), never the record just written
 local n = redis.call('ZCARD', index)
 local bytes = tonumber(redis.call('GET', total) or '0')
 while n > max_entries or bytes > max_bytes do
-  local first = redis.call('ZRANGE', index, 0, 1)
+  local owners = redis.call('HGETALL', prefix .. 'rowner')
+  local top, most = nil, -1
+  for i = 1, #owners, 2 do
+    local b = tonumber(owners[i + 1])
+    if b > most then top, most = owners[i], b end
+  end
+  local first = {}
+  if top then first = redis.call('ZRANGE', prefix .. 'rindex:' .. top, 0, 1) end
   local o = first[1]
   if o == id then o = first[2] end
+  if not o then
+    first = redis.call('ZRANGE', index, 0, 1)
+    o = first[1]
+    if o == id then o = first[2] end
+  end
   if not o then break end
   redis.call('ZREM', index, o)
   local s = tonumber(redis.call('HGET', sizes, o) or '0')
+  forget(o, s)
   redis.call('HDEL', sizes, o)
   redis.call('DECRBY', total, s)
   redis.call('DEL', prefix .. 'rec:' .. o)

@@ -9,6 +9,8 @@ or missing file fails the store's operations (`StoreUnavailable`), never the wor
 
 Tables: `records` (the records, their owner, size and the worker running them),
 `totals` (bytes and entries of `records`, kept by triggers, so the bounds cost no scan),
+`owner_totals` (bytes per owner, by triggers too: past a bound the owner holding the most loses
+its oldest records, so one tenant's writes never evict another's while it holds more),
 `cancels` (cancel flags), `workers` (heartbeats).
 """
 
@@ -51,6 +53,16 @@ CREATE TRIGGER IF NOT EXISTS records_removed AFTER DELETE ON records BEGIN
     UPDATE totals SET bytes = bytes - OLD.size, entries = entries - 1 WHERE k = 0; END;
 CREATE TRIGGER IF NOT EXISTS records_resized AFTER UPDATE OF size ON records BEGIN
     UPDATE totals SET bytes = bytes - OLD.size + NEW.size WHERE k = 0; END;
+CREATE TABLE IF NOT EXISTS owner_totals (owner TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS records_owner ON records(owner, stored_at);
+CREATE TRIGGER IF NOT EXISTS records_owner_added AFTER INSERT ON records BEGIN
+    INSERT INTO owner_totals (owner, bytes) VALUES (NEW.owner, NEW.size)
+        ON CONFLICT(owner) DO UPDATE SET bytes = bytes + NEW.size; END;
+CREATE TRIGGER IF NOT EXISTS records_owner_removed AFTER DELETE ON records BEGIN
+    UPDATE owner_totals SET bytes = bytes - OLD.size WHERE owner = OLD.owner;
+    DELETE FROM owner_totals WHERE owner = OLD.owner AND bytes <= 0; END;
+CREATE TRIGGER IF NOT EXISTS records_owner_resized AFTER UPDATE OF size ON records BEGIN
+    UPDATE owner_totals SET bytes = bytes - OLD.size + NEW.size WHERE owner = NEW.owner; END;
 CREATE TABLE IF NOT EXISTS cancels (
     id TEXT PRIMARY KEY,
     expires_at REAL NOT NULL
@@ -63,7 +75,7 @@ CREATE TABLE IF NOT EXISTS workers (
 # The schema's version, kept in the file's `user_version`: an opener creates the schema only
 # where the file's is older, so opening a file that has it writes nothing and needs no write
 # lock (a worker that opens while another process holds that lock still reads).
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _PRUNE_EVERY = 64  # writes between two expiry sweeps
 _EVICT_CHUNK = 64  # oldest records looked at per eviction query
 _WORKER_FORGET_S = 3600.0  # heartbeats older than this are dropped by the expiry sweep
@@ -91,7 +103,10 @@ class SQLiteStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             if db.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
-                db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
+                # (version 1 had no owner_totals: filled from the records it holds)
+                db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} DELETE FROM owner_totals; "
+                                 "INSERT INTO owner_totals (owner, bytes) SELECT owner, SUM(size) FROM records "
+                                 f"GROUP BY owner; PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
         except BaseException:
             db.close()
             raise
@@ -213,8 +228,14 @@ class SQLiteStore:
             db.execute("DELETE FROM workers WHERE beat < ?", (now - _WORKER_FORGET_S,))
         total, entries = db.execute("SELECT bytes, entries FROM totals WHERE k = 0").fetchone()
         while total > self.max_bytes or entries > self.max_entries:
-            rows = db.execute("SELECT id, size FROM records WHERE id != ? ORDER BY stored_at LIMIT ?",
-                              (key, _EVICT_CHUNK)).fetchall()
+            # From the owner that holds the most, its oldest first: one tenant storing a lot
+            # evicts its own responses, not another's.
+            top = db.execute("SELECT owner FROM owner_totals ORDER BY bytes DESC LIMIT 1").fetchone()
+            rows = db.execute("SELECT id, size FROM records WHERE owner = ? AND id != ? ORDER BY stored_at LIMIT ?",
+                              (top[0] if top else "", key, _EVICT_CHUNK)).fetchall() if top else []
+            if not rows:
+                rows = db.execute("SELECT id, size FROM records WHERE id != ? ORDER BY stored_at LIMIT ?",
+                                  (key, _EVICT_CHUNK)).fetchall()
             if not rows:
                 break
             gone = []

@@ -126,6 +126,39 @@ def test_store_byte_bounds(tmp_path, redis_url, kind):
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_tenant_that_stores_a_lot_evicts_its_own(tmp_path, redis_url, kind):
+    """Past a bound the oldest records of the owner holding the most go: tenant B's few
+    responses stay however much tenant A stores (before, the oldest of anyone's went)."""
+    if kind == "redis":
+        redis.Redis.from_url(redis_url).flushdb()
+    make = _backends(tmp_path, redis_url)[kind]
+
+    async def run():
+        s = make(ttl=60, max_entries=6, max_bytes=250_000, max_record_bytes=100_000)
+        try:
+            for i in range(2):
+                assert await s.create(f"b{i}", "tenant:b", {"response": {"metadata": {"k": "y" * 1_000}}})
+                await asyncio.sleep(0.005)
+            for i in range(12):  # A's: past both bounds, again and again
+                assert await s.create(f"a{i}", "tenant:a", {"response": {"metadata": {"k": "x" * 50_000}}})
+                await asyncio.sleep(0.005)
+            assert [await s.get(f"b{i}") is not None for i in range(2)] == [True, True]
+            kept = [i for i in range(12) if await s.get(f"a{i}") is not None]
+            assert kept == list(range(12 - len(kept), 12)) and 1 <= len(kept) <= 4, kept  # A's newest
+            # updates keep the per-owner totals right: A's record shrinks, B grows past A; A's
+            # next write then evicts B's oldest (B holds the most)
+            assert await s.update("a11", "tenant:a", {"response": {}})
+            for i in range(2, 5):
+                assert await s.create(f"b{i}", "tenant:b", {"response": {"metadata": {"k": "y" * 60_000}}})
+                await asyncio.sleep(0.005)
+            assert await s.get("b4") is not None and await s.get("a11") is not None
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
 def test_store_orphans(tmp_path, redis_url, kind, monkeypatch):
     """An in-progress record whose worker stops beating is failed by any opener's sweep; a
     worker that beats keeps its records."""
