@@ -47,7 +47,8 @@ def add_ops_arguments(p: argparse.ArgumentParser) -> None:
                    help="API keys required on /v1 routes (any of them; default: $VLLM_API_KEY)")
     p.add_argument("--api-keys-file", default=None, metavar="FILE",
                    help="named API keys with per-tenant limits (YAML or JSON list of {name, key | key_sha256, "
-                        "requests_per_second, tokens_per_minute, max_concurrency, max_tokens, admin}); reloaded "
+                        "requests_per_second, tokens_per_minute, max_concurrency, max_tokens, max_storage_bytes, "
+                        "admin}); reloaded "
                         "on SIGHUP")
     p.add_argument("--quota-store", default=None, metavar="URL",
                    help="redis://HOST:PORT/DB shared by replicas, so a tenant's limits hold across them "

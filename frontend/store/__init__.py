@@ -134,13 +134,21 @@ def store_disabled(url: str | None, environ: Mapping[str, str] | None = None) ->
         return False
 
 
+def _no_limit(owner: str) -> None:
+    return None
+
+
 def open_store(url: str | None, runtime_dir: str, *, ttl: float = DEFAULT_TTL_S,
                max_entries: int = DEFAULT_MAX_ENTRIES, max_bytes: int = DEFAULT_MAX_BYTES,
-               max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> ResponseStore:
+               max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+               owner_limit: Callable[[str], int | None] | None = None) -> ResponseStore:
     """The store named by `url`: None or "" (SQLite in `runtime_dir`), `sqlite:///PATH`, or
     `redis://HOST:PORT/DB` (also `rediss://`, `unix://`). Nothing is opened yet: the first
-    operation opens the backend (a broken one fails that operation, not the caller)."""
-    bounds = dict(ttl=ttl, max_entries=max_entries, max_bytes=max_bytes, max_record_bytes=max_record_bytes)
+    operation opens the backend (a broken one fails that operation, not the caller).
+    `owner_limit(owner)`: the bytes an owner's records may take (None: no bound of its own);
+    past it that owner's oldest records go."""
+    bounds = dict(ttl=ttl, max_entries=max_entries, max_bytes=max_bytes, max_record_bytes=max_record_bytes,
+                  owner_limit=owner_limit or _no_limit)
     if not url:
         from vllm_pyfrontend.store.sqlite import SQLiteStore
 

@@ -36,7 +36,10 @@ class FileRecord(msgspec.Struct, frozen=True):
 
 
 class FileStore(Protocol):
-    async def add(self, rec: FileRecord, max_total_bytes: int | None = None) -> bool: ...
+    async def add(self, rec: FileRecord, max_total_bytes: int | None = None,
+                  max_owner_bytes: int | None = None) -> bool:
+        """Record `rec`; False (nothing recorded) when all files together would pass
+        `max_total_bytes`, or its owner's would pass `max_owner_bytes`."""
 
     async def get(self, file_id: str, owner: str) -> FileRecord | None: ...
 
@@ -136,15 +139,19 @@ class SQLiteFileStore:
     def __init__(self, path: str):
         self._db = SQLiteDB(path, _FILES_SCHEMA)
 
-    async def add(self, rec: FileRecord, max_total_bytes: int | None = None) -> bool:
-        """Record `rec`; False (nothing recorded) when the total would pass `max_total_bytes`."""
-        return await self._db.transaction(self._add, rec, max_total_bytes)
+    async def add(self, rec: FileRecord, max_total_bytes: int | None = None,
+                  max_owner_bytes: int | None = None) -> bool:
+        return await self._db.transaction(self._add, rec, max_total_bytes, max_owner_bytes)
 
     @staticmethod
-    def _add(db, rec: FileRecord, max_total: int | None) -> bool:
+    def _add(db, rec: FileRecord, max_total: int | None, max_owner: int | None) -> bool:
         if max_total is not None:
             (total,) = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM files").fetchone()
             if total + rec.bytes > max_total:
+                return False
+        if max_owner is not None:
+            (total,) = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM files WHERE owner = ?", (rec.owner,)).fetchone()
+            if total + rec.bytes > max_owner:
                 return False
         db.execute(f"INSERT OR REPLACE INTO files ({_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
                    (rec.id, rec.owner, rec.purpose, rec.filename, rec.bytes, rec.created_at))
@@ -185,7 +192,8 @@ class SQLiteFileStore:
 
 class RedisFileStore:
     """Keys (prefix `vpf:`): `file:<id>` the record (JSON), `files:<owner>` a sorted set of the
-    owner's ids by creation time, `files:bytes` the total size of all files."""
+    owner's ids by creation time, `files:bytes` the total size of all files, `files:bytes:<owner>`
+    an owner's."""
 
     PREFIX = "vpf:"
 
@@ -194,11 +202,19 @@ class RedisFileStore:
 
         self._redis = aioredis.from_url(url)
 
-    async def add(self, rec: FileRecord, max_total_bytes: int | None = None) -> bool:
-        total_key = self.PREFIX + "files:bytes"
-        total = await self._redis.incrby(total_key, rec.bytes)
-        if max_total_bytes is not None and total > max_total_bytes:
-            await self._redis.decrby(total_key, rec.bytes)
+    async def add(self, rec: FileRecord, max_total_bytes: int | None = None,
+                  max_owner_bytes: int | None = None) -> bool:
+        total_key, owner_key = self.PREFIX + "files:bytes", f"{self.PREFIX}files:bytes:{rec.owner}"
+        async with self._redis.pipeline(transaction=True) as p:
+            p.incrby(total_key, rec.bytes)
+            p.incrby(owner_key, rec.bytes)
+            total, owned = await p.execute()
+        if (max_total_bytes is not None and total > max_total_bytes) or \
+                (max_owner_bytes is not None and owned > max_owner_bytes):
+            async with self._redis.pipeline(transaction=True) as p:
+                p.decrby(total_key, rec.bytes)
+                p.decrby(owner_key, rec.bytes)
+                await p.execute()
             return False
         async with self._redis.pipeline(transaction=True) as p:
             p.set(f"{self.PREFIX}file:{rec.id}", msgspec.json.encode(rec))
@@ -242,6 +258,7 @@ class RedisFileStore:
             p.delete(f"{self.PREFIX}file:{file_id}")
             p.zrem(f"{self.PREFIX}files:{owner}", file_id)
             p.decrby(self.PREFIX + "files:bytes", rec.bytes)
+            p.decrby(f"{self.PREFIX}files:bytes:{owner}", rec.bytes)
             await p.execute()
         return True
 

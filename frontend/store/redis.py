@@ -32,7 +32,8 @@ _SOCKET_TIMEOUT_S = 2 * BUSY_TIMEOUT_S
 
 # KEYS: rec, rindex, rsizes, rbytes, running, beat
 # ARGV: id, owner, data, size, worker ("" = finished), ttl_ms, now_s, max_entries, max_bytes,
-#       mode ("create" | "update" | "update_running"), expect_worker ("" = any), stale_ms, prefix
+#       mode ("create" | "update" | "update_running"), expect_worker ("" = any), stale_ms, prefix,
+#       owner_max (-1: the owner has no bound of its own)
 _WRITE = """
 local rec, index, sizes, total, running, beat = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, owner, data, size, worker = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
@@ -90,6 +91,23 @@ for _, o in ipairs(expired) do
     redis.call('HDEL', running, o)
   end
 end
+-- the writing owner's own bound: its oldest go (never the record just written)
+local owner_max = tonumber(ARGV[14])
+if owner_max >= 0 then
+  while tonumber(redis.call('HGET', prefix .. 'rowner', owner) or '0') > owner_max do
+    local first = redis.call('ZRANGE', prefix .. 'rindex:' .. owner, 0, 1)
+    local o = first[1]
+    if o == id then o = first[2] end
+    if not o then break end
+    redis.call('ZREM', index, o)
+    local s = tonumber(redis.call('HGET', sizes, o) or '0')
+    forget(o, s)
+    redis.call('HDEL', sizes, o)
+    redis.call('DECRBY', total, s)
+    redis.call('DEL', prefix .. 'rec:' .. o)
+    redis.call('HDEL', running, o)
+  end
+end
 -- while a bound is exceeded: the oldest of the owner that holds the most (one tenant storing a
 -- lot evicts its own responses, not another's), never the record just written
 local n = redis.call('ZCARD', index)
@@ -128,7 +146,8 @@ _dec = msgspec.json.decode
 
 
 class RedisStore:
-    def __init__(self, url: str, *, ttl: float, max_entries: int, max_bytes: int, max_record_bytes: int):
+    def __init__(self, url: str, *, ttl: float, max_entries: int, max_bytes: int, max_record_bytes: int,
+                 owner_limit=lambda owner: None):
         import redis.asyncio as aioredis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
@@ -138,6 +157,7 @@ class RedisStore:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.max_record_bytes = max_record_bytes
+        self.owner_limit = owner_limit  # owner -> the bytes its records may take (None: no bound of its own)
         self.degraded: str | None = None
         self._redis = aioredis.from_url(url, socket_timeout=_SOCKET_TIMEOUT_S,
                                         socket_connect_timeout=_SOCKET_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
@@ -172,7 +192,7 @@ class RedisStore:
         return self._script(
             keys=[self._key(key), p + "rindex", p + "rsizes", p + "rbytes", p + "running", f"{p}beat:{worker or ''}"],
             args=[key, owner, data, len(data), worker or "", self.ttl_ms, time.time(), self.max_entries,
-                  self.max_bytes, mode, expect, int(STALE_S * 1000), p])
+                  self.max_bytes, mode, expect, int(STALE_S * 1000), p, self.owner_limit(owner) or -1])
 
     def _encode(self, record: dict[str, Any]) -> bytes:
         return encode_record(record, self.max_record_bytes)

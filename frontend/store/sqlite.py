@@ -85,8 +85,10 @@ _dec = msgspec.json.decode
 
 
 class SQLiteStore:
-    def __init__(self, path: str, *, ttl: float, max_entries: int, max_bytes: int, max_record_bytes: int):
+    def __init__(self, path: str, *, ttl: float, max_entries: int, max_bytes: int, max_record_bytes: int,
+                 owner_limit=lambda owner: None):
         self.path = path
+        self.owner_limit = owner_limit  # owner -> the bytes its records may take (None: no bound of its own)
         self.ttl = ttl
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -192,7 +194,7 @@ class SQLiteStore:
             return False
         if worker is not None:
             self._beat(db, worker, now)
-        self._after_write(db, key, now)
+        self._after_write(db, key, now, owner)
         return True
 
     async def update(self, key: str, owner: str, record: dict[str, Any], *, worker: str | None = None,
@@ -216,16 +218,33 @@ class SQLiteStore:
             return False
         if worker is not None:
             self._beat(db, worker, now)
-        self._after_write(db, key, now)
+        self._after_write(db, key, now, owner)
         return True
 
-    def _after_write(self, db: sqlite3.Connection, key: str, now: float) -> None:
-        """Expired rows now and then; the oldest records while a bound is exceeded."""
+    def _after_write(self, db: sqlite3.Connection, key: str, now: float, owner: str) -> None:
+        """Expired rows now and then; the oldest records while a bound is exceeded: the
+        writing owner's own bound first, then the store's."""
         self._writes += 1
         if self._writes % _PRUNE_EVERY == 1:
             db.execute("DELETE FROM records WHERE expires_at <= ?", (now,))
             db.execute("DELETE FROM cancels WHERE expires_at <= ?", (now,))
             db.execute("DELETE FROM workers WHERE beat < ?", (now - _WORKER_FORGET_S,))
+        limit = self.owner_limit(owner)
+        if limit is not None:
+            row = db.execute("SELECT bytes FROM owner_totals WHERE owner = ?", (owner,)).fetchone()
+            held = row[0] if row else 0
+            while held > limit:
+                rows = db.execute("SELECT id, size FROM records WHERE owner = ? AND id != ? ORDER BY stored_at "
+                                  "LIMIT ?", (owner, key, _EVICT_CHUNK)).fetchall()
+                if not rows:
+                    break
+                gone = []
+                for rid, size in rows:
+                    if held <= limit:
+                        break
+                    gone.append(rid)
+                    held -= size
+                db.executemany("DELETE FROM records WHERE id = ?", [(rid,) for rid in gone])
         total, entries = db.execute("SELECT bytes, entries FROM totals WHERE k = 0").fetchone()
         while total > self.max_bytes or entries > self.max_entries:
             # From the owner that holds the most, its oldest first: one tenant storing a lot

@@ -39,6 +39,7 @@ class TenantKeys:
                 d = key_digest(k)
                 self._anonymous[d] = (Tenant("", key_owner(d)), None)
         self.table: dict[bytes, Entry] = dict(self._anonymous)
+        self._storage: dict[str, int] = {}  # owner -> max_storage_bytes
         self.generation: int | None = None
 
     def load(self) -> None:
@@ -51,6 +52,8 @@ class TenantKeys:
         for e in entries:
             table[e.digest] = (Tenant(e.name, named_owner(e.name), e.limits, e.admin), quotas[e.name])
         self.table = table
+        self._storage = {named_owner(e.name): e.limits.max_storage_bytes for e in entries
+                         if e.limits.max_storage_bytes is not None}
         self.generation = generation
 
     def reload(self) -> None:
@@ -63,6 +66,10 @@ class TenantKeys:
             return
         if self.generation != before:
             log.info("API keys reloaded: %d named key(s) (generation %s)", len(self.quotas.by_name), self.generation)
+
+    def storage_limit(self, owner: str) -> int | None:
+        """The bytes an owner's stored objects may take (`max_storage_bytes`; None: no bound)."""
+        return self._storage.get(owner)
 
     def quota(self, name: str) -> TenantQuota | None:
         """The quota of the named tenant `name` in the table of the moment (None: not named

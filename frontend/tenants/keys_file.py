@@ -8,6 +8,7 @@ A YAML or JSON list, one entry per tenant:
       tokens_per_minute: 100000        # prompt + completion tokens
       max_concurrency: 8               # requests in progress at once
       max_tokens: 2048                 # the most tokens one completion may ask for
+      max_storage_bytes: 1000000000    # files (uploads and batch outputs) and stored responses
       admin: true                      # optional: may abort every tenant's requests and read
                                        # the per-tenant metric series (default false)
 
@@ -34,7 +35,7 @@ SNAPSHOT_FILE = "tenant-keys.json"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
-_LIMITS = ("requests_per_second", "tokens_per_minute", "max_concurrency", "max_tokens")
+_LIMITS = ("requests_per_second", "tokens_per_minute", "max_concurrency", "max_tokens", "max_storage_bytes")
 _FIELDS = frozenset(("name", "key", "key_sha256", "admin", *_LIMITS))
 
 
@@ -48,6 +49,7 @@ class Limits:
     tokens_per_minute: int | None = None
     max_concurrency: int | None = None
     max_tokens: int | None = None
+    max_storage_bytes: int | None = None  # files and stored responses (not a rate: the stores hold it)
 
     @property
     def any(self) -> bool:

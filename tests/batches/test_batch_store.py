@@ -158,6 +158,11 @@ def test_file_records(url, tmp_path):
         assert not await files.delete("file-1", "owner-b")
         assert await files.delete("file-1", "owner-a")
         assert await files.add(FileRecord("file-x", "owner-a", "batch", "x", 10, 2000.0), max_total_bytes=30)
+        # an owner's own bound (max_storage_bytes): owner-a holds 30, owner-b nothing
+        assert not await files.add(FileRecord("file-y", "owner-a", "batch", "y", 5, 2001.0), max_owner_bytes=34)
+        assert await files.add(FileRecord("file-z", "owner-b", "batch", "z", 5, 2001.0), max_owner_bytes=34)
+        assert await files.delete("file-x", "owner-a")
+        assert await files.add(FileRecord("file-y", "owner-a", "batch", "y", 5, 2001.0), max_owner_bytes=34)
         await files.close()
 
     asyncio.run(main())

@@ -159,6 +159,33 @@ def test_a_tenant_that_stores_a_lot_evicts_its_own(tmp_path, redis_url, kind):
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_an_owners_storage_bound(tmp_path, redis_url, kind):
+    """An owner with a bound of its own (a keys file's `max_storage_bytes`) keeps its newest
+    records within it, whatever room the store has; other owners are not touched."""
+    if kind == "redis":
+        redis.Redis.from_url(redis_url).flushdb()
+    make = _backends(tmp_path, redis_url)[kind]
+
+    async def run():
+        s = make(ttl=60, max_entries=1000, max_bytes=10_000_000, max_record_bytes=100_000,
+                 owner_limit=lambda owner: 120_000 if owner == "tenant:a" else None)
+        try:
+            assert await s.create("b0", "tenant:b", {"response": {"metadata": {"k": "y" * 50_000}}})
+            for i in range(5):
+                assert await s.create(f"a{i}", "tenant:a", {"response": {"metadata": {"k": "x" * 50_000}}})
+                await asyncio.sleep(0.005)
+            assert [i for i in range(5) if await s.get(f"a{i}") is not None] == [3, 4]
+            assert await s.get("b0") is not None
+            for i in range(5):
+                assert await s.create(f"b{i + 1}", "tenant:b", {"response": {"metadata": {"k": "y" * 50_000}}})
+            assert all([await s.get(f"b{i}") is not None for i in range(6)])  # no bound of its own
+        finally:
+            await s.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
 def test_store_orphans(tmp_path, redis_url, kind, monkeypatch):
     """An in-progress record whose worker stops beating is failed by any opener's sweep; a
     worker that beats keeps its records."""

@@ -27,6 +27,7 @@ KEYS = """
 - {name: alice, key: key-alice}
 - {name: mallory, key: key-mallory}
 - {name: ops, key: key-ops, admin: true}
+- {name: small, key: key-small, max_storage_bytes: 1000}
 """
 
 
@@ -100,6 +101,21 @@ def test_only_an_admin_key_loads_or_unloads_adapters(stack):
         assert r.status == 403 and "admin" in r.json()["error"]["message"], (path, r.status, r.body)
         r = request(stack, stack.root + path, body, headers=_auth("key-ops"))
         assert r.status in (400, 404, 500) and b"admin" not in r.body, (path, r.status, r.body)  # the engine's answer
+
+
+def test_a_tenants_storage_bound_holds_its_uploads_only(stack):
+    import io
+
+    from tests.batches.helpers import client
+
+    small, other = client(stack.base_url + stack.root, "key-small"), client(stack.base_url + stack.root, "key-alice")
+    first = small.files.create(file=("a.jsonl", io.BytesIO(b"x" * 800)), purpose="batch")
+    with pytest.raises(Exception) as e:
+        small.files.create(file=("b.jsonl", io.BytesIO(b"x" * 800)), purpose="batch")
+    assert getattr(e.value, "status_code", None) == 413 and "max_storage_bytes" in str(e.value)
+    other.files.create(file=("c.jsonl", io.BytesIO(b"x" * 800)), purpose="batch")  # another tenant: not held
+    small.files.delete(first.id)
+    small.files.create(file=("b.jsonl", io.BytesIO(b"x" * 800)), purpose="batch")
 
 
 def _generate(stack, key: str, max_tokens: int) -> tuple[threading.Thread, dict]:

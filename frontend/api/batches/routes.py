@@ -170,7 +170,9 @@ def _batch_not_found(batch_id: str) -> APIError:
 # -- /v1/files ---------------------------------------------------------------------------------------
 async def handle_upload(request: web.Request) -> web.Response:
     service = _service(request)
-    owner = tenant_of(request).owner
+    tenant = tenant_of(request)
+    owner = tenant.owner
+    own_limit = tenant.limits.max_storage_bytes if tenant.limits is not None else None
     file_id = "file-" + secrets.token_hex(12)
     temp = service.contents.temp_path(file_id)
     published = False
@@ -187,9 +189,11 @@ async def handle_upload(request: web.Request) -> web.Response:
         rec = FileRecord(file_id, owner, purpose, upload.filename, upload.size, time.time())
         service.contents.publish(temp, file_id)
         published = True
-        if not await service.files.add(rec, service.max_total_bytes):
-            raise APIError(413, f"The files stored here would exceed {service.max_total_bytes} bytes; delete "
-                                "some files first.", "file")
+        if not await service.files.add(rec, service.max_total_bytes, own_limit):
+            limit = f"{service.max_total_bytes} bytes"
+            if own_limit is not None:
+                limit = f"this API key's limit of {own_limit} bytes (max_storage_bytes) or the deployment's {limit}"
+            raise APIError(413, f"The files stored here would exceed {limit}; delete some files first.", "file")
         return _json(rec.to_object())
     except BaseException:
         if published:

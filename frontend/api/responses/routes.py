@@ -82,7 +82,8 @@ def add_responses_routes(app: web.Application) -> None:
             store = open_store(policy.response_store, cfg.runtime_dir, ttl=policy.response_store_ttl,
                                max_entries=policy.response_store_max_entries,
                                max_bytes=policy.response_store_max_bytes,
-                               max_record_bytes=policy.response_store_max_record_bytes)
+                               max_record_bytes=policy.response_store_max_record_bytes,
+                               owner_limit=tenants.storage_limit if (tenants := app[STATE].tenants) else None)
         responses = app[RESPONSES] = Responses(store)
         responses.start()
 
