@@ -68,8 +68,9 @@ redis.call('ZADD', index, 'NX', now, id)
 redis.call('HSET', prefix .. 'rowner_of', id, owner)
 redis.call('HINCRBY', prefix .. 'rowner', owner, size)
 redis.call('ZADD', prefix .. 'rindex:' .. owner, 'NX', now, id)
--- an id leaves every index and total at once
+-- an id leaves every index and total at once (`s`: its size, when known); returns the size
 local function forget(o, s)
+  redis.call('ZREM', index, o)
   local of = redis.call('HGET', prefix .. 'rowner_of', o)
   if of then
     redis.call('ZREM', prefix .. 'rindex:' .. of, o)
@@ -79,37 +80,38 @@ local function forget(o, s)
     end
     redis.call('HDEL', prefix .. 'rowner_of', o)
   end
+  if s then redis.call('DECRBY', total, s); redis.call('HDEL', sizes, o) end
+  redis.call('HDEL', running, o)
+  return tonumber(s or '0')
 end
--- ids whose records expired: off the index and the total
+-- a record evicted: gone with everything that names it
+local function evict(o)
+  local s = forget(o, redis.call('HGET', sizes, o))
+  redis.call('DEL', prefix .. 'rec:' .. o)
+  return s
+end
+-- the oldest id of a sorted set but the record just written
+local function oldest(set)
+  local first = redis.call('ZRANGE', set, 0, 1)
+  if first[1] == id then return first[2] end
+  return first[1]
+end
+-- ids whose records expired: off the indexes and the totals
 local expired = redis.call('ZRANGEBYSCORE', index, '-inf', now - ttl / 1000, 'LIMIT', 0, 16)
 for _, o in ipairs(expired) do
-  if redis.call('EXISTS', prefix .. 'rec:' .. o) == 0 then
-    redis.call('ZREM', index, o)
-    local s = redis.call('HGET', sizes, o)
-    forget(o, s)
-    if s then redis.call('DECRBY', total, s); redis.call('HDEL', sizes, o) end
-    redis.call('HDEL', running, o)
-  end
+  if redis.call('EXISTS', prefix .. 'rec:' .. o) == 0 then forget(o, redis.call('HGET', sizes, o)) end
 end
--- the writing owner's own bound: its oldest go (never the record just written)
+-- the writing owner's own bound: its oldest go
 local owner_max = tonumber(ARGV[14])
 if owner_max >= 0 then
   while tonumber(redis.call('HGET', prefix .. 'rowner', owner) or '0') > owner_max do
-    local first = redis.call('ZRANGE', prefix .. 'rindex:' .. owner, 0, 1)
-    local o = first[1]
-    if o == id then o = first[2] end
+    local o = oldest(prefix .. 'rindex:' .. owner)
     if not o then break end
-    redis.call('ZREM', index, o)
-    local s = tonumber(redis.call('HGET', sizes, o) or '0')
-    forget(o, s)
-    redis.call('HDEL', sizes, o)
-    redis.call('DECRBY', total, s)
-    redis.call('DEL', prefix .. 'rec:' .. o)
-    redis.call('HDEL', running, o)
+    evict(o)
   end
 end
 -- while a bound is exceeded: the oldest of the owner that holds the most (one tenant storing a
--- lot evicts its own responses, not another's), never the record just written
+-- lot evicts its own responses, not another's)
 local n = redis.call('ZCARD', index)
 local bytes = tonumber(redis.call('GET', total) or '0')
 while n > max_entries or bytes > max_bytes do
@@ -119,24 +121,10 @@ while n > max_entries or bytes > max_bytes do
     local b = tonumber(owners[i + 1])
     if b > most then top, most = owners[i], b end
   end
-  local first = {}
-  if top then first = redis.call('ZRANGE', prefix .. 'rindex:' .. top, 0, 1) end
-  local o = first[1]
-  if o == id then o = first[2] end
-  if not o then
-    first = redis.call('ZRANGE', index, 0, 1)
-    o = first[1]
-    if o == id then o = first[2] end
-  end
+  local o = top and oldest(prefix .. 'rindex:' .. top) or oldest(index)
+  if not o then o = oldest(index) end
   if not o then break end
-  redis.call('ZREM', index, o)
-  local s = tonumber(redis.call('HGET', sizes, o) or '0')
-  forget(o, s)
-  redis.call('HDEL', sizes, o)
-  redis.call('DECRBY', total, s)
-  redis.call('DEL', prefix .. 'rec:' .. o)
-  redis.call('HDEL', running, o)
-  n, bytes = n - 1, bytes - s
+  n, bytes = n - 1, bytes - evict(o)
 end
 return 1
 """
