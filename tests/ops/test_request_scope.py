@@ -24,6 +24,7 @@ from tests.stack import Stack, free_port
 
 KEY = "key-scoped"
 KEYS = f"""- {{name: scoped, key: {KEY}, tokens_per_minute: 100000000}}
+- {{name: ops, key: key-ops, admin: true}}
 - {{name: single, key: key-single, max_concurrency: 1}}
 - {{name: capped, key: key-capped, max_tokens: 8}}
 """
@@ -120,7 +121,8 @@ def _lines(stack: Stack) -> list[dict]:
 
 
 def _metric(stack: Stack, name: str, label: str = "") -> float:
-    text = httpx.get(stack.base_url + "/metrics", timeout=10).text
+    # (an admin key: /metrics shows the per-tenant series to it)
+    text = httpx.get(stack.base_url + "/metrics", timeout=10, headers={"Authorization": "Bearer key-ops"}).text
     return sum(float(m.group(2)) for m in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, re.M)
                if label in (m.group(1) or ""))
 
