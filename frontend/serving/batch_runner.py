@@ -270,7 +270,7 @@ class BatchRunner:
             self.metrics.batch_ended(final)
 
 
-_PAGE = 1000  # answers read from the store at a time while a batch's output is written
+_PAGE = 32  # answers read from the store at a time while a batch's output is written (each may be large)
 
 
 class OutputFile:
