@@ -20,6 +20,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from vllm_pyfrontend.store.files import enable_wal
+
 
 class LoRAModuleError(ValueError):
     """A `--lora-modules` value that is neither `name=path` nor vLLM's JSON form."""
@@ -85,7 +87,7 @@ class LoRAStore:
         self.path = path
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        enable_wal(self._db)
         self._db.executescript(_SCHEMA)
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from typing import Any, Protocol
 
 import msgspec
@@ -81,6 +82,22 @@ class FileContents:
             pass
 
 
+def enable_wal(db: sqlite3.Connection, tries: int = 100) -> None:
+    """The file in WAL mode (kept in the file: set once, by whichever worker opens it first).
+    Changing the mode while another worker opens the same new file can be refused at once
+    (SQLite does not wait on its busy timeout for it): tried again for up to ~5 s."""
+    for attempt in range(tries):
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or attempt == tries - 1:
+                raise
+            time.sleep(0.05)
+
+
 class SQLiteDB:
     """One SQLite connection used from threads, one short transaction per call."""
 
@@ -89,7 +106,7 @@ class SQLiteDB:
         self._lock = threading.Lock()
         self.db = sqlite3.connect(path, timeout=30.0, check_same_thread=False, isolation_level=None)
         with self._lock:
-            self.db.execute("PRAGMA journal_mode=WAL")
+            enable_wal(self.db)
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(schema)
 

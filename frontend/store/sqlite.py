@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from vllm_pyfrontend.store.files import enable_wal
 from vllm_pyfrontend.store import (
     BUSY_TIMEOUT_S,
     STALE_S,
@@ -102,7 +103,7 @@ class SQLiteStore:
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            enable_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             if db.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
                 # (version 1 had no owner_totals: filled from the records it holds)

@@ -225,3 +225,30 @@ def test_answers_a_page_at_a_time(url, tmp_path):
         await store.close()
 
     asyncio.run(main())
+
+
+def test_workers_opening_a_new_database_at_once(tmp_path):
+    """Workers that start together open the same new SQLite file at once: each gets it (its
+    switch to WAL is refused at once while another makes it, and tried again)."""
+    import threading
+
+    from vllm_pyfrontend.store.files import _FILES_SCHEMA, SQLiteDB
+
+    for n in range(20):
+        path = str(tmp_path / f"files-{n}.sqlite")
+        barrier = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def open_it():
+            barrier.wait()
+            try:
+                SQLiteDB(path, _FILES_SCHEMA).close()
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
