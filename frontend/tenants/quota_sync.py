@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from vllm_pyfrontend.tenants.quotas import (
-    _INFLIGHT, _Q, _RPS, _SYNCED, _TPM, RECORD, RPS_WINDOW, TPM_WINDOW, TenantQuotas,
+    _INFLIGHT, _Q, _RPS, _SYNCED, _TPM, RECORD, RPS_WINDOW, TPM_WINDOW, TenantQuotas, _rate,
 )
 
 log = logging.getLogger(__name__)
@@ -118,15 +118,12 @@ class QuotaSync:
         async with self._redis.pipeline(transaction=False) as p:
             for name, board, index in rows:
                 v = board.read(index)
-                mine = [0] * 7
-                for base in board.bases[:-1]:  # this replica's workers (not the other replicas' record)
-                    mine[0] += v[base + _INFLIGHT]
-                    for at, win, k in ((_RPS, rps_win, 1), (_TPM, tpm_win, 4)):
-                        cur, prev = _aligned(v[base + at], v[base + at + 1], v[base + at + 2], win)
-                        mine[k + 1] += cur
-                        mine[k + 2] += prev
-                mine[1], mine[4] = rps_win, tpm_win
-                p.hset(PREFIX + name, self.replica, json.dumps([now, *mine]))
+                local = board.bases[:-1]  # this replica's workers (not the other replicas' record)
+                in_flight = sum(v[base + _INFLIGHT] for base in local)
+                rps_cur, rps_prev, _ = _rate(board, v, _RPS, RPS_WINDOW, now, local)
+                tpm_cur, tpm_prev, _ = _rate(board, v, _TPM, TPM_WINDOW, now, local)
+                p.hset(PREFIX + name, self.replica, json.dumps(
+                    [now, in_flight, rps_win, rps_cur, rps_prev, tpm_win, tpm_cur, tpm_prev]))
                 p.hgetall(PREFIX + name)
             replies = await p.execute()
         stale: list[tuple[str, list[bytes]]] = []

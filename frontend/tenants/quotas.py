@@ -140,13 +140,14 @@ class _Board:
         return self.row.unpack_from(self.map, index * self.row_bytes)
 
 
-def _rate(board: _Board, v: tuple[int, ...], at: int, window: float, now: float) -> tuple[int, int, float]:
-    """(current, previous, f) of one rate over every worker: the counts of the current and the
-    previous window, and how far into the current one `now` is."""
+def _rate(board: _Board, v: tuple[int, ...], at: int, window: float, now: float,
+          bases: range | None = None) -> tuple[int, int, float]:
+    """(current, previous, f) of one rate over every worker (or the records at `bases`): the
+    counts of the current and the previous window, and how far into the current one `now` is."""
     t = now / window
     win = int(t)
     cur = prev = 0
-    for base in board.bases:
+    for base in board.bases if bases is None else bases:
         w = v[base + at]
         if w == win:
             cur += v[base + at + 1]
