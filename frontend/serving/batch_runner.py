@@ -17,6 +17,9 @@ dies stops renewing and its lines are claimed again once their lease expires. A 
 once. Cancel (or expiry) is noticed within `poll_s`: the worker aborts its lines of that batch
 (cancelling the handler aborts the engine requests, as a client leaving does) and gives them back
 unanswered.
+
+The runner also sweeps the files that expired (`expires_after`, `output_expires_after`) out of
+the store and the files' directory every `expire_every_s`: every worker does, a file goes once.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.batch_lines import (
     RETRY_STATUSES, InputError, answer_entry, expired_entry, output_too_large_entry, parse_input)
 from vllm_pyfrontend.store.batches import BatchStore, Line, Task
-from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore
+from vllm_pyfrontend.store.files import EXPIRE_CHUNK, FileContents, FileRecord, FileStore, expire_files
 from vllm_pyfrontend.tenants import Tenant
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class RunnerSettings:
     max_lines: int = 50000
     max_body_bytes: int = 32 * 1024 * 1024
     max_output_bytes: int = 1024 * 1024 * 1024  # one batch's output file at most
+    expire_every_s: float = 60.0  # expired files removed this often
 
 
 class BatchMetricsSink:
@@ -119,10 +123,15 @@ class BatchRunner:
     # -- the loop ------------------------------------------------------------------------------
     async def _loop(self) -> None:
         s = self.settings
-        last_steps = last_renew = 0.0
-        while True:
+        last_steps = last_renew = last_expire = 0.0
+        # (`_closing` as well as the cancel: redis-py's asyncio client can swallow a cancel that
+        # lands while it waits for a reply, and the loop would go on after `close`.)
+        while not self._closing:
             now = time.monotonic()
             try:
+                if now - last_expire >= s.expire_every_s:
+                    last_expire = now
+                    await self.expire_files()
                 if now - last_renew >= s.lease_s / 3:
                     last_renew = now
                     if self.running:
@@ -146,6 +155,15 @@ class BatchRunner:
             except TimeoutError:
                 pass
             self._wake.clear()
+
+    async def expire_files(self, now: float | None = None) -> int:
+        """Remove every file expired at `now` (default: the time of the call); how many."""
+        n = 0
+        while True:
+            gone = await expire_files(self.files, self.contents, now=now)
+            n += len(gone)
+            if len(gone) < EXPIRE_CHUNK:
+                return n
 
     async def _batch_steps(self) -> None:
         for _ in range(8):  # a few per pass: a burst of ended batches does not stall the lines
@@ -258,13 +276,14 @@ class BatchRunner:
             err.discard()
             raise
         now = time.time()
+        expires_at = None if task.output_expires_s is None else int(now) + task.output_expires_s
         ids: list[str | None] = []
         for f, kind in ((out, "output"), (err, "error")):
             if not f.size:
                 ids.append(None)
                 continue
             await self.files.add(FileRecord(f.file_id, task.owner, "batch_output", f"{batch_id}_{kind}.jsonl",
-                                            f.size, now))
+                                            f.size, now, expires_at))
             ids.append(f.file_id)
         if await self.batches.end_finalize(batch_id, self.me, ids[0], ids[1]):
             self.metrics.batch_ended(final)

@@ -50,15 +50,19 @@ class NewLine(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Task(msgspec.Struct, frozen=True):
-    """Batch-level work a worker claimed: `validate`, or `finalize` into `final_status`."""
+    """Batch-level work a worker claimed: `validate`, or `finalize` into `final_status`;
+    `output_expires_s`: the output and error files expire this long after they are written
+    (the batch's `output_expires_after`; None: kept until deleted)."""
     kind: str
     batch: dict[str, Any]
     owner: str
     final_status: str | None = None
+    output_expires_s: int | None = None
 
 
 class BatchStore(Protocol):
-    async def create(self, batch: dict[str, Any], owner: str, tenant: str) -> None: ...
+    async def create(self, batch: dict[str, Any], owner: str, tenant: str, *,
+                     output_expires_s: int | None = None) -> None: ...
 
     async def get(self, batch_id: str, owner: str | None) -> dict[str, Any] | None: ...
 
@@ -131,6 +135,10 @@ CREATE TABLE IF NOT EXISTS batch_runners (
     seen_at REAL NOT NULL
 );
 """
+_UPGRADES = (
+    # 1: the batch's `output_expires_after` (seconds)
+    ("ALTER TABLE batches ADD COLUMN output_expires_s INTEGER",),
+)
 
 # The timestamp field OpenAI's object sets when a batch enters each status.
 STATUS_TIME = {"in_progress": "in_progress_at", "finalizing": "finalizing_at", "completed": "completed_at",
@@ -197,16 +205,17 @@ def _object(db, row) -> dict[str, Any]:
 
 class SQLiteBatchStore:
     def __init__(self, path: str):
-        self._db = SQLiteDB(path, _SCHEMA)
+        self._db = SQLiteDB(path, _SCHEMA, name="batches", upgrades=_UPGRADES)
 
     # -- the API's side ----------------------------------------------------------------------------
-    async def create(self, batch: dict[str, Any], owner: str, tenant: str) -> None:
+    async def create(self, batch: dict[str, Any], owner: str, tenant: str, *,
+                     output_expires_s: int | None = None) -> None:
         await self._db.run(
             self._db.db.execute,
-            "INSERT INTO batches (id, owner, tenant, created_at, expires_at, status, record) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO batches (id, owner, tenant, created_at, expires_at, status, record, output_expires_s) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (batch["id"], owner, tenant, time.time(), batch["expires_at"], batch["status"],
-             msgspec.json.encode(batch)))
+             msgspec.json.encode(batch), output_expires_s))
 
     async def get(self, batch_id: str, owner: str | None) -> dict[str, Any] | None:
         def query():
@@ -259,7 +268,7 @@ class SQLiteBatchStore:
             now = time.time()
             free = "(lease_until <= ?)"
             row = db.execute(
-                f"SELECT id, status, record, final_status, owner FROM batches WHERE {free} AND ("
+                f"SELECT id, status, record, final_status, owner, output_expires_s FROM batches WHERE {free} AND ("
                 f" (status IN ('validating', 'in_progress') AND expires_at <= ?)"
                 f" OR status = 'validating' OR status = 'finalizing'"
                 f" OR (status = 'in_progress' AND NOT EXISTS (SELECT 1 FROM batch_lines l WHERE"
@@ -269,20 +278,22 @@ class SQLiteBatchStore:
                 f") ORDER BY created_at LIMIT 1", (now, now, now)).fetchone()
             if row is None:
                 return None
-            batch_id, status, record, final_status, owner = row
+            batch_id, status, record, final_status, owner, output_expires_s = row
             db.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ?",
                        (me, now + lease_s, batch_id))
             obj = msgspec.json.decode(record)
             obj["status"] = status
             if status in ACTIVE and obj["expires_at"] <= now:
-                return Task("finalize", obj, owner, "expired")
-            if status == "validating":
-                return Task("validate", obj, owner)
-            if status == "in_progress":
-                return Task("finalize", obj, owner, "completed")
-            if status == "cancelling":
-                return Task("finalize", obj, owner, "cancelled")
-            return Task("finalize", obj, owner, final_status or "completed")
+                kind, final = "finalize", "expired"
+            elif status == "validating":
+                kind, final = "validate", None
+            elif status == "in_progress":
+                kind, final = "finalize", "completed"
+            elif status == "cancelling":
+                kind, final = "finalize", "cancelled"
+            else:
+                kind, final = "finalize", final_status or "completed"
+            return Task(kind, obj, owner, final, output_expires_s)
 
         return await self._db.transaction(tx)
 

@@ -5,6 +5,10 @@ renamed) and never changed; the metadata (OpenAI's File object plus its owner) i
 same SQLite file the batches use (`<files_dir>/batches.sqlite3`, WAL, shared by every worker), or
 a Redis hash when the deployment's store is Redis (several replicas: `files_dir` must then be a
 directory they all mount). An owner reads only its own files: another owner's id is not found.
+
+A file may expire (`expires_at`: OpenAI's `expires_after`, a batch's `output_expires_after`):
+from then on it is not found, counts toward no bound, and `expire_files` removes its record and
+its contents (the batch runner's periodic sweep, an upload, and a lookup that finds nothing).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Protocol
 import msgspec
 
 DB_NAME = "batches.sqlite3"
+EXPIRE_CHUNK = 256  # expired files removed per `expire` call
 
 
 class FileRecord(msgspec.Struct, frozen=True):
@@ -28,26 +33,39 @@ class FileRecord(msgspec.Struct, frozen=True):
     filename: str
     bytes: int
     created_at: float
+    expires_at: float | None = None  # None: kept until deleted
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
     def to_object(self) -> dict[str, Any]:
         """OpenAI's File object."""
         return {"id": self.id, "object": "file", "bytes": self.bytes, "created_at": int(self.created_at),
                 "filename": self.filename, "purpose": self.purpose, "status": "processed",
-                "expires_at": None, "status_details": None}
+                "expires_at": None if self.expires_at is None else int(self.expires_at), "status_details": None}
 
 
 class FileStore(Protocol):
+    """`now` (default: the time of the call) decides which files have expired: those are not
+    found by `get`, `list` and `delete`."""
+
     async def add(self, rec: FileRecord, max_total_bytes: int | None = None,
                   max_owner_bytes: int | None = None) -> bool:
         """Record `rec`; False (nothing recorded) when all files together would pass
-        `max_total_bytes`, or its owner's would pass `max_owner_bytes`."""
+        `max_total_bytes`, or its owner's would pass `max_owner_bytes` (expired files count
+        until `expire` removes them on Redis; never on SQLite)."""
 
-    async def get(self, file_id: str, owner: str) -> FileRecord | None: ...
+    async def get(self, file_id: str, owner: str, *, now: float | None = None) -> FileRecord | None: ...
 
     async def list(self, owner: str, *, purpose: str | None, after: str | None, limit: int,
-                   order: str) -> tuple[list[FileRecord], bool]: ...
+                   order: str, now: float | None = None) -> tuple[list[FileRecord], bool]: ...
 
     async def delete(self, file_id: str, owner: str) -> bool: ...
+
+    async def expire(self, now: float | None = None, *, file_ids: list[str] | None = None,
+                     limit: int = EXPIRE_CHUNK) -> list[str]:
+        """Remove the records of files expired at `now` (any owner's; of `file_ids` only, when
+        given), at most `limit` of them; their ids (the caller removes their contents)."""
 
     async def close(self) -> None: ...
 
@@ -98,17 +116,49 @@ def enable_wal(db: sqlite3.Connection, tries: int = 100) -> None:
             time.sleep(0.05)
 
 
-class SQLiteDB:
-    """One SQLite connection used from threads, one short transaction per call."""
+_VERSIONS = "CREATE TABLE IF NOT EXISTS schema_versions (name TEXT PRIMARY KEY, version INTEGER NOT NULL);"
 
-    def __init__(self, path: str, schema: str):
+
+class SQLiteDB:
+    """One SQLite connection used from threads, one short transaction per call.
+
+    `schema`: the tables as first released (`CREATE ... IF NOT EXISTS`); `upgrades`: the changes
+    made to them since, in order, each a tuple of statements. The file records how many of a
+    store's upgrades it has (`schema_versions`, one row per store `name`: the files' and the
+    batches' tables share the file, so its one `user_version`, which the response store uses,
+    cannot count both), and an opener applies the rest in one transaction: a file made by an
+    older release keeps its rows and gains the new columns; one that is up to date is only read."""
+
+    def __init__(self, path: str, schema: str, *, name: str = "", upgrades: tuple[tuple[str, ...], ...] = ()):
         self.path = path
         self._lock = threading.Lock()
         self.db = sqlite3.connect(path, timeout=30.0, check_same_thread=False, isolation_level=None)
         with self._lock:
             enable_wal(self.db)
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(schema)
+            self.db.executescript(schema + (_VERSIONS if upgrades else ""))
+            if upgrades:
+                self._upgrade(name, upgrades)
+
+    def _upgrade(self, name: str, upgrades: tuple[tuple[str, ...], ...]) -> None:
+        db = self.db
+
+        def version() -> int:
+            row = db.execute("SELECT version FROM schema_versions WHERE name = ?", (name,)).fetchone()
+            return 0 if row is None else row[0]
+
+        if version() >= len(upgrades):
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for step in upgrades[version():]:  # (read again under the lock: another opener may have done it)
+                for statement in step:
+                    db.execute(statement)
+            db.execute("INSERT OR REPLACE INTO schema_versions (name, version) VALUES (?, ?)", (name, len(upgrades)))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def run(self, fn, *args):
         def call():
@@ -149,12 +199,22 @@ CREATE TABLE IF NOT EXISTS files (
 );
 CREATE INDEX IF NOT EXISTS files_owner ON files(owner, created_at);
 """
-_COLS = "id, owner, purpose, filename, bytes, created_at"
+_FILES_UPGRADES = (
+    # 1: files expire (OpenAI's `expires_after`)
+    ("ALTER TABLE files ADD COLUMN expires_at REAL",
+     "CREATE INDEX IF NOT EXISTS files_expiry ON files(expires_at) WHERE expires_at IS NOT NULL"),
+)
+_COLS = "id, owner, purpose, filename, bytes, created_at, expires_at"
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
 
 
 class SQLiteFileStore:
     def __init__(self, path: str):
-        self._db = SQLiteDB(path, _FILES_SCHEMA)
+        self._db = SQLiteDB(path, _FILES_SCHEMA, name="files", upgrades=_FILES_UPGRADES)
 
     async def add(self, rec: FileRecord, max_total_bytes: int | None = None,
                   max_owner_bytes: int | None = None) -> bool:
@@ -162,29 +222,32 @@ class SQLiteFileStore:
 
     @staticmethod
     def _add(db, rec: FileRecord, max_total: int | None, max_owner: int | None) -> bool:
+        now = time.time()
         if max_total is not None:
-            (total,) = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM files").fetchone()
+            (total,) = db.execute(f"SELECT COALESCE(SUM(bytes), 0) FROM files WHERE {_LIVE}", (now,)).fetchone()
             if total + rec.bytes > max_total:
                 return False
         if max_owner is not None:
-            (total,) = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM files WHERE owner = ?", (rec.owner,)).fetchone()
+            (total,) = db.execute(f"SELECT COALESCE(SUM(bytes), 0) FROM files WHERE owner = ? AND {_LIVE}",
+                                  (rec.owner, now)).fetchone()
             if total + rec.bytes > max_owner:
                 return False
-        db.execute(f"INSERT OR REPLACE INTO files ({_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
-                   (rec.id, rec.owner, rec.purpose, rec.filename, rec.bytes, rec.created_at))
+        db.execute(f"INSERT OR REPLACE INTO files ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (rec.id, rec.owner, rec.purpose, rec.filename, rec.bytes, rec.created_at, rec.expires_at))
         return True
 
-    async def get(self, file_id: str, owner: str) -> FileRecord | None:
+    async def get(self, file_id: str, owner: str, *, now: float | None = None) -> FileRecord | None:
         row = await self._db.run(lambda: self._db.db.execute(
-            f"SELECT {_COLS} FROM files WHERE id = ? AND owner = ?", (file_id, owner)).fetchone())
+            f"SELECT {_COLS} FROM files WHERE id = ? AND owner = ? AND {_LIVE}",
+            (file_id, owner, _now(now))).fetchone())
         return None if row is None else FileRecord(*row)
 
     async def list(self, owner: str, *, purpose: str | None, after: str | None, limit: int,
-                   order: str) -> tuple[list[FileRecord], bool]:
+                   order: str, now: float | None = None) -> tuple[list[FileRecord], bool]:
         def query():
             cmp, direction = ("<", "DESC") if order == "desc" else (">", "ASC")
-            sql = f"SELECT {_COLS} FROM files WHERE owner = ?"
-            args: list[Any] = [owner]
+            sql = f"SELECT {_COLS} FROM files WHERE owner = ? AND {_LIVE}"
+            args: list[Any] = [owner, _now(now)]
             if purpose:
                 sql += " AND purpose = ?"
                 args.append(purpose)
@@ -199,18 +262,73 @@ class SQLiteFileStore:
         return [FileRecord(*r) for r in rows[:limit]], len(rows) > limit
 
     async def delete(self, file_id: str, owner: str) -> bool:
-        cur = await self._db.run(self._db.db.execute, "DELETE FROM files WHERE id = ? AND owner = ?",
-                                 (file_id, owner))
+        cur = await self._db.run(self._db.db.execute, f"DELETE FROM files WHERE id = ? AND owner = ? AND {_LIVE}",
+                                 (file_id, owner, time.time()))
         return cur.rowcount > 0
+
+    async def expire(self, now: float | None = None, *, file_ids: list[str] | None = None,
+                     limit: int = EXPIRE_CHUNK) -> list[str]:
+        now = _now(now)
+        sql = "SELECT id FROM files WHERE expires_at <= ?"
+        args: list[Any] = [now]
+        if file_ids is not None:
+            if not file_ids:
+                return []
+            sql += f" AND id IN ({','.join('?' * len(file_ids))})"
+            args += file_ids
+        sql += " LIMIT ?"
+        args.append(limit)
+
+        def tx(db) -> list[str]:
+            ids = [i for (i,) in db.execute(sql, args).fetchall()]
+            db.executemany("DELETE FROM files WHERE id = ?", [(i,) for i in ids])
+            return ids
+
+        # (read first: a sweep that finds nothing, the usual case, takes no write lock)
+        if not await self._db.run(lambda: self._db.db.execute(sql, args).fetchone()):
+            return []
+        return await self._db.transaction(tx)
 
     async def close(self) -> None:
         self._db.close()
 
 
+# A file's record leaves with everything that counts it, atomically (two workers sweeping the
+# same expired file, or a delete racing the sweep, take its bytes off the totals once).
+# ARGV: prefix, id, owner ("": any), now, mode ("live": only if not expired at `now`, as a
+# delete; "expired": only if expired at `now`, as the sweep). Returns 1 if removed.
+_FORGET = """
+local P, id, owner, now, mode = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local key = P .. 'file:' .. id
+local data = redis.call('GET', key)
+if not data then
+  redis.call('ZREM', P .. 'files:expiring', id)
+  return 0
+end
+local rec = cjson.decode(data)
+if owner ~= '' and rec.owner ~= owner then return 0 end
+local expires = type(rec.expires_at) == 'number' and rec.expires_at or nil
+if (expires ~= nil and expires <= now) ~= (mode == 'expired') then
+  if mode == 'expired' then  -- (the index disagrees with a record written again since: mended)
+    if expires then redis.call('ZADD', P .. 'files:expiring', expires, id)
+    else redis.call('ZREM', P .. 'files:expiring', id) end
+  end
+  return 0
+end
+redis.call('DEL', key)
+redis.call('ZREM', P .. 'files:' .. rec.owner, id)
+redis.call('ZREM', P .. 'files:expiring', id)
+redis.call('DECRBY', P .. 'files:bytes', rec.bytes)
+redis.call('DECRBY', P .. 'files:bytes:' .. rec.owner, rec.bytes)
+return 1
+"""
+
+
 class RedisFileStore:
     """Keys (prefix `vpf:`): `file:<id>` the record (JSON), `files:<owner>` a sorted set of the
-    owner's ids by creation time, `files:bytes` the total size of all files, `files:bytes:<owner>`
-    an owner's."""
+    owner's ids by creation time, `files:expiring` the ids of files that expire by expiry time,
+    `files:bytes` the total size of all files, `files:bytes:<owner>` an owner's (an expired file
+    counts until `expire` removes it)."""
 
     PREFIX = "vpf:"
 
@@ -218,6 +336,7 @@ class RedisFileStore:
         import redis.asyncio as aioredis
 
         self._redis = aioredis.from_url(url)
+        self._forget = self._redis.register_script(_FORGET)
 
     async def add(self, rec: FileRecord, max_total_bytes: int | None = None,
                   max_owner_bytes: int | None = None) -> bool:
@@ -236,18 +355,23 @@ class RedisFileStore:
         async with self._redis.pipeline(transaction=True) as p:
             p.set(f"{self.PREFIX}file:{rec.id}", msgspec.json.encode(rec))
             p.zadd(f"{self.PREFIX}files:{rec.owner}", {rec.id: rec.created_at})
+            if rec.expires_at is not None:
+                p.zadd(self.PREFIX + "files:expiring", {rec.id: rec.expires_at})
+            else:
+                p.zrem(self.PREFIX + "files:expiring", rec.id)
             await p.execute()
         return True
 
-    async def get(self, file_id: str, owner: str) -> FileRecord | None:
+    async def get(self, file_id: str, owner: str, *, now: float | None = None) -> FileRecord | None:
         data = await self._redis.get(f"{self.PREFIX}file:{file_id}")
         if data is None:
             return None
         rec = msgspec.json.decode(data, type=FileRecord)
-        return rec if rec.owner == owner else None
+        return rec if rec.owner == owner and not rec.expired(_now(now)) else None
 
     async def list(self, owner: str, *, purpose: str | None, after: str | None, limit: int,
-                   order: str) -> tuple[list[FileRecord], bool]:
+                   order: str, now: float | None = None) -> tuple[list[FileRecord], bool]:
+        now = _now(now)
         ids = [i.decode() for i in await self._redis.zrange(f"{self.PREFIX}files:{owner}", 0, -1)]
         if order == "desc":
             ids.reverse()
@@ -260,7 +384,7 @@ class RedisFileStore:
                 if data is None:
                     continue
                 rec = msgspec.json.decode(data, type=FileRecord)
-                if purpose and rec.purpose != purpose:
+                if (purpose and rec.purpose != purpose) or rec.expired(now):
                     continue
                 out.append(rec)
                 if len(out) > limit:
@@ -268,19 +392,32 @@ class RedisFileStore:
         return out, False
 
     async def delete(self, file_id: str, owner: str) -> bool:
-        rec = await self.get(file_id, owner)
-        if rec is None:
-            return False
-        async with self._redis.pipeline(transaction=True) as p:
-            p.delete(f"{self.PREFIX}file:{file_id}")
-            p.zrem(f"{self.PREFIX}files:{owner}", file_id)
-            p.decrby(self.PREFIX + "files:bytes", rec.bytes)
-            p.decrby(f"{self.PREFIX}files:bytes:{owner}", rec.bytes)
-            await p.execute()
-        return True
+        return bool(await self._forget(args=[self.PREFIX, file_id, owner, repr(time.time()), "live"]))
+
+    async def expire(self, now: float | None = None, *, file_ids: list[str] | None = None,
+                     limit: int = EXPIRE_CHUNK) -> list[str]:
+        now = _now(now)
+        if file_ids is None:
+            file_ids = [i.decode() for i in await self._redis.zrangebyscore(
+                self.PREFIX + "files:expiring", "-inf", now, start=0, num=limit)]
+        gone = []
+        for file_id in file_ids[:limit]:
+            if await self._forget(args=[self.PREFIX, file_id, "", repr(now), "expired"]):
+                gone.append(file_id)
+        return gone
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+async def expire_files(files: FileStore, contents: FileContents, *, now: float | None = None,
+                       file_ids: list[str] | None = None) -> list[str]:
+    """Remove the files expired at `now` (up to `EXPIRE_CHUNK` of them; only those of `file_ids`
+    when given): their records, then their contents. The ids removed."""
+    gone = await files.expire(now, file_ids=file_ids)
+    if gone:
+        await asyncio.to_thread(lambda: [contents.remove(i) for i in gone])
+    return gone
 
 
 def is_redis_url(url: str | None) -> bool:

@@ -9,7 +9,8 @@ meanwhile changes its counters, and the transaction is redone). One Redis server
 touch the keys of several batches: not for Redis Cluster).
 
 Keys, under `vpf:`: `batch:<id>` (hash: record, status, final_status, owner, tenant, created_at,
-expires_at, lease_owner, lease_until, total, completed, failed), `batches:<owner>` and
+expires_at, lease_owner, lease_until, total, completed, failed, output_expires_s: the output
+files' expiry in seconds, absent when they do not expire), `batches:<owner>` and
 `batches:open` (sorted sets by creation time: an owner's batches, the ones not ended yet),
 `lines:<id>` (hash: index -> [custom_id, body]), `pending:<id>` (sorted set of indexes),
 `done:<id>` (hash: index -> failed flag + answer), `running` (sorted set of `<id>|<index>` by
@@ -178,13 +179,15 @@ class RedisBatchStore:
         return obj
 
     # -- the API's side ----------------------------------------------------------------------------
-    async def create(self, batch: dict[str, Any], owner: str, tenant: str) -> None:
+    async def create(self, batch: dict[str, Any], owner: str, tenant: str, *,
+                     output_expires_s: int | None = None) -> None:
         now = time.time()
+        expiry = {} if output_expires_s is None else {"output_expires_s": output_expires_s}
         async with self._redis.pipeline(transaction=True) as p:
             p.hset(self._key(batch["id"]), mapping={
                 "record": msgspec.json.encode(batch), "status": batch["status"], "final_status": "",
                 "owner": owner, "tenant": tenant, "created_at": now, "expires_at": batch["expires_at"],
-                "lease_owner": "", "lease_until": 0, "total": 0, "completed": 0, "failed": 0})
+                "lease_owner": "", "lease_until": 0, "total": 0, "completed": 0, "failed": 0, **expiry})
             p.zadd(f"{P}batches:{owner}", {batch["id"]: now})
             p.zadd(OPEN, {batch["id"]: now})
             p.hincrby(STATUS_COUNTS, batch["status"], 1)
@@ -288,17 +291,19 @@ class RedisBatchStore:
             status = obj["status"] = _s(h[b"status"])
             owner = _s(h[b"owner"])
             if status in ACTIVE and obj["expires_at"] <= now:
-                task = Task("finalize", obj, owner, "expired")
+                kind, final = "finalize", "expired"
             elif status == "validating":
-                task = Task("validate", obj, owner)
+                kind, final = "validate", None
             elif status == "in_progress":
-                task = Task("finalize", obj, owner, "completed")
+                kind, final = "finalize", "completed"
             elif status == "cancelling":
-                task = Task("finalize", obj, owner, "cancelled")
+                kind, final = "finalize", "cancelled"
             elif status == "finalizing":
-                task = Task("finalize", obj, owner, _s(h[b"final_status"]) or "completed")
+                kind, final = "finalize", _s(h[b"final_status"]) or "completed"
             else:
                 return None
+            expires_s = h.get(b"output_expires_s")
+            task = Task(kind, obj, owner, final, None if expires_s is None else int(expires_s))
             p.multi()
             p.hset(self._key(batch_id), mapping={"lease_owner": me, "lease_until": now + lease_s})
             return task

@@ -1,9 +1,12 @@
 """`/v1/files` and `/v1/batches`, as OpenAI serves them, run by the deployment itself.
 
 Files: upload (multipart, `purpose: "batch"`; other purposes are refused: this deployment only
-runs batches), list, retrieve, delete and content. Batches: create, retrieve, list, cancel. Every
-file and batch records the owner scope of the key that created it (`tenants`); another owner's
-id is answered exactly like an unknown one (404).
+runs batches; `expires_after[anchor]` and `expires_after[seconds]` set when it expires), list,
+retrieve, delete and content. Batches: create (`output_expires_after`: when its output and error
+files expire), retrieve, list, cancel. Every file and batch records the owner scope of the key
+that created it (`tenants`); another owner's id is answered exactly like an unknown one (404).
+An expired file is not found either; it goes (record and contents) when a lookup misses it,
+before an upload is counted against the bounds, and in the batch runner's periodic sweep.
 
 Each worker runs a `BatchRunner` (serving/batch_runner.py) on the shared store; a line runs
 through the endpoint its url's HTTP route calls (`line_caller`: the same lowering, checks and
@@ -24,7 +27,7 @@ import msgspec
 from aiohttp import web
 
 from vllm_pyfrontend.api.batches.formatter import list_page, new_batch
-from vllm_pyfrontend.api.batches.schemas import CreateBatchRequest, check_create
+from vllm_pyfrontend.api.batches.schemas import CreateBatchRequest, check_create, form_expiry
 from vllm_pyfrontend.api.batches.uploads import read_upload
 from vllm_pyfrontend.errors import APIError, client_error
 from vllm_pyfrontend.metrics.batches import BatchMetrics
@@ -35,7 +38,7 @@ from vllm_pyfrontend.serving.scope import Caller, status_of
 from vllm_pyfrontend.serving.state import STATE
 from vllm_pyfrontend.serving.web_app import app_service
 from vllm_pyfrontend.store.batches import BatchStore, open_batch_store
-from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore, open_file_store
+from vllm_pyfrontend.store.files import FileContents, FileRecord, FileStore, expire_files, open_file_store
 from vllm_pyfrontend.tenants import Tenant, tenant_of
 
 FILES_SUBDIR = "files"  # under the runtime directory when --files-dir is not given
@@ -186,7 +189,11 @@ async def handle_upload(request: web.Request) -> web.Response:
                                 f"{', '.join(UPLOAD_PURPOSES)} only.", "purpose")
         if upload.filename is None:
             raise APIError(400, "Missing required field `file`.", "file")
-        rec = FileRecord(file_id, owner, purpose, upload.filename, upload.size, time.time())
+        expires_s = form_expiry(upload.fields)
+        now = time.time()
+        rec = FileRecord(file_id, owner, purpose, upload.filename, upload.size, now,
+                         None if expires_s is None else int(now) + expires_s)
+        await expire_files(service.files, service.contents, now=now)  # (expired files count toward no bound)
         service.contents.publish(temp, file_id)
         published = True
         if not await service.files.add(rec, service.max_total_bytes, own_limit):
@@ -216,10 +223,17 @@ async def handle_list_files(request: web.Request) -> web.Response:
     return _json(list_page([r.to_object() for r in records], more))
 
 
+async def _drop_if_expired(service: BatchService, file_id: str) -> None:
+    """A file that was not found may have expired: then it goes now (record and contents)."""
+    await expire_files(service.files, service.contents, file_ids=[file_id])
+
+
 async def _file(request: web.Request) -> FileRecord:
+    service = _service(request)
     file_id = request.match_info["file_id"]
-    rec = await _service(request).files.get(file_id, tenant_of(request).owner)
+    rec = await service.files.get(file_id, tenant_of(request).owner)
     if rec is None:
+        await _drop_if_expired(service, file_id)
         raise _file_not_found(file_id)
     return rec
 
@@ -232,6 +246,7 @@ async def handle_delete_file(request: web.Request) -> web.Response:
     service = _service(request)
     file_id = request.match_info["file_id"]
     if not await service.files.delete(file_id, tenant_of(request).owner):
+        await _drop_if_expired(service, file_id)
         raise _file_not_found(file_id)
     await asyncio.to_thread(service.contents.remove, file_id)
     return _json({"id": file_id, "object": "file", "deleted": True})
@@ -251,15 +266,16 @@ async def handle_create_batch(request: web.Request) -> web.Response:
     service = _service(request)
     tenant = tenant_of(request)
     req: CreateBatchRequest = decode_body(await state.read_body(request), CreateBatchRequest)
-    window_s = check_create(req)
+    window_s, output_expires_s = check_create(req)
     rec = await service.files.get(req.input_file_id, tenant.owner)
     if rec is None:
+        await _drop_if_expired(service, req.input_file_id)
         raise APIError(404, f"No such File object: {req.input_file_id}", "input_file_id")
     if rec.purpose != "batch":
         raise APIError(400, f"The file `{req.input_file_id}` has purpose `{rec.purpose}`, not `batch`.",
                        "input_file_id")
     batch = new_batch("batch_" + secrets.token_hex(16), req, created_at=int(time.time()), window_s=window_s)
-    await service.batches.create(batch, tenant.owner, tenant.name)
+    await service.batches.create(batch, tenant.owner, tenant.name, output_expires_s=output_expires_s)
     if service.runner is not None:
         service.runner.wake()
     return _json(batch)
