@@ -59,14 +59,15 @@ class _CustomId(msgspec.Struct):
     custom_id: str | None = None
 
 
-def output_too_large_entry(answer: bytes, cap: int) -> bytes:
-    """The error line for an answer that would take the batch's output file past `cap` bytes."""
+def output_too_large_entry(answer: bytes, cap: int, limit: str = "--batch-max-output-bytes") -> bytes:
+    """The error line for an answer that would take the batch's output file past `cap` bytes
+    (`limit`: what sets the cap)."""
     try:
         custom_id = msgspec.json.decode(answer, type=_CustomId).custom_id
     except (msgspec.DecodeError, msgspec.ValidationError):
         custom_id = None
     return error_entry(custom_id, "output_too_large", f"This request's answer would take the batch's output file "
-                                                      f"past its limit of {cap} bytes (--batch-max-output-bytes).")
+                                                      f"past its limit of {cap} bytes ({limit}).")
 
 
 class InputError(Exception):

@@ -82,7 +82,8 @@ def output_file_ids(batch_id: str) -> tuple[str, str]:
 class BatchRunner:
     def __init__(self, *, batches: BatchStore, files: FileStore, contents: FileContents, call: LineCall,
                  settings: RunnerSettings, draining: Callable[[], bool] = lambda: False,
-                 metrics: BatchMetricsSink | None = None):
+                 metrics: BatchMetricsSink | None = None,
+                 storage_limit: Callable[[str], int | None] = lambda owner: None):
         self.batches = batches
         self.files = files
         self.contents = contents
@@ -90,6 +91,7 @@ class BatchRunner:
         self.settings = settings
         self.draining = draining
         self.metrics = metrics or BatchMetricsSink()
+        self.storage_limit = storage_limit  # owner -> the bytes its files may take (None: no bound)
         # Who holds a lease: unique per process and start, so a restarted worker never renews
         # its predecessor's leases.
         self.me = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -262,13 +264,14 @@ class BatchRunner:
         out_id, err_id = output_file_ids(batch_id)
         out = OutputFile(self.contents, out_id)
         err = OutputFile(self.contents, err_id)
+        cap = await self._output_cap(task.owner, (out_id, err_id))
         try:
             # The answers a page at a time, each written as it is read: the output is never
             # held whole in memory. Past the output cap an answer becomes an error entry.
             after = -1
             while page := await self.batches.answers(batch_id, after, _PAGE):
                 after = page[-1][0]
-                await asyncio.to_thread(_write_page, page, out, err, self.settings.max_output_bytes)
+                await asyncio.to_thread(_write_page, page, out, err, *cap)
             await asyncio.to_thread(out.close)
             await asyncio.to_thread(err.close)
         except BaseException:
@@ -287,6 +290,19 @@ class BatchRunner:
             ids.append(f.file_id)
         if await self.batches.end_finalize(batch_id, self.me, ids[0], ids[1]):
             self.metrics.batch_ended(final)
+
+
+    async def _output_cap(self, owner: str, own_files: tuple[str, ...]) -> tuple[int, str]:
+        """The bytes the batch's output file may take, and what sets that: the per-batch cap, or
+        what is left of the owner's `max_storage_bytes` (its other files counted, not this
+        batch's own output of a finalize that is redone)."""
+        cap = self.settings.max_output_bytes
+        limit = self.storage_limit(owner)
+        if limit is not None:
+            room = max(0, limit - await self.files.stored_bytes(owner, own_files))
+            if room < cap:
+                return room, "what is left of this API key's max_storage_bytes"
+        return cap, "--batch-max-output-bytes"
 
 
 _PAGE = 32  # answers read from the store at a time while a batch's output is written (each may be large)
@@ -326,14 +342,15 @@ class OutputFile:
             pass
 
 
-def _write_page(page: list[tuple[int, bool, bytes]], out: OutputFile, err: OutputFile, cap: int) -> None:
+def _write_page(page: list[tuple[int, bool, bytes]], out: OutputFile, err: OutputFile, cap: int,
+                limit: str) -> None:
     for _, failed, answer in page:
         if failed:
             err.write(answer)
         elif out.size + len(answer) + 1 <= cap:
             out.write(answer)
         else:
-            err.write(output_too_large_entry(answer, cap))
+            err.write(output_too_large_entry(answer, cap, limit))
 
 
 def _parse_file(path: str, endpoint: str, **bounds: int) -> list:

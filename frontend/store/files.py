@@ -62,6 +62,9 @@ class FileStore(Protocol):
 
     async def delete(self, file_id: str, owner: str) -> bool: ...
 
+    async def stored_bytes(self, owner: str, exclude: tuple[str, ...] = ()) -> int:
+        """The bytes of `owner`'s live files, those in `exclude` left out."""
+
     async def expire(self, now: float | None = None, *, file_ids: list[str] | None = None,
                      limit: int = EXPIRE_CHUNK) -> list[str]:
         """Remove the records of files expired at `now` (any owner's; of `file_ids` only, when
@@ -236,6 +239,13 @@ class SQLiteFileStore:
                    (rec.id, rec.owner, rec.purpose, rec.filename, rec.bytes, rec.created_at, rec.expires_at))
         return True
 
+    async def stored_bytes(self, owner: str, exclude: tuple[str, ...] = ()) -> int:
+        marks = ", ".join("?" * len(exclude))
+        query = (f"SELECT COALESCE(SUM(bytes), 0) FROM files WHERE owner = ? AND {_LIVE}"
+                 + (f" AND id NOT IN ({marks})" if exclude else ""))
+        row = await self._db.run(lambda: self._db.db.execute(query, (owner, time.time(), *exclude)).fetchone())
+        return int(row[0])
+
     async def get(self, file_id: str, owner: str, *, now: float | None = None) -> FileRecord | None:
         row = await self._db.run(lambda: self._db.db.execute(
             f"SELECT {_COLS} FROM files WHERE id = ? AND owner = ? AND {_LIVE}",
@@ -361,6 +371,14 @@ class RedisFileStore:
                 p.zrem(self.PREFIX + "files:expiring", rec.id)
             await p.execute()
         return True
+
+    async def stored_bytes(self, owner: str, exclude: tuple[str, ...] = ()) -> int:
+        total = int(await self._redis.get(f"{self.PREFIX}files:bytes:{owner}") or 0)
+        for file_id in exclude:
+            raw = await self._redis.get(f"{self.PREFIX}file:{file_id}")
+            if raw is not None:
+                total -= msgspec.json.decode(raw, type=FileRecord).bytes
+        return max(0, total)
 
     async def get(self, file_id: str, owner: str, *, now: float | None = None) -> FileRecord | None:
         data = await self._redis.get(f"{self.PREFIX}file:{file_id}")

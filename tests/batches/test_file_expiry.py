@@ -95,6 +95,23 @@ def test_expired_files_count_toward_no_bound(url, tmp_path):
     asyncio.run(main())
 
 
+def test_stored_bytes_are_an_owners_live_files(url, tmp_path):
+    async def main():
+        files, contents = open_file_store(url, str(tmp_path)), FileContents(str(tmp_path))
+        now = time.time()
+        for rec in (FileRecord("file-1", "o", "batch", "1", 30, now), FileRecord("file-2", "o", "batch", "2", 50, now),
+                    FileRecord("file-3", "p", "batch", "3", 70, now),
+                    FileRecord("file-4", "o", "batch", "4", 90, now - 2 * HOUR, now - HOUR)):
+            assert await files.add(rec)
+        await expire_files(files, contents)
+        assert await files.stored_bytes("o") == 80
+        assert await files.stored_bytes("o", ("file-2", "file-x")) == 30  # a batch's own output left out
+        assert await files.stored_bytes("nobody") == 0
+        await files.close()
+
+    asyncio.run(main())
+
+
 def test_sqlite_counts_no_expired_file_even_before_the_sweep(tmp_path):
     async def main():
         files = open_file_store(None, str(tmp_path))

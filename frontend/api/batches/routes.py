@@ -100,7 +100,8 @@ def add_batch_routes(app: web.Application, endpoints: dict[str, Endpoint]) -> No
         if policy.batch_max_concurrency > 0:  # 0: this deployment stores files and batches, runs none
             runner = BatchRunner(batches=batches, files=files, contents=contents, call=line_caller(state, endpoints),
                                  settings=settings, draining=lambda: state.draining,
-                                 metrics=BatchMetrics(state.metrics.registry))
+                                 metrics=BatchMetrics(state.metrics.registry),
+                                 storage_limit=state.tenants.storage_limit if state.tenants else lambda owner: None)
             runner.start()
         app[BATCHES] = BatchService(files, batches, contents, max_file_bytes=policy.files_max_bytes,
                                     max_total_bytes=policy.files_max_total_bytes, runner=runner)
