@@ -63,6 +63,10 @@ MORE: list[Module] = [
     Module("serve/lora/test_lora_adapters.py", (QWEN3, QWEN3_LORA)),
     Module("cohere/test_chat_v2.py", ("HuggingFaceTB/SmolLM2-135M-Instruct",)),
     Module("scale_out/token_in_token_out/test_serving_tokens.py", (QWEN3,)),
+    Module("scale_out/derender/test_derender_parity.py", ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",)),
+    Module("openai/completion/test_prompt_validation.py", ("openai-community/gpt2",),
+           deselect={name: "vLLM's `safe_load_prompt_embeds` called in the test process on a mock model config: "
+                     "no server" for name in ("test_load_prompt_embeds", "test_disable_prompt_embeds")}),
 ]
 
 # Why each other module cannot run here (or has no stand-in yet).
@@ -90,7 +94,6 @@ NOT_RUNNABLE: dict[str, str] = {
     "openai/chat_completion/test_extra_content_fields.py": _MULTIMODAL.format("TranslateGemma (Gemma 3)"),
     "openai/chat_completion/test_serving_chat.py": _GPT_OSS,
     "openai/completion/test_completion_with_prompt_embeds.py": "prompt embeddings from a real OPT plus an OPT LoRA; not mapped yet",
-    "openai/completion/test_prompt_validation.py": "not mapped yet (openai-community/gpt2)",
     "openai/completion/test_tensorizer_entrypoint.py": "tensorizer serialisation of a real model: CUDA only",
     "openai/correctness/test_lmeval.py": "accuracy of a real model (lm-eval on GSM8K, downloaded): meaningless on random weights",
     "openai/responses/test_harmony.py": _GPT_OSS,
@@ -122,7 +125,6 @@ NOT_RUNNABLE: dict[str, str] = {
     "rl/return_routed_experts/test_scale_out_api.py": "MoE routed experts (tiny-mixtral): no stand-in yet",
     "rl/state_transitions/test_sleep.py": "sleep mode frees GPU memory (CUDA memory pool): GPU only",
     "rl/weight_transfer_metrics/test_across_api_servers_metrics.py": "weight transfer between API servers (NCCL): GPU only",
-    "scale_out/derender/test_derender_parity.py": "not mapped yet (DeepSeek-R1-Distill-Qwen)",
     "scale_out/render/test_render_multimodal.py": _MULTIMODAL.format("Qwen3-VL"),
     "scale_out/token_in_token_out/test_serving_multimodal_tokens.py": _MULTIMODAL.format("Qwen3-VL"),
     "serve/dev/rpc/test_collective_rpc.py": "collective RPC into vLLM's workers through a dev endpoint of vLLM's own server",

@@ -29,6 +29,7 @@ _DONE = ".complete"
 
 HIDDEN, HEADS, HEAD_DIM, LAYERS, INTERMEDIATE = 128, 2, 64, 2, 256
 MAX_POSITIONS = 32768
+GPT2_POSITIONS = 1024  # GPT-2's own context (learned position embeddings)
 DEFAULT_MAX_NEW_TOKENS = 32
 
 
@@ -36,7 +37,7 @@ DEFAULT_MAX_NEW_TOKENS = 32
 class StandIn:
     """How to build the stand-in of one hub repository."""
 
-    arch: str  # transformers model type: qwen2, qwen3, mistral, llama, opt
+    arch: str  # transformers model type: qwen2, qwen3, mistral, llama, opt, gpt2
     tokenizer: Callable[[Path], dict]
     describe: str
 
@@ -55,6 +56,8 @@ STAND_INS: dict[str, StandIn] = {
     "HuggingFaceH4/zephyr-7b-beta": StandIn("mistral", lambda d: tf.write_llama_sp(d, tf.ZEPHYR_TEMPLATE), "Mistral, Mistral's SentencePiece, Zephyr's template"),
     "TinyLlama/TinyLlama-1.1B-Chat-v1.0": StandIn("llama", lambda d: tf.write_llama_sp(d, tf.ZEPHYR_TEMPLATE), "Llama, Llama-family SentencePiece (Mistral's), Zephyr-style template"),
     "HuggingFaceTB/SmolLM2-135M-Instruct": StandIn("llama", tf.write_smollm2, "Llama, GPT-2 BPE with SmolLM2's specials, ChatML"),
+    "openai-community/gpt2": StandIn("gpt2", tf.write_gpt2, "GPT-2, GPT-2's BPE, 1,024 positions, no chat template"),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": StandIn("qwen2", tf.write_deepseek_r1_qwen, "Qwen2, Qwen's BPE with DeepSeek-R1's added tokens, R1's <think> template"),
 }  # fmt: skip
 
 LORA_STAND_INS: dict[str, LoraStandIn] = {
@@ -115,7 +118,12 @@ def _write_model(dest: Path, spec: StandIn) -> None:
     ids = spec.tokenizer(dest)
     common = dict(vocab_size=ids["vocab_size"], bos_token_id=ids["bos_token_id"], eos_token_id=ids["eos_token_id"],
                   tie_word_embeddings=True)
-    if spec.arch == "opt":
+    if spec.arch == "gpt2":
+        config = transformers.GPT2Config(
+            n_embd=HIDDEN, n_inner=INTERMEDIATE, n_layer=LAYERS, n_head=HEADS, n_positions=GPT2_POSITIONS,
+            **common)
+        cls = transformers.GPT2LMHeadModel
+    elif spec.arch == "opt":
         config = transformers.OPTConfig(
             hidden_size=HIDDEN, ffn_dim=INTERMEDIATE, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
             max_position_embeddings=MAX_POSITIONS, word_embed_proj_dim=HIDDEN, pad_token_id=ids.get("pad_token_id", 1),

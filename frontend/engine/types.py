@@ -148,6 +148,9 @@ class EngineOutput:
     # Rows for prompt positions 1.. (column 0: the prompt token), in one or more chunks.
     new_prompt_logprobs: Logprobs | None = None
     num_cached_tokens: int | None = None
+    # Prompt tokens computed and written to the prefix cache (`prefill_stats`'
+    # num_cache_creation_tokens, with the first output); None when the output has none.
+    num_cache_creation_tokens: int | None = None
     error: str | None = None
     # Seconds between the engine's QUEUED and SCHEDULED events (vLLM's queue time), when it
     # sends events (stats logging on).

@@ -419,6 +419,8 @@ def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> En
                     stats = o[11]
                     if isinstance(stats, dict):
                         out.num_cached_tokens = stats.get("num_cached_tokens")
+                        created = stats.get("num_cache_creation_tokens")
+                        out.num_cache_creation_tokens = created if type(created) is int else None
                         computed = stats.get("num_computed_tokens")
                         out.num_computed_tokens = computed if type(computed) is int else 0
                 if n > _MM_CACHE_MISS_INDEX and o[_MM_CACHE_MISS_INDEX]:

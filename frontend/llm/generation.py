@@ -75,6 +75,7 @@ class Generation:
         "num_prompt_tokens",
         "num_output_tokens",
         "num_cached_tokens",
+        "num_cache_creation_tokens",
         "finished",
         "finish_reason",
         "stop_reason",
@@ -109,6 +110,7 @@ class Generation:
         self.num_prompt_tokens = num_prompt_tokens
         self.num_output_tokens = 0
         self.num_cached_tokens: int | None = None
+        self.num_cache_creation_tokens: int | None = None  # prompt tokens this request wrote to the prefix cache
         self.finished = False
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
@@ -144,6 +146,7 @@ class Generation:
             self._timed(output, at)
         if output.num_cached_tokens is not None:
             self.num_cached_tokens = output.num_cached_tokens
+            self.num_cache_creation_tokens = output.num_cache_creation_tokens
         if output.new_prompt_logprobs is not None:
             self._add_prompt_logprobs(output.new_prompt_logprobs)
         self.num_output_tokens += len(output.new_token_ids)

@@ -50,6 +50,9 @@ def decode_body(body: bytes, cls: type, *, lax: bool = False) -> Any:
     try:
         return dec.decode(body)
     except msgspec.ValidationError as e:
+        before = getattr(cls, "check_before_fields", None)
+        if before is not None:  # a check vLLM makes before any field's (a "before" model validator)
+            before(body)
         text = str(e)
         param = _param_from_error(text)
         if text.startswith("Object missing required field"):

@@ -42,22 +42,27 @@ def token_id_text(token_id: int) -> str:
 _ALL = 1 << 62  # a top-k that lists every entry of a row (`-1`, or explicit `logprob_token_ids`)
 
 
-def prompt_details(run: RequestRun, enabled: bool) -> dict[str, Any] | None:
+def prompt_details(run: RequestRun, enabled: bool, created: bool = False) -> dict[str, Any] | None:
     """`usage.prompt_tokens_details` as vLLM words it with --enable-prompt-tokens-details: the
-    prompt tokens the engine found in its prefix cache (None unless enabled and reported)."""
+    prompt tokens the engine found in its prefix cache (None unless enabled and reported) and,
+    for chat (`created`), those it computed and wrote to the cache (vLLM's completions leave
+    `created_cache_tokens` null)."""
     if not enabled or not run.choices:
         return None
     gen = run.choices[0].gen
-    cached = gen.num_cached_tokens if gen is not None else None
-    if cached is None:
+    if gen is None:
         return None
-    return {"cached_tokens": cached, "created_cache_tokens": None, "multimodal_tokens": None}
+    cached = gen.num_cached_tokens
+    written = gen.num_cache_creation_tokens if created else None
+    if cached is None and written is None:
+        return None
+    return {"cached_tokens": cached, "created_cache_tokens": written, "multimodal_tokens": None}
 
 
-def _usage_with_details(run: RequestRun, enabled: bool) -> dict[str, Any]:
+def _usage_with_details(run: RequestRun, enabled: bool, created: bool = False) -> dict[str, Any]:
     usage: dict[str, Any] = run.usage()
     if enabled:
-        usage["prompt_tokens_details"] = prompt_details(run, True)
+        usage["prompt_tokens_details"] = prompt_details(run, True, created)
     return usage
 
 
@@ -68,10 +73,11 @@ class _OpenAIFormatter:
 
     prompt_tokens_details = False
     per_request_metrics = False
+    created_cache_tokens = False  # prompt_tokens_details reports the tokens written to the cache (chat)
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details),
+        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details, self.created_cache_tokens),
                             stream_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None)
 
     def _body(self, run: RequestRun, object_: str, choices: list[dict[str, Any]], system_fingerprint: str | None,
@@ -86,7 +92,9 @@ class _OpenAIFormatter:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": system_fingerprint,
-            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details), "completion_tokens_details": None},
+            "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details,
+                                                                           self.created_cache_tokens),
+                      "completion_tokens_details": None},
             **prompt_fields,
             "kv_transfer_params": None,
             "ec_transfer_params": None,
@@ -95,6 +103,7 @@ class _OpenAIFormatter:
 
 
 class ChatFormatter(_OpenAIFormatter):
+    created_cache_tokens = True  # vLLM's chat reports the prompt tokens written to the prefix cache
     plain_content_chunks = True  # RequestRun may write content chunks itself (SSEWriter.content_chunk_bytes)
     quiet_empty_deltas = True  # an empty running delta writes nothing (ChoiceStep.on_delta)
 
@@ -175,9 +184,13 @@ class ChatFormatter(_OpenAIFormatter):
         choices = []
         for c in run.choices:
             gen = c.gen
+            # vLLM: null content when the parsers leave none (tool calls, or a reasoning parser
+            # that took the whole output); the text as it is otherwise ("" for an empty answer).
+            parsed_away = c.tool_calls or (
+                run.echo_text is None and getattr(c.assistant, "reasoning", None) is not None)
             message: dict[str, Any] = {
                 "role": self.role,
-                "content": (run.echo_text or "") + "".join(c.content) if (c.content or not c.tool_calls) else None,
+                "content": (run.echo_text or "") + "".join(c.content) if (c.content or not parsed_away) else None,
                 "refusal": None,
                 "annotations": None,
                 "audio": None,

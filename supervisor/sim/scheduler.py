@@ -369,8 +369,13 @@ class Scheduler:
                     wire.prefill_stats(r.prompt_len, self.block_size),
                 )
                 if r.kv is not None:
-                    item[11]["num_cached_tokens"] = item[11]["num_local_cached_tokens"] = r.kv.cached_tokens
-                    item[11]["num_computed_tokens"] = r.prompt_len - r.kv.cached_tokens
+                    stats = item[11]
+                    stats["num_cached_tokens"] = stats["num_local_cached_tokens"] = r.kv.cached_tokens
+                    stats["num_computed_tokens"] = r.prompt_len - r.kv.cached_tokens
+                    # vLLM's PrefillStats.finalize: the full blocks cached after the prefill, less
+                    # those that were cached before it.
+                    created = stats["num_cache_creation_tokens"] - r.kv.cached_tokens
+                    stats["num_cache_creation_tokens"] = max(0, created)
             else:
                 # The common case, spelled out: one list literal per token.
                 item = [

@@ -372,3 +372,16 @@ def test_decode_request_timing_from_vllm_events_and_prefill_stats():
     a, b = wire.decode_outputs(MsgpackEncoder().encode(eco)).outputs
     assert (a.scheduled_at, a.preemptions, a.num_computed_tokens, a.num_cached_tokens) == (10.25, 2, 4, 16)
     assert (b.scheduled_at, b.queue_time, b.preemptions, b.num_computed_tokens) == (None, None, 1, None)
+
+
+def test_decode_prefill_stats_cache_creation_tokens():
+    """The prompt tokens the engine wrote to its prefix cache (`PrefillStats.finalize`), which
+    vLLM's chat usage reports as `created_cache_tokens` (and Anthropic's as
+    `cache_creation_input_tokens`)."""
+    stats = PrefillStats()
+    stats.set(num_prompt_tokens=40, num_local_cached_tokens=16, num_external_cached_tokens=0)
+    stats.finalize(32)  # two full blocks cached after the prefill, one of them before it
+    eco = EngineCoreOutputs(outputs=[EngineCoreOutput("a", [1], prefill_stats=stats), EngineCoreOutput("b", [2])])
+    a, b = wire.decode_outputs(MsgpackEncoder().encode(eco)).outputs
+    assert (a.num_cached_tokens, a.num_cache_creation_tokens) == (16, 16)
+    assert (b.num_cached_tokens, b.num_cache_creation_tokens) == (None, None)

@@ -254,6 +254,70 @@ def test_raw_stream_events(stack):
     delta = datas[-2]
     assert delta["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     assert delta["usage"]["input_tokens"] == start["usage"]["input_tokens"] and delta["usage"]["output_tokens"] > 0
+    assert list(delta["usage"]) == ["input_tokens", "output_tokens"]  # no cache counts without prompt details
+
+
+@pytest.fixture(scope="module")
+def cache_stack():
+    """--enable-prompt-tokens-details, and an engine that models a prefix cache (blocks of 16)."""
+    with InProcessStack(sim_args("--enable-prompt-tokens-details", "--enable-prefix-caching")) as s:
+        yield s
+
+
+def test_cache_usage_with_prompt_tokens_details(cache_stack):
+    """--enable-prompt-tokens-details (vLLM's test_anthropic_streaming_cache_usage): message_delta
+    counts the prompt tokens read from the prefix cache and those written to it apart from
+    `input_tokens` (message_start's input_tokens is the whole prompt, the sum of the three); the
+    body's usage too."""
+    s = cache_stack
+    client = anthropic.Anthropic(base_url=s.base_url, api_key="none", max_retries=0, timeout=30)
+    user = {"role": "user", "content": "Cache coverage sentinel. " * 64 + "Answer with one word."}
+
+    def streamed() -> tuple[dict, dict]:
+        with httpx.stream("POST", s.base_url + "/v1/messages", timeout=30, json={
+                "model": "dsv4", "max_tokens": 1, "messages": [user], "stream": True}) as r:
+            datas = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        start, delta = datas[0], next(d for d in datas if d["type"] == "message_delta")
+        assert list(delta["usage"]) == ["input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                        "cache_read_input_tokens"]
+        return start["message"]["usage"], delta["usage"]
+
+    start, cold = streamed()
+    prompt = start["input_tokens"]
+    assert start == {"input_tokens": prompt, "output_tokens": 0}
+    assert cold["cache_read_input_tokens"] == 0
+    assert cold["cache_creation_input_tokens"] == prompt // 16 * 16 > 0
+    assert cold["input_tokens"] == prompt - cold["cache_creation_input_tokens"]
+    start, warm = streamed()
+    assert warm["cache_read_input_tokens"] > 0
+    assert warm["input_tokens"] + warm["cache_read_input_tokens"] + warm["cache_creation_input_tokens"] == \
+        start["input_tokens"] == prompt
+    body = client.messages.create(model="dsv4", max_tokens=1, messages=[user])
+    assert body.usage.cache_read_input_tokens > 0 and body.usage.cache_creation_input_tokens == 0
+    assert body.usage.input_tokens + body.usage.cache_read_input_tokens == prompt
+
+
+def test_chat_usage_reports_the_tokens_written_to_the_cache(cache_stack):
+    """vLLM's chat `prompt_tokens_details` has the prompt tokens the engine wrote to its prefix
+    cache (`created_cache_tokens`); its text completions leave them null."""
+    content = "A fresh prompt for the cache. " * 20
+    chat = httpx.post(cache_stack.base_url + "/v1/chat/completions", timeout=30, json={
+        "model": "dsv4", "max_tokens": 1, "messages": [{"role": "user", "content": content}]}).json()
+    prompt = chat["usage"]["prompt_tokens"]
+    details = chat["usage"]["prompt_tokens_details"]
+    # (the template's first blocks may be cached already: the other tests' prompts share them)
+    assert list(details) == ["cached_tokens", "created_cache_tokens", "multimodal_tokens"]
+    assert details["cached_tokens"] + details["created_cache_tokens"] == prompt // 16 * 16
+    assert details["created_cache_tokens"] > 0 and details["multimodal_tokens"] is None
+    with httpx.stream("POST", cache_stack.base_url + "/v1/chat/completions", timeout=30, json={
+            "model": "dsv4", "max_tokens": 1, "messages": [{"role": "user", "content": content}], "stream": True,
+            "stream_options": {"include_usage": True}}) as r:
+        last = [json.loads(x[6:]) for x in r.iter_lines() if x.startswith("data: {")][-1]
+    details = last["usage"]["prompt_tokens_details"]
+    assert details["cached_tokens"] > 0 and details["created_cache_tokens"] == prompt // 16 * 16 - details["cached_tokens"]
+    text = httpx.post(cache_stack.base_url + "/v1/completions", timeout=30, json={
+        "model": "dsv4", "max_tokens": 1, "prompt": content}).json()
+    assert text["usage"]["prompt_tokens_details"]["created_cache_tokens"] is None
 
 
 def test_ping_events_keep_a_silent_stream_alive():

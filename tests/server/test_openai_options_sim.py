@@ -272,3 +272,35 @@ def test_fingerprint_mode_content_format_and_error_stacks():
         assert "Traceback" in s.logs().partition(marker)[2], s.logs()[-2000:]
     finally:
         assert s.terminate() == 0, s.logs()
+
+
+@pytest.mark.parametrize("body", [
+    {"prompt": None, "prompt_embeds": []},  # vLLM's test_prompt_validation::test_empty_prompt
+    {},
+    {"prompt": ""},
+    {"prompt": None, "max_tokens": "many"},  # vLLM checks this before any field
+    {"model": "nope"},  # ... and before the model
+])
+def test_completion_needs_a_prompt_or_embeddings(plain, body):
+    r = httpx.post(plain.base_url + "/v1/completions", json={"model": "dsv4", "max_tokens": 5, **body}, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == {
+        "message": "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+        "type": "BadRequestError", "param": "prompt", "code": 400}
+
+
+def test_prompt_embeddings_need_the_engine_flag(plain):
+    """vLLM loads prompt embeddings only with --enable-prompt-embeds (and never with echo or
+    prompt logprobs); an empty list leaves the prompt alone."""
+    c = _client(plain)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model="dsv4", prompt=None, max_tokens=5, extra_body={"prompt_embeds": "AAAA"})
+    assert e.value.body["message"] == (
+        "You must set `--enable-prompt-embeds` to input `prompt_embeds`. (parameter=prompt_embeds)")
+    assert e.value.body["param"] == "prompt_embeds"
+    with pytest.raises(openai.BadRequestError, match="Echo is unsupported with prompt embeds."):
+        c.completions.create(model="dsv4", prompt="Hi", echo=True, max_tokens=5, extra_body={"prompt_embeds": []})
+    r = c.completions.create(model="dsv4", prompt="Hi", max_tokens=2, extra_body={"prompt_embeds": []})
+    assert r.usage.completion_tokens == 2
+    with pytest.raises(openai.BadRequestError, match="out of vocabulary"):
+        c.completions.create(model="dsv4", prompt=[999999999], max_tokens=5)

@@ -22,6 +22,7 @@ import msgspec
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.serving.formatters import prompt_details
 from vllm_pyfrontend.serving.request_pipeline import Choice, RequestRun, fold_tool_calls
 from vllm_pyfrontend.serving.sse import SSEWriter
 from vllm_pyfrontend.api.anthropic.protocol import error_body
@@ -85,15 +86,36 @@ def _parsed_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def usage_of(run: RequestRun, prompt_tokens_details: bool) -> dict[str, Any]:
+    """Anthropic's usage, as vLLM builds it from the chat usage: with --enable-prompt-tokens-details
+    the prompt tokens read from the prefix cache (`cache_read_input_tokens`) and written to it
+    (`cache_creation_input_tokens`) are counted apart, `input_tokens` being the rest (Anthropic's
+    total input is the three together)."""
+    usage: dict[str, Any] = {"input_tokens": run.num_prompt_tokens, "output_tokens": run.completion_tokens}
+    details = prompt_details(run, prompt_tokens_details, created=True)
+    if details is not None:
+        rest = run.num_prompt_tokens
+        created, cached = details["created_cache_tokens"], details["cached_tokens"]
+        if created is not None:
+            usage["cache_creation_input_tokens"] = created
+            rest -= created
+        if cached is not None:
+            usage["cache_read_input_tokens"] = cached
+            rest -= cached
+        usage["input_tokens"] = max(0, rest)
+    return usage
+
+
 class AnthropicFormatter:
     """Formatter (request_pipeline.Formatter) of one Messages request (always one choice)."""
 
     plain_content_chunks = False
     quiet_empty_deltas = True  # an empty running delta writes nothing (ChoiceStep.on_delta)
 
-    def __init__(self, message_id: str, model: str):
+    def __init__(self, message_id: str, model: str, prompt_tokens_details: bool = False):
         self.message_id = message_id
         self.model = model
+        self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
         # streaming state: the open block and where the next one goes
         self._index = 0
         self._open: str | None = None  # "thinking" | "text" | "tool_use"
@@ -181,10 +203,9 @@ class AnthropicFormatter:
                 run.finish_reason_of(choice), stop_reason, self._tools_used,
                 self._tools_used and _json_complete("".join(self._last_args)),
             )
-            usage = {"input_tokens": run.num_prompt_tokens, "output_tokens": run.completion_tokens}
             out += event("message_delta", {"type": "message_delta",
                                            "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                           "usage": usage})
+                                           "usage": usage_of(run, self.prompt_tokens_details)})
             out += event("message_stop", {"type": "message_stop"})
         if out:
             sse.write(out)
@@ -226,5 +247,5 @@ class AnthropicFormatter:
             "model": self.model,
             "stop_reason": reason,
             "stop_sequence": sequence,
-            "usage": {"input_tokens": run.num_prompt_tokens, "output_tokens": run.completion_tokens},
+            "usage": usage_of(run, self.prompt_tokens_details),
         }

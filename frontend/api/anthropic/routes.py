@@ -74,7 +74,7 @@ async def messages(state, scope: RequestScope, body: bytes) -> Answer:
     prompt_ids = low.prompt.prompt_ids
 
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
-    formatter = AnthropicFormatter(message_id, model)
+    formatter = AnthropicFormatter(message_id, model, state.config.policy.enable_prompt_tokens_details)
     sse = None
     if chat.stream:
         sse = AnthropicSSE()

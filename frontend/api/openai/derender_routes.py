@@ -7,6 +7,13 @@ their token strings with vLLM's repair of split multi-byte characters, and count
 `stream: true` the body is one generate SSE chunk plus the `stream_state` the previous call
 returned, and the answer is a JSON `{chunk, stream_state}` (vLLM's stateless streaming derender,
 not SSE). No engine is involved; render_routes.py serves these next to render.
+
+With a reasoning parser (or a tool parser with --enable-auto-tool-choice) configured, a chat
+derender runs the parsers as the chat route does, over text decoded with special tokens kept,
+and needs the original `chat_request` (its tools, tool_choice, include_reasoning, template
+kwargs). Parser state cannot travel in `stream_state`, so a streaming chat derender replays the
+output ids carried there through a fresh parser, chunk by chunk as they came, before parsing the
+new chunk (vLLM's `_derender_chat_stream_parsed`); text completions never parse.
 """
 
 from __future__ import annotations
@@ -18,9 +25,13 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from vllm_pyfrontend.chat.assistant import AssistantDelta
+from vllm_pyfrontend.chat.tools import ToolChoiceError, ToolPlan, plan_tools
 from vllm_pyfrontend.errors import APIError
 from vllm_pyfrontend.serving.bodies import decode_body
+from vllm_pyfrontend.serving.lowering.chat import chat_template_kwargs_of
 from vllm_pyfrontend.serving.prompt_logprobs import SampledTexts
+from vllm_pyfrontend.serving.request_pipeline import fold_tool_calls
 from vllm_pyfrontend.serving.state import STATE
 
 _json = msgspec.json.encode
@@ -307,23 +318,134 @@ def _chat_logprobs(entries: list[dict[str, Any]] | None) -> dict[str, Any]:
     return {"content": entries}
 
 
+# -- parsers (reasoning, tool calls) ------------------------------------------------------------
+_NEEDS_CHAT_REQUEST = ("chat_request is required when a tool or reasoning parser is configured because plain "
+                       "detokenization would leak raw parser markup into content.")
+_NEEDS_PROMPT_IDS = ("prompt_token_ids is required when a tool or reasoning parser is configured. Without it "
+                     "parse_delta cannot tell whether the prompt left reasoning open (e.g. a chat template that "
+                     "pre-opens <think>) and would misclassify reasoning content as plain content.")
+
+
+class _ChatRequestView(msgspec.Struct):
+    """What a chat derender reads of the original chat request (`chat_request`, the body the
+    render step took): how to decode, what the parsers need, what the choices report."""
+
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = True
+    include_reasoning: bool | None = True
+    return_token_ids: bool | None = None
+    skip_special_tokens: bool | None = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+
+
+def _chat_view(cr: dict[str, Any] | None) -> _ChatRequestView:
+    try:
+        return msgspec.convert(cr or {}, _ChatRequestView, strict=False)
+    except msgspec.ValidationError as e:
+        raise APIError(400, f"chat_request: {e}", "chat_request") from None
+
+
+def _parser_configured(state) -> bool:
+    """vLLM's derender has a parser when a reasoning parser is set, or a tool parser with
+    --enable-auto-tool-choice (vLLM builds no tool parser without it)."""
+    parsers = state.parsers
+    return parsers.reasoning_parser is not None or (
+        parsers.tool_parser is not None and state.config.policy.enable_auto_tool_choice)
+
+
+def _assistant_for(state, view: _ChatRequestView, prompt_ids: list[int] | None) -> tuple[ToolPlan, Any]:
+    """The chat route's assistant stream (reasoning, then the tool parser its tool plan needs)
+    for one choice of the request `view` describes."""
+    try:
+        plan = plan_tools(
+            view.tools, view.tool_choice, parallel_tool_calls=view.parallel_tool_calls,
+            auto_enabled=state.config.policy.enable_auto_tool_choice,
+            has_parser=state.parsers.tool_parser is not None,
+        )
+    except ToolChoiceError as e:
+        raise APIError(400, e.message, e.param) from None
+    template_kwargs = chat_template_kwargs_of(state, view.chat_template_kwargs, view.reasoning_effort)
+    return plan, state.parsers.new_assistant_stream(plan, prompt_ids, template_kwargs, view.tools)
+
+
+def _join(a: AssistantDelta | None, b: AssistantDelta | None) -> AssistantDelta | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return AssistantDelta(content=((a.content or "") + (b.content or "")) or None,
+                          reasoning=((a.reasoning or "") + (b.reasoning or "")) or None,
+                          tool_calls=a.tool_calls + b.tool_calls)
+
+
+def _parse_step(assistant, text: str, ids: list[int], finished: bool) -> AssistantDelta | None:
+    """One chunk through the assistant stream (vLLM's `parse_delta`), flushed when it ends the
+    output; a finishing chunk without tokens only flushes."""
+    delta = assistant.feed(text, ids) if ids else None
+    if finished:
+        delta = _join(delta, assistant.finish())
+    return delta
+
+
+def _parsed_message(state, view: _ChatRequestView, ids: list[int], text: str,
+                    prompt_ids: list[int] | None) -> dict[str, Any]:
+    """A whole output parsed (vLLM's `_parse_and_assemble`): reasoning, content and tool calls;
+    a forced tool choice (named or "required") has content "" rather than null."""
+    plan, assistant = _assistant_for(state, view, prompt_ids)
+    delta = _parse_step(assistant, text, ids, True)
+    reasoning = delta.reasoning if delta is not None and view.include_reasoning is not False else None
+    content = delta.content if delta is not None else None
+    if plan.mode in ("named", "required"):
+        content = content or ""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None, "annotations": None,
+                               "audio": None, "function_call": None}
+    calls = fold_tool_calls(delta.tool_calls) if delta is not None and delta.tool_calls else []
+    if calls:
+        message["tool_calls"] = [{
+            "id": f"{secrets.randbits(64):016x}", "type": "function",
+            "function": {"name": (c.get("function") or {}).get("name") or "",
+                         "arguments": (c.get("function") or {}).get("arguments") or ""},
+        } for c in calls]
+    message["reasoning"] = reasoning or None
+    return message
+
+
+def _delta_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A streamed tool call item in vLLM's `DeltaToolCall` shape (every field, null when unset)."""
+    fn = call.get("function")
+    return {"id": call.get("id"), "type": call.get("type"), "index": call.get("index", 0),
+            "function": None if fn is None else {"name": fn.get("name"), "arguments": fn.get("arguments")}}
+
+
 def _derender_chat(state, req: DerenderChatRequest) -> web.Response:
     model = state.check_model(req.model) if req.model else (req.generate_response.model or state.model_names[0])
     resp = req.generate_response
     _check_tokens_mode(resp)
     cr = req.chat_request
-    skip = _bool(cr, "skip_special_tokens", True)
-    return_ids = _bool(cr, "return_token_ids", False)
+    parsed = _parser_configured(state)
+    if parsed and cr is None:
+        raise APIError(400, _NEEDS_CHAT_REQUEST)
+    view = _chat_view(cr)
+    # With a parser the markers (some are special tokens) must reach it as text.
+    skip = False if parsed else view.skip_special_tokens is not False
+    return_ids = bool(view.return_token_ids) and (not parsed or view.include_reasoning is not False)
     prompt_ids = req.prompt_token_ids if req.prompt_token_ids is not None else resp.prompt_token_ids
     choices = []
     completion = 0
     for c in resp.choices:
+        if not c.token_ids:
+            raise APIError(400, f"choice {c.index} has empty or null token_ids")
         text, lp = _whole_choice(state, c, prompt_ids, skip, _chat_logprobs)
         completion += len(c.token_ids or [])
+        if parsed:
+            # (the parser reads the generate response's own prompt ids, as vLLM's derender does)
+            message = _parsed_message(state, view, c.token_ids, text, resp.prompt_token_ids)
+        else:
+            message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
+                       "function_call": None, "reasoning": None}
         choices.append({
             "index": c.index,
-            "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
-                        "function_call": None, "reasoning": None},
+            "message": message,
             "logprobs": lp,
             "finish_reason": c.finish_reason,
             "stop_reason": c.stop_reason,
@@ -361,25 +483,29 @@ def _stream_common(state, req, kind: str) -> tuple[str, DerenderStreamState, dic
         raise APIError(400, "Only output_mode='tokens' generate chunks can be derendered.", "generate_chunk")
     _check_stream_state(req.stream_state)
     model = state.check_model(req.model) if req.model else state.model_names[0]
-    policy = state.config.policy
-    if policy.tool_call_parser or policy.reasoning_parser:
-        # vLLM replays the parser over the carried output ids on every chunk; not done here.
-        raise APIError(400, "Streaming derender with a tool or reasoning parser configured is not supported "
-                       "by this server.", "stream")
-    if len(chunk.choices) > 1:
-        raise APIError(400, f"derender_{kind}_stream expects at most one choice per chunk"
-                       + (f" (got {len(chunk.choices)})." if kind == "chat" else ""), "generate_chunk")
     max_len = state.max_model_len
     prompt_len = len(req.prompt_token_ids) if req.prompt_token_ids is not None else 0
     if kind == "chat":
+        if _parser_configured(state):
+            if req.chat_request is None:
+                raise APIError(400, _NEEDS_CHAT_REQUEST)
+            if req.prompt_token_ids is None:
+                raise APIError(400, _NEEDS_PROMPT_IDS)
+        if len(chunk.choices) > 1:
+            raise APIError(400, f"derender_chat_stream expects at most one choice per chunk "
+                           f"(got {len(chunk.choices)}).")
         prior = len(req.stream_state.output_token_ids) if req.stream_state is not None else 0
         delta = sum(len(c.token_ids) for c in chunk.choices if c.token_ids)
         if prompt_len + prior + delta > max_len:
             raise APIError(400, f"prompt_token_ids length ({prompt_len}) plus output_token_ids length ({prior}) "
                            f"plus delta ({delta}) exceeds max_model_len ({max_len}).", "prompt_token_ids")
-    elif prompt_len > max_len:
-        raise APIError(400, f"prompt_token_ids length ({prompt_len}) exceeds max_model_len ({max_len}).",
-                       "prompt_token_ids")
+    else:
+        # (text completions never parse: a configured parser changes nothing here)
+        if prompt_len > max_len:
+            raise APIError(400, f"prompt_token_ids length ({prompt_len}) exceeds max_model_len ({max_len}).",
+                           "prompt_token_ids")
+        if len(chunk.choices) > 1:
+            raise APIError(400, "derender_completion_stream expects at most one choice per chunk")
     usage = None
     if chunk.usage is not None:
         pt = req.prompt_tokens if req.prompt_tokens is not None else (chunk.usage.prompt_tokens or 0)
@@ -399,6 +525,8 @@ def _derender_chat_stream(state, req: DerenderChatStreamRequest) -> web.Response
     """One generate SSE chunk in, `{chunk, stream_state}` out: vLLM's stateless streaming derender
     (a JSON body, not SSE; the client calls once per generate chunk, carrying `stream_state`)."""
     model, st, usage = _stream_common(state, req, "chat")
+    if _parser_configured(state):
+        return _derender_chat_stream_parsed(state, req, model, st, usage)
     cr = req.chat_request
     skip = _bool(cr, "skip_special_tokens", True)
     return_ids = _bool(cr, "return_token_ids", False)
@@ -418,6 +546,80 @@ def _derender_chat_stream(state, req: DerenderChatStreamRequest) -> web.Response
             "logprobs": lp, "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
             "token_ids": c.token_ids if return_ids else None,
         })
+    chunk = {
+        "id": _chunk_id(req.generate_chunk), "object": "chat.completion.chunk", "created": int(time.time()),
+        "model": model, "choices": choices, "usage": usage, "system_fingerprint": None, "prompt_token_ids": None,
+        "prompt_text": None, "metrics": req.generate_chunk.metrics,
+    }
+    return _ok({"chunk": chunk, "stream_state": new})
+
+
+def _derender_chat_stream_parsed(state, req: DerenderChatStreamRequest, model: str,
+                                 st: DerenderStreamState | None, usage: dict[str, Any] | None) -> web.Response:
+    """The streaming chat derender with parsers: a fresh assistant stream is given the output
+    ids carried in `stream_state` again, chunk by chunk as they came (`output_chunk_lens`), its
+    deltas dropped, then this chunk's ids; the answer is that last delta. The text is decoded
+    again from the prompt's tail with special tokens kept; the tool call ids given before are
+    pinned by index (a replay makes new ones) and a streamed tool call makes the finish
+    "tool_calls" (not for a named tool choice). The decode window of `stream_state` is not
+    used: it goes back as it came."""
+    tok = state.tokenizer
+    view = _chat_view(req.chat_request)
+    prior = st if st is not None else DerenderStreamState()
+    new = msgspec.structs.asdict(prior)
+    try:
+        plan, assistant = _assistant_for(state, view, req.prompt_token_ids)
+        detok = _seed_detok(tok, req.prompt_token_ids, False)
+        pos = 0
+        for n in prior.output_chunk_lens:
+            ids = prior.output_token_ids[pos:pos + n]
+            pos += n
+            _parse_step(assistant, _detok_delta(tok, ids, detok, False), ids, False)
+        choices = []
+        output_ids, chunk_lens = list(prior.output_token_ids), list(prior.output_chunk_lens)
+        tools_streamed, call_ids = prior.tools_streamed, list(prior.last_tool_call_ids)
+        role_sent = prior.role_sent
+        for c in req.generate_chunk.choices[:1]:
+            ids = list(c.token_ids or [])
+            text = _detok_delta(tok, ids, detok, False) if ids else ""
+            delta = _parse_step(assistant, text, ids, c.finish_reason is not None)
+            if ids:
+                output_ids += ids
+                chunk_lens.append(len(ids))
+            reasoning = delta.reasoning if delta is not None and view.include_reasoning is not False else None
+            content = delta.content if delta is not None else None
+            calls = [_delta_tool_call(t) for t in fold_tool_calls(delta.tool_calls)] \
+                if delta is not None and delta.tool_calls else []
+            if calls:
+                tools_streamed = True
+                for call in calls:
+                    if call["id"] is None:
+                        continue
+                    if call["index"] < len(call_ids):
+                        call["id"] = call_ids[call["index"]]
+                    else:
+                        call_ids.append(call["id"])
+            if view.parallel_tool_calls is False:
+                calls = [t for t in calls if t["index"] == 0]
+            d: dict[str, Any] = {"role": None if role_sent else "assistant", "content": content,
+                                 "reasoning": reasoning or None}
+            if calls:
+                d["tool_calls"] = calls
+            role_sent = True
+            finish = c.finish_reason
+            if finish is not None and tools_streamed and plan.mode != "named":
+                finish = "tool_calls"
+            choices.append({
+                "index": c.index, "delta": d, "logprobs": None, "finish_reason": finish,
+                "stop_reason": c.stop_reason,
+                "token_ids": c.token_ids if view.return_token_ids and view.include_reasoning is not False else None,
+            })
+    except APIError:
+        raise
+    except Exception:  # noqa: BLE001 - the replay runs over client-controlled state (vLLM: a 400)
+        raise APIError(400, "invalid stream_state: derender failed") from None
+    new.update(output_token_ids=output_ids, output_chunk_lens=chunk_lens, role_sent=role_sent,
+               tools_streamed=tools_streamed, last_tool_call_ids=call_ids)
     chunk = {
         "id": _chunk_id(req.generate_chunk), "object": "chat.completion.chunk", "created": int(time.time()),
         "model": model, "choices": choices, "usage": usage, "system_fingerprint": None, "prompt_token_ids": None,
@@ -475,6 +677,8 @@ def _derender_completion(state, req: DerenderCompletionRequest) -> web.Response:
         prompt_ids = seed if seed is not None else resp.prompt_token_ids
         n = len(resp.choices)
         for c in resp.choices:
+            if not c.token_ids:
+                raise APIError(400, f"choice {c.index} in response {resp.request_id} has empty or null token_ids")
             text, lp = _whole_choice(state, c, prompt_ids, skip, _completion_logprobs)
             completion += len(c.token_ids or [])
             choices.append({

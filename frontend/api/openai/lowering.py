@@ -129,6 +129,26 @@ def check_request_mm_kwargs(mm_processor_kwargs: dict | None, media_io_kwargs: d
                        "only when clients are trusted.", "media_io_kwargs")
 
 
+def _refuse_prompt_embeds(state, req: CompletionRequest) -> None:
+    """`prompt_embeds` (vLLM's checks, in its order): not with echo or prompt logprobs (even an
+    empty list), and each embedding only with the engine's --enable-prompt-embeds. This frontend
+    sends the engine no embeddings, so with the flag on they are refused too."""
+    if req.echo:
+        raise APIError(400, "Echo is unsupported with prompt embeds.")
+    if req.prompt_logprobs is not None:
+        raise APIError(400, "prompt_logprobs is not compatible with prompt embeds.")
+    if req.prompt_embeds == []:
+        return  # nothing to load: the prompt alone
+    enabled = False
+    for arg in state.config.engine_args:
+        if arg in ("--enable-prompt-embeds", "--no-enable-prompt-embeds"):
+            enabled = arg == "--enable-prompt-embeds"
+    if not enabled:
+        raise APIError(400, "You must set `--enable-prompt-embeds` to input `prompt_embeds`. "
+                       "(parameter=prompt_embeds)", "prompt_embeds")
+    raise APIError(400, "prompt_embeds are not supported by this frontend.", "prompt_embeds")
+
+
 def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any] | None = None, *,
                                    render: bool = False) -> TextCompletionRequest:
     """OpenAI's completion body as a `TextCompletionRequest`, after the checks of its own fields
@@ -148,6 +168,8 @@ def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any
     if not render and req.logprobs is not None and req.logprobs < -1:
         raise APIError(400, "`logprobs` must be a positive value or -1.", "logprobs")
     check_openai_request(req, state.max_model_len)
+    if req.prompt_embeds is not None:
+        _refuse_prompt_embeds(state, req)
     shared = _generation_fields(state, req, lora, render)
     return TextCompletionRequest(
         prompt=req.prompt,

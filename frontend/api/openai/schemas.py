@@ -97,6 +97,9 @@ class CompletionRequest(msgspec.Struct, omit_defaults=True):
     # str | list[str] | list[int] | list[list[int]]: msgspec unions allow one array type, so
     # the shape is checked by lowering.completion.prompts_of.
     prompt: Any = None
+    # vLLM's prompt embeddings (base64 torch tensors): this frontend takes none (lowering
+    # refuses them), but a request must name a prompt or embeddings, as vLLM checks first.
+    prompt_embeds: Any = None
     model: str | None = None
     echo: bool | None = False
     frequency_penalty: float | None = None
@@ -143,6 +146,31 @@ class CompletionRequest(msgspec.Struct, omit_defaults=True):
     return_tokens_as_token_ids: bool | None = None
     logprob_token_ids: list[int] | None = None
     truncation_side: Literal["left", "right"] | None = None
+
+    def __post_init__(self) -> None:
+        # vLLM's `validate_prompt_and_prompt_embeds`, a validator that runs before any field's
+        # (so its answer comes before the model's 404 and every other check; when another field
+        # fails to decode, decode_body asks `check_before_fields`).
+        _check_prompt_given(self.prompt, self.prompt_embeds)
+
+    @staticmethod
+    def check_before_fields(body: bytes) -> None:
+        try:
+            given = msgspec.json.decode(body, type=_PromptFields)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return
+        _check_prompt_given(given.prompt, given.prompt_embeds)
+
+
+class _PromptFields(msgspec.Struct):
+    prompt: Any = None
+    prompt_embeds: Any = None
+
+
+def _check_prompt_given(prompt: Any, embeds: Any) -> None:
+    if (prompt is None or prompt == "") and (embeds is None or embeds == []):
+        raise APIError(400, "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+                       "prompt")
 
 
 class TokenizeRequest(msgspec.Struct, omit_defaults=True):

@@ -127,6 +127,22 @@ class LoweredChat(msgspec.Struct):
         return self.prompt.plan
 
 
+def chat_template_kwargs_of(state, chat_template_kwargs: dict[str, Any] | None,
+                            reasoning_effort: str | None) -> dict[str, Any]:
+    """The chat template's keyword arguments of a request: its own over the server's
+    --default-chat-template-kwargs, and `reasoning_effort` (the parsers read them too: a
+    template's `enable_thinking` decides where reasoning starts)."""
+    defaults = state.config.policy.default_chat_template_kwargs  # --default-chat-template-kwargs
+    template_kwargs = {**defaults, **chat_template_kwargs} if defaults and chat_template_kwargs else dict(
+        chat_template_kwargs or defaults or {})
+    if reasoning_effort is not None:
+        # As vLLM's build_chat_params: the effort reaches the template, and turns thinking on
+        # (or off for "none") unless the user set enable_thinking explicitly.
+        template_kwargs["reasoning_effort"] = reasoning_effort
+        template_kwargs.setdefault("enable_thinking", reasoning_effort != "none")
+    return template_kwargs
+
+
 async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
     """Step 1: checks, tool plan, media, the rendered and tokenized prompt, `logit_bias`."""
     if req.use_beam_search:
@@ -156,14 +172,7 @@ async def lower_chat_prompt(state, req: ChatRequest) -> ChatPrompt:
         messages = normalize_messages(req.messages)
         if state.config.policy.chat_template_content_format == "openai":
             messages = as_content_parts(messages)
-    defaults = state.config.policy.default_chat_template_kwargs  # --default-chat-template-kwargs
-    template_kwargs = {**defaults, **req.chat_template_kwargs} if defaults and req.chat_template_kwargs else dict(
-        req.chat_template_kwargs or defaults or {})
-    if req.reasoning_effort is not None:
-        # As vLLM's build_chat_params: the effort reaches the template, and turns thinking on
-        # (or off for "none") unless the user set enable_thinking explicitly.
-        template_kwargs["reasoning_effort"] = req.reasoning_effort
-        template_kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
+    template_kwargs = chat_template_kwargs_of(state, req.chat_template_kwargs, req.reasoning_effort)
     tools = req.tools
     if req.tool_choice == "none" and state.config.policy.exclude_tools_when_tool_choice_none:
         tools = None  # vLLM's --exclude-tools-when-tool-choice-none
