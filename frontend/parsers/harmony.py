@@ -7,38 +7,59 @@ gpt-oss writes messages, not markers inside one text::
     <|start|>assistant<|channel|>final<|message|>The answer.<|return|>
 
 The token format is the ``openai-harmony`` package's: its `StreamableParser`
-runs over the harmony encoding's tokens of the released text, and says for
-each token which channel and recipient the message has and what content it
-added. A message to a function (``to=functions.NAME``, or a bare recipient
-that is not a built-in tool) is a tool call whose arguments stream as they
-are generated; ``analysis`` is reasoning; ``final`` and ``commentary``
-without recipient are content; messages to built-in tools are dropped, as
-vLLM does. Text that is not harmony is given back as content.
+runs over the output's tokens, and says for each token which channel and
+recipient the message has and what content it added. A message to a function
+(``to=functions.NAME``, or a bare recipient that is not a built-in tool) is a
+tool call whose arguments stream as they are generated; ``analysis`` is
+reasoning; ``final`` and ``commentary`` without recipient are content;
+messages to built-in tools are dropped. Messages of the same kind are joined
+by a newline (vLLM's non-streaming join), in streaming as well.
 
-Text is encoded per chunk, so a chunk must not end inside a special token:
-a tail that could begin one is held until the next chunk decides it.
-Messages of the same kind are joined by a newline (vLLM's non-streaming
-join), in streaming as well.
+What is not harmony is taken as vLLM's HarmonyParser takes it: a token the
+parser refuses (text after a message's end that is not ``<|start|>``, a stray
+stop token, a header that does not parse) is skipped; output that ends inside a
+message header (text with no harmony at all, a cut-off header) is given back as
+content at the end: the text since the last complete message, decoded whole.
+
+Tokens: the engine's ids when the caller gives them (``feed(text, token_ids)``,
+the serving path); else the text is encoded here, each chunk on its own, with
+the harmony encoding's special tokens as such (a chunk's tail that could begin
+one is held until the next chunk decides it). Both give the same result, and
+so does any split of the text: the parser's refusals happen only at special
+tokens or where every token is refused, its header is parsed from the decoded
+header text, and content deltas hold incomplete UTF-8 until it completes; how
+ordinary text is cut into tokens does not change what comes out.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any, Iterable, Sequence
 
 from vllm_pyfrontend.chat.assistant import AssistantDelta
-from vllm_pyfrontend.parsers.combinators import partial_tail
 from vllm_pyfrontend.parsers.joint import JointPipeline, JointStream
 from vllm_pyfrontend.parsers.reasoning.registry import register_custom_reasoning_parser
 from vllm_pyfrontend.parsers.tool.registry import register_custom_tool_parser
 
-_SPECIALS = (
-    "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>",
-    "<|call|>", "<|endoftext|>", "<|startoftext|>",
-)  # fmt: skip
 _BUILTIN = frozenset(("python", "browser", "container"))
 
 _ENCODING: Any = None
+# set with the encoding (_load): the special tokens' ids by text, every proper prefix of one,
+# the longest one's length; the ids the parser's states turn on
+_SPECIAL_IDS: dict[str, int] = {}
+_SPECIAL_PREFIXES: frozenset[str] = frozenset()
+_SPECIAL_MAX = 0
+_FIRST_SPECIAL_ID = 0
+_MESSAGE_ID = -1
+_STOP_IDS: frozenset[int] = frozenset()
+_ENCODE_ORDINARY: Any = None
+#: what could be a special token's text (each is checked against the encoding's)
+_SPECIAL_RE = re.compile(r"<\|[^|<>]+\|>")
+
+# the parser's states (mirrored) and the messages' kinds
+_EXPECT_START, _HEADER, _CONTENT_STATE = 0, 1, 2
+_IGNORE, _CONTENT, _REASONING, _TOOL = 0, 1, 2, 3
 
 
 def harmony_encoding() -> Any:
@@ -47,8 +68,69 @@ def harmony_encoding() -> Any:
     if _ENCODING is None:
         from openai_harmony import HarmonyEncodingName, load_harmony_encoding
 
-        _ENCODING = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+        enc = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+        _load_tables(enc)
+        _ENCODING = enc
     return _ENCODING
+
+
+def _load_tables(enc: Any) -> None:
+    global _SPECIAL_IDS, _SPECIAL_PREFIXES, _SPECIAL_MAX, _FIRST_SPECIAL_ID, _MESSAGE_ID
+    global _STOP_IDS, _ENCODE_ORDINARY
+    names = sorted(enc.special_tokens_set)
+    if not all(_SPECIAL_RE.fullmatch(s) for s in names):  # the text mode relies on it
+        raise RuntimeError("harmony encoding: a special token not of the form <|...|>")
+    tids = enc.encode("".join(names), allowed_special="all")  # one call: one token each
+    if len(tids) != len(names):
+        raise RuntimeError("harmony encoding: a special token that is not one token")
+    ids = dict(zip(names, tids))
+    _SPECIAL_IDS = ids
+    _SPECIAL_PREFIXES = frozenset(s[:k] for s in ids for k in range(1, len(s)))
+    _SPECIAL_MAX = max(map(len, ids))
+    _FIRST_SPECIAL_ID = min(ids.values())
+    _MESSAGE_ID = ids["<|message|>"]
+    _STOP_IDS = frozenset(enc.stop_tokens())
+    inner = getattr(enc, "_inner", None)
+    if inner is not None and hasattr(inner, "encode"):  # the Rust encoder: no per-call set of
+        _ENCODE_ORDINARY = lambda text: inner.encode(text, [])  # noqa: E731 (1,091 specials)
+    else:  # pragma: no cover - another openai-harmony
+        _ENCODE_ORDINARY = lambda text: enc.encode(text, disallowed_special=())  # noqa: E731
+
+
+def _encode_ordinary(text: str) -> list[int]:
+    try:
+        return _ENCODE_ORDINARY(text)
+    except UnicodeEncodeError:  # lone surrogates (as openai-harmony's encode does)
+        return _ENCODE_ORDINARY(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+
+
+def _encode(text: str) -> list[int]:
+    """``encode(text, allowed_special="all")``: special tokens' texts as their ids, the rest
+    as ordinary text."""
+    out: list[int] = []
+    pos = 0
+    for m in _SPECIAL_RE.finditer(text):
+        tid = _SPECIAL_IDS.get(m.group())
+        if tid is None:
+            continue
+        if m.start() > pos:
+            out += _encode_ordinary(text[pos : m.start()])
+        out.append(tid)
+        pos = m.end()
+    if pos < len(text):
+        out += _encode_ordinary(text[pos:])
+    return out
+
+
+def _special_tail(text: str) -> int:
+    """Start of the longest suffix of ``text`` that could begin a special token."""
+    n = len(text)
+    i = text.find("<", max(0, n - _SPECIAL_MAX + 1))
+    while i != -1:
+        if text[i:] in _SPECIAL_PREFIXES:
+            return i
+        i = text.find("<", i + 1)
+    return n
 
 
 def _normalize_recipient(recipient: str | None) -> str | None:
@@ -77,130 +159,151 @@ class HarmonyStream(JointStream):
     ``reasoning``: give the ``analysis`` channel as reasoning (else it is
     dropped); ``tools``: give function messages as tool calls (else dropped).
     Same ``feed(text, token_ids=None)`` / ``finish()`` contract as the other
-    parsers; ids are not needed (the text is re-encoded).
+    parsers. With ``token_ids`` (the engine's ids, what the serving path
+    always gives) the ids are parsed and the text is not looked at; without
+    (``token_ids`` None: tests, text-only callers) the text is encoded, which
+    gives the same result (see the module docstring). A stream is fed one way
+    or the other throughout.
     """
 
     def __init__(self, *, reasoning: bool, tools: bool) -> None:
-        from openai_harmony import Role, StreamableParser
+        from openai_harmony import HarmonyError, Role, StreamableParser
 
-        self._make = lambda: StreamableParser(harmony_encoding(), role=Role.ASSISTANT)
-        self._parser = self._make()
+        parser = StreamableParser(harmony_encoding(), role=Role.ASSISTANT)
+        # the Rust parser itself where the wrapper exposes it (a method call less per token)
+        self._parser = getattr(parser, "_inner", parser)
+        self._process_token = self._parser.process
+        self._error = HarmonyError
         self.want_reasoning = reasoning
         self.want_tools = tools
-        self._buf = ""
-        self._n_messages = 0
-        self._msg_raw: list[str] = []  # text of the current message so far
-        self._msg_kind: str | None = None  # kind once its content began
-        self._msg_emitted = False
-        self._seen: dict[str, bool] = {"content": False, "reasoning": False}
-        self._broken = False  # not harmony: the rest is content
+        self._buf = ""  # text mode: a tail that could begin a special token
+        self._state = _HEADER  # the parser's state, mirrored (see _step)
+        self._msg_ids: list[int] = []  # ids parsed since the last message completed (vLLM's)
+        self._msg_kind = _IGNORE  # the current message's kind, once its header is parsed
+        self._msg_started = False  # the current message gave some text
+        self._recipient: str | None = None  # the current message's (normalized)
+        self._seen: dict[int, bool] = {_CONTENT: False, _REASONING: False}
         super().__init__()
 
     # ------------------------------------------------------------- interface
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
-        if text:
-            self._buf += text
-            cut = partial_tail(self._buf, _SPECIALS)
-            self._process(self._buf[:cut])
-            self._buf = self._buf[cut:]
+        if token_ids is not None:
+            step = self._step
+            for tid in token_ids:
+                step(tid)
+        elif text:
+            buf = self._buf + text if self._buf else text
+            cut = _special_tail(buf)
+            if cut:
+                self._steps(_encode(buf[:cut]))
+            self._buf = buf[cut:]
         return self._take()
 
     def finish(self) -> AssistantDelta | None:
-        self._process(self._buf)
-        self._buf = ""
-        if not self._broken:
-            from openai_harmony import HarmonyError
-
-            try:
-                self._parser.process_eos()
-                self._poll()
-            except HarmonyError:
-                self._give_back()
+        if self._buf:
+            self._steps(_encode(self._buf))
+            self._buf = ""
+        try:
+            self._parser.process_eos()
+        except self._error:
+            # output ended inside a message header: the text since the last complete
+            # message is content (vLLM's HarmonyParser.flush: decoded whole, channel final)
+            text = harmony_encoding().decode(self._msg_ids)
+            if text:
+                self._msg_started = False
+                self._text(_CONTENT, text)
+        self._msg_ids = []
+        self._state = _EXPECT_START
         return self._take()
 
     # ------------------------------------------------------------ internals
-    def _process(self, text: str) -> None:
-        if not text:
-            return
-        if self._broken:
-            self._content.append(text)
-            return
-        from openai_harmony import HarmonyError
+    def _steps(self, ids: list[int]) -> None:
+        step = self._step
+        for tid in ids:
+            step(tid)
 
-        enc = harmony_encoding()
-        p = self._parser
-        for tid in enc.encode(text, allowed_special="all"):
-            piece = enc.decode([tid])
-            self._msg_raw.append(piece)
-            try:
-                p.process(tid)
-            except HarmonyError:
-                self._give_back()
-                self._broken = True
+    def _step(self, tid: int) -> None:
+        """One token through the parser, as vLLM's HarmonyParser.process_chunk takes it: a
+        token the parser refuses is skipped (text outside messages, a stray stop token);
+        the others are kept for the give-back at the end until a message completes.
+
+        The parser's state is mirrored here from the tokens (openai-harmony's
+        StreamableParser, strict): ExpectStart takes only <|start|> (the rest is an
+        error) into Header; Header takes anything, <|message|> parses the header
+        (an error: back to ExpectStart) into Content; Content ends at a stop token."""
+        state = self._state
+        try:
+            self._process_token(tid)
+        except self._error:
+            if state == _HEADER:  # a header that does not parse (at <|message|>)
+                self._state = _EXPECT_START
+            return
+        if state == _CONTENT_STATE:
+            if tid in _STOP_IDS:  # the message is complete
+                self._state = _EXPECT_START
+                self._msg_ids = []
                 return
-            delta = p.last_content_delta
+            self._msg_ids.append(tid)
+            kind = self._msg_kind
+            if kind == _IGNORE:
+                return
+            if kind == _REASONING and tid < _FIRST_SPECIAL_ID:
+                self.reasoning_tokens += 1
+            delta = self._parser.last_content_delta
             if delta:
-                self._on_content(delta, p.current_channel, _normalize_recipient(p.current_recipient))
-            self._poll()
+                if kind == _TOOL:
+                    self._arguments(delta)
+                elif kind == _CONTENT or self.want_reasoning:
+                    self._text(kind, delta)
+            return
+        self._msg_ids.append(tid)
+        if state == _EXPECT_START:  # it was <|start|>
+            self._state = _HEADER
+        elif tid == _MESSAGE_ID:  # the header parsed
+            self._state = _CONTENT_STATE
+            self._begin_message()
 
-    def _poll(self) -> None:
-        messages = self._parser.messages
-        if len(messages) > self._n_messages:
-            self._n_messages = len(messages)
-            self._msg_raw = []
-            self._msg_kind = None
-            self._msg_emitted = False
+    def _begin_message(self) -> None:
+        p = self._parser
+        role = p.current_role
+        role = getattr(role, "value", role)
+        recipient = _normalize_recipient(p.current_recipient)
+        channel = p.current_channel
+        self._msg_started = False
+        self._recipient = recipient
+        if role != "assistant":  # vLLM keeps assistant messages only
+            self._msg_kind = _IGNORE
+        elif function_name(recipient) is not None:
+            self._msg_kind = _TOOL if self.want_tools else _IGNORE
+        elif channel == "analysis":
+            self._msg_kind = _REASONING
+        elif channel == "final" or (channel == "commentary" and recipient is None):
+            self._msg_kind = _CONTENT
+        else:
+            self._msg_kind = _IGNORE  # built-in tools, no channel
 
-    def _kind(self, channel: str | None, recipient: str | None) -> str:
-        if function_name(recipient) is not None:
-            return "tool"
-        if channel == "analysis":
-            return "reasoning"
-        if channel == "final" or (channel == "commentary" and recipient is None):
-            return "content"
-        return "ignore"
+    def _arguments(self, delta: str) -> None:
+        if not self._msg_started:
+            self._msg_started = True
+            self._calls.append(
+                {
+                    "index": self._n_calls,
+                    "id": "call_" + secrets.token_hex(12),
+                    "type": "function",
+                    "function": {"name": function_name(self._recipient), "arguments": ""},
+                }
+            )
+            self._n_calls += 1
+        self._calls.append({"index": self._n_calls - 1, "function": {"arguments": delta}})
 
-    def _on_content(self, delta: str, channel: str | None, recipient: str | None) -> None:
-        first = self._msg_kind is None
-        if first:
-            self._msg_kind = self._kind(channel, recipient)
-        kind = self._msg_kind
-        if kind == "reasoning":
-            self.reasoning_tokens += 1
-            if self.want_reasoning:
-                self._text("reasoning", delta, first)
-        elif kind == "content":
-            self._text("content", delta, first)
-        elif kind == "tool" and self.want_tools:
-            if first:
-                i = self._n_calls
-                self._n_calls += 1
-                self._calls.append(
-                    {
-                        "index": i,
-                        "id": "call_" + secrets.token_hex(12),
-                        "type": "function",
-                        "function": {"name": function_name(recipient), "arguments": ""},
-                    }
-                )
-            self._calls.append({"index": self._n_calls - 1, "function": {"arguments": delta}})
-            self._msg_emitted = True
-
-    def _text(self, kind: str, delta: str, first: bool) -> None:
-        out = self._reasoning if kind == "reasoning" else self._content
-        if first and self._seen[kind]:
-            out.append("\n")
-        self._seen[kind] = True
+    def _text(self, kind: int, delta: str) -> None:
+        out = self._reasoning if kind == _REASONING else self._content
+        if not self._msg_started:
+            self._msg_started = True
+            if self._seen[kind]:  # messages of one kind are joined by a newline (vLLM)
+                out.append("\n")
+            self._seen[kind] = True
         out.append(delta)
-        self._msg_emitted = True
-
-    def _give_back(self) -> None:
-        """Not harmony (or cut off in a header): the current message's text is content."""
-        if not self._msg_emitted:
-            raw = "".join(self._msg_raw)
-            if raw:
-                self._content.append(raw)
-        self._msg_raw = []
 
 
 class HarmonyPipeline(JointPipeline):

@@ -470,63 +470,28 @@ SAMPLES: dict[str, Callable[[Any], tuple[Sample, ...]]] = {
 # ------------------------------------------------------------------ known failures
 #: (kind, name, sample id) -> (cut points, why): split-dependent results found by this test,
 #: left to the parsers' owners (frontend/ is not changed here). Each runs as a strict xfail.
-_HARMONY_TAIL = (
-    "gpt-oss harmony (parsers/harmony.py): text the harmony grammar does not expect (plain text "
-    "before or between messages, a stray <|call|>) loses or keeps its last characters depending "
-    "on the split (HarmonyStream._process returns at the token that raises HarmonyError: the "
-    "rest of that chunk is dropped, later chunks are content); minimal: "
-    "'Hi.\\n\\n<|channel|>analysis<|message|>Think.<|end|>Done.' whole -> content 'Done', cut "
-    "at 49 -> 'Done.'"
-)
-_HARMONY_UTF8 = (
-    "gpt-oss harmony: multi-byte characters in text that is not a harmony message are garbled "
-    "when fed whole and kept when split (each chunk is re-encoded and each token decoded alone, "
-    "enc.decode([tid]), for the text given back); minimal: 'x 州' whole -> content "
-    "'x \\ufffd\\ufffd', cut at 2 -> 'x 州'"
-)
-_GEMMA4_LABEL = (
-    "gemma4 reasoning (families.py, reasoning_label 'thought\\n' with reopen): a <|channel> "
-    "opened after answer text strips its label only when the label arrives in one chunk with "
-    "the marker; minimal: 'a<|channel>thought\\nb' whole -> reasoning 'b', cut at 1 -> "
-    "'thought\\nb', cut at 18 -> '\\nb'"
-)
-KNOWN: dict[tuple[str, Any, str], tuple[tuple[int, ...], str]] = {
-    ("tool", "openai", "render[openai]:text_around_long_arg_then_call"): (
-        (2582,), _HARMONY_TAIL + "; here whole -> content ends '<|message|>', cut before the last "
-        "character -> '<|message|>.' (the call and the rest are content either way)"),
-    ("tool", "openai", "render[openai]:text_before_after"): (
-        (218,), _HARMONY_TAIL + "; here whole -> 'Let me check.\\n\\n<|channel|>analysis<|message|>', "
-        "cut at 218 -> the same + '.'"),
-    ("tool", "openai", "render[openai]:two_sections_text_between"): (
-        (357,), _HARMONY_TAIL + "; here whole -> content ' and', cut at 357 -> ' and<|call|>'"),
-    ("tool", "openai", "render[openai]:malformed_garbage_inside"): (
-        (202,), _HARMONY_TAIL + "; here whole -> content ends '<|message|>', cut at 202 -> "
-        "'<|message|><|call|>'"),
-    ("tool", "openai", "render[openai]:malformed_start_twice"): (
-        (256,), _HARMONY_TAIL + "; here whole -> content '<|channel|>', cut at 256 -> "
-        "'<|channel|><|call|>'"),
-    ("tool", "openai", "fuzz:3"): (
-        (95,), _HARMONY_TAIL + "; here whole -> content ends '<|message|><|', cut at 95 -> "
-        "'<|message|>s<|'"),
-    ("tool", "openai", "render[openai]:plain"): (
-        (57,), _HARMONY_UTF8 + "; here corpus.PLAIN whole -> '... \\ufffd\\ufffd州 😀', cut at 57 "
-        "-> '... 杭州 😀'"),
-    ("reasoning", "gemma4", "fuzz:0"): (
-        (41,), _GEMMA4_LABEL + "; here 'll thin>nswer..ep 2\\n<cx<|channel>thought\\nel|>\\n\\nA' "
-        "whole -> reasoning 'el|>\\n\\nA', cut at 41 -> '\\nel|>\\n\\nA'"),
-    ("pipeline", ("openai_gptoss", "openai"), "plain+render[openai]:text_before_after"): (
-        (218,), _HARMONY_TAIL + " (the harmony pipeline: the same stream)"),
-}
+KNOWN: dict[tuple[str, Any, str], tuple[tuple[int, ...], str]] = {}
 #: the minimal counterexamples above, on their own: (kind, name, text, cut points, why)
-MINIMAL: list[tuple[str, Any, str, tuple[int, ...], str]] = [
-    ("tool", "openai", "Hi.\n\n<|channel|>analysis<|message|>Think.<|end|>Done.", (49,), _HARMONY_TAIL),
-    ("tool", "openai", "<|channel|>final<|message|>Done.<|end|>x<|call|>", (40,),
-     "gpt-oss harmony: a stray <|call|> after a final message is dropped whole (content 'Done.x') "
-     "and kept when cut at 40 ('Done.x<|call|>')"),
-    ("tool", "openai", "x 州", (2,), _HARMONY_UTF8),
-    ("reasoning", "openai_gptoss", "x 州", (2,), _HARMONY_UTF8),
-    ("reasoning", "gemma4", "a<|channel>thought\nb", (1,), _GEMMA4_LABEL),
-    ("reasoning", "gemma4", "a<|channel>thought\nb", (18,), _GEMMA4_LABEL),
+MINIMAL: list[tuple[str, Any, str, tuple[int, ...], str]] = []
+
+#: counterexamples found here and fixed since (kind, name, text): every cut point is checked
+FIXED: list[tuple[str, Any, str]] = [
+    # gpt-oss harmony: a refused token (text after a message's end, a stray <|call|>) ended the
+    # chunk's parsing (the rest of the chunk was dropped); multi-byte characters given back
+    # token by token were garbled (now vLLM's HarmonyParser: refused tokens skipped, a header
+    # cut off by the end given back decoded whole)
+    ("tool", "openai", "Hi.\n\n<|channel|>analysis<|message|>Think.<|end|>Done."),
+    ("tool", "openai", "<|channel|>final<|message|>Done.<|end|>x<|call|>"),
+    ("tool", "openai", "Let me check.\n\n<|channel|>analysis<|message|>Think.<|end|>Done: 杭州."),
+    ("tool", "openai", "x 州"),
+    ("tool", "openai", "a 杭州 😀"),
+    ("reasoning", "openai_gptoss", "x 州"),
+    ("reasoning", "openai_gptoss", "<|channel|>analysis<|message|>杭州<|end|>x<|start|>assistant<|chan"),
+    ("pipeline", ("openai_gptoss", "openai"), "Hi <|channel|>final<|message|>杭州 😀<|end|> and<|call|>"),
+    # gemma4: the "thought\n" label of a block opened after answer text was stripped only when
+    # it came in one chunk with <|channel>
+    ("reasoning", "gemma4", "a<|channel>thought\nb"),
+    ("reasoning", "gemma4", "a<|channel>tho<channel|>b<|channel>ught\nc<channel|>d"),
 ]
 
 # ------------------------------------------------------------------ the check
@@ -727,3 +692,13 @@ def test_known_counterexample(kind: str, name: Any, sample_id: str | None, text:
             raise LookupError(f"KNOWN names a sample that no longer exists: {(kind, name, sample_id)}")
         s = found[0]
     check_split(kind, name, s, split_at(s.text, cuts))
+
+
+@pytest.mark.parametrize("kind,name,text", FIXED,
+                         ids=[f"{k}:{_ids([n])[0]}:{i}" for i, (k, n, _) in enumerate(FIXED)])
+def test_fixed_counterexample(kind: str, name: Any, text: str) -> None:
+    """A counterexample fixed since: the same result under every cut point and one character
+    per chunk."""
+    s = Sample("fixed", text)
+    for chunks in [list(text)] + [[text[:k], text[k:]] for k in range(1, len(text))]:
+        check_split(kind, name, s, chunks)

@@ -12,7 +12,7 @@ family's own start/end markers) plus, where the format needs it:
 - ``discard_reasoning``: the reasoning span is dropped, not returned (MiniCPM-V
   and Kimi K3 with thinking switched off: a stray thought block is not shown);
 - ``reasoning_label``: a role label the model writes first inside reasoning
-  (Gemma 4's ``thought\\n``), removed;
+  (Gemma 4's ``thought\\n``), removed from the start of the reasoning (its blocks joined);
 - ``content_lstrip``: newlines right after the end of reasoning are framing
   (Granite 4.2 thinking writes ``\\n</think>\\n``);
 - ``reasoning_lstrip`` / ``content_rstrip``: whitespace at the start of
@@ -154,7 +154,7 @@ class FamilyReasoningParser:
         if self.family.discard_reasoning:
             reasoning = ""
         elif self._label_buf is not None:
-            reasoning = self._strip_label(reasoning, final or bool(content))
+            reasoning = self._strip_label(reasoning, final)
         if self._r_lstrip and reasoning:
             reasoning = reasoning.lstrip()
             if reasoning:
@@ -175,11 +175,14 @@ class FamilyReasoningParser:
             return None
         return AssistantDelta(content=content or None, reasoning=reasoning or None)
 
-    def _strip_label(self, reasoning: str, over: bool) -> str:
-        """``over``: reasoning has ended (content began, or the output did)."""
+    def _strip_label(self, reasoning: str, final: bool) -> str:
+        """The label off the start of the reasoning, all blocks joined (vLLM's Gemma4Parser:
+        ``extract_reasoning`` strips it from the joined reasoning): what could still be the
+        label is held, whatever comes between (content before a reopened block, the end of a
+        block), until the reasoning outgrows it or the output ends."""
         label = self.family.reasoning_label
         buf = self._label_buf + reasoning  # type: ignore[operator]
-        if len(buf) < len(label) and label.startswith(buf) and not over:
+        if len(buf) < len(label) and label.startswith(buf) and not final:
             self._label_buf = buf
             return ""
         self._label_buf = None

@@ -43,6 +43,13 @@ TOOL_CASES = [
              "<|channel|>analysis to=browser.search <|constrain|>json<|message|>{{\"q\": 1}}<|call|>", ""),
     ToolCase("openai", "two_finals_joined", final("One.") + final("Two."), "One.\nTwo."),
     ToolCase("openai", "not_harmony", "Plain text, no channels.", "Plain text, no channels."),
+    # what is not harmony, as vLLM's HarmonyParser takes it: refused tokens (text after a
+    # message's end, a stray stop token, a header that does not parse) skipped; a header cut
+    # off by the end given back as content, decoded whole
+    ToolCase("openai", "not_harmony_unicode", "a 杭州 😀 Ünïcödé", "a 杭州 😀 Ünïcödé"),
+    ToolCase("openai", "text_after_end_skipped", final("Done.") + "x<|call|> more 杭州", "Done."),
+    ToolCase("openai", "prose_header_skipped", "Let me check.\n\n" + THINK + call(*ONE[0]), "", ONE),
+    ToolCase("openai", "header_cut_off", final("One.") + f"{S}<|chan", f"One.\n{S}<|chan"),
 ]
 
 REASONING_CASES = [
@@ -54,6 +61,8 @@ REASONING_CASES = [
     ReasoningCase("openai_gptoss", "two_analysis_joined", f"{A}a<|end|>{S}{A}b<|end|>" + final("c"), "a\nb", "c"),
     ReasoningCase("openai_gptoss", "unicode", f"{A}杭州 😀<|end|>" + final("Ünïcödé ж"), "杭州 😀", "Ünïcödé ж"),
     ReasoningCase("openai_gptoss", "not_harmony", "Plain answer.", "", "Plain answer."),
+    ReasoningCase("openai_gptoss", "not_harmony_unicode", "x 州", "", "x 州"),
+    ReasoningCase("openai_gptoss", "text_after_end_skipped", f"{A}杭州<|end|>Done.", "杭州", ""),
 ]
 
 DIFFERENCES: dict[str, str] = {}

@@ -274,6 +274,8 @@ REASONING_CASES = [
     R('gemma4', 'kw_enable_thinking_true_both', '<|channel>thought\nR<channel|>C', 'R', 'C', {'enable_thinking': True}),
     R('gemma4', 'kw_enable_thinking_true_none', 'Just an answer.', '', 'Just an answer.', {'enable_thinking': True}),
     R('gemma4', 'no_label', '<|channel>plain thought<channel|>Hi', 'plain thought', 'Hi'),
+    R('gemma4', 'label_after_answer_text', 'a<|channel>thought\nb', 'b', 'a'),
+    R('gemma4', 'label_across_blocks', 'a<|channel>tho<channel|>b<|channel>ught\nc<channel|>d', 'c', 'abd'),
     R('cohere_command3', 'both', '<|START_THINKING|>I think 杭州 😀<|END_THINKING|><|START_RESPONSE|>Answer.<|END_RESPONSE|>', 'I think 杭州 😀', 'Answer.'),
     R('cohere_command3', 'end_only', 'I think\n<|END_THINKING|><|START_RESPONSE|>\n\nAnswer.<|END_RESPONSE|>', '', 'I think\n\n\nAnswer.'),
     R('cohere_command3', 'none', 'Just an answer.', '', 'Just an answer.'),
