@@ -131,8 +131,10 @@ def ours(name: str) -> Callable[[list[str], list[int]], tuple[Any, Callable[[], 
     def prepare(pieces: list[str], ids: list[int]):
         p = get_tool_parser(name, None, TOOLS)
 
+        steps = [(c, (t,)) for c, t in zip(pieces, ids)]  # each token's text and id, as serving feeds them
+
         def run() -> Any:
-            deltas = [p.feed(c) for c in pieces]
+            deltas = [p.feed(c, t) for c, t in steps]
             deltas.append(p.finish())
             return deltas
 
