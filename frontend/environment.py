@@ -19,6 +19,8 @@ vLLM's variables, read as vLLM reads them (same names, same defaults):
 - `VLLM_ENABLE_RESPONSES_API_STORE`: 0 turns the Responses store off when no
   `--response-store` is given (an integer; here the store is on by default).
 - `VLLM_MAX_STOP_STRINGS`: the most stop strings a request may give (default 4).
+- `VLLM_MAX_N_SEQUENCES`: the most generate responses, and choices per response, a derender
+  takes (api/openai/derender_routes.py; default 16384).
 - `VLLM_MSGPACK_ZERO_COPY_THRESHOLD`: tensors of at least this many bytes travel to the
   engine as frames of their own, smaller ones inline (multimodal/encode.py; default 256).
 - `VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB` (256), `VLLM_MAX_AUDIO_CLIP_FILESIZE_MB` (25),
@@ -133,6 +135,12 @@ def responses_api_store(environ: Environ | None = None) -> str | None:
 def max_stop_strings(environ: Environ | None = None) -> int:
     """`VLLM_MAX_STOP_STRINGS` (default 4); ValueError when not an integer."""
     return int(_get("VLLM_MAX_STOP_STRINGS", environ) or "4")
+
+
+def max_n_sequences(environ: Environ | None = None) -> int:
+    """`VLLM_MAX_N_SEQUENCES` (default 16384): the derender routes' bound on responses and
+    choices; ValueError when not an integer."""
+    return int(_get("VLLM_MAX_N_SEQUENCES", environ) or "16384")
 
 
 def msgpack_zero_copy_threshold(environ: Environ | None = None) -> int:

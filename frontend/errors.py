@@ -79,6 +79,26 @@ def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param)
 
 
+_NO_VALUE = object()
+
+
+def with_parameter(message: str, parameter: str | None = None, value: object = _NO_VALUE) -> str:
+    """A message as vLLM's `VLLMValidationError` writes itself (and so every answer it becomes):
+    the text, then ` (parameter=P, value=V)` for what it names (a None value is not named)."""
+    extras = []
+    if parameter is not None:
+        extras.append(f"parameter={parameter}")
+    if value is not _NO_VALUE and value is not None:
+        extras.append(f"value={value}")
+    return f"{message} ({', '.join(extras)})" if extras else message
+
+
+def validation_error(message: str, parameter: str | None = None, value: object = _NO_VALUE) -> APIError:
+    """vLLM's `VLLMValidationError` as an answer: 400, the message with its ` (parameter=...)`
+    suffix, `param` the parameter."""
+    return APIError(400, with_parameter(message, parameter, value), parameter)
+
+
 class InvalidRequestError(ValueError):
     def __init__(self, message: str, param: str | None = None):
         super().__init__(message)

@@ -105,7 +105,8 @@ def plan_tools(
     if isinstance(tool_choice, dict):
         fn = tool_choice.get("function")
         name = fn.get("name") if isinstance(fn, dict) else None
-        if tool_choice.get("type") != "function" or not isinstance(name, str):
+        # (`type` defaults to "function", as in vLLM's ChatCompletionNamedToolChoiceParam)
+        if tool_choice.get("type", "function") != "function" or not isinstance(name, str):
             raise ToolChoiceError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}.')
         if name not in functions:
             raise ToolChoiceError(f"Tool '{name}' has not been passed in `tools`.")

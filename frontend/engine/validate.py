@@ -21,6 +21,8 @@ from typing import Annotated, Any, Callable
 
 import msgspec
 
+from vllm_pyfrontend.errors import with_parameter
+
 from .types import EngineRequest, InvalidEngineRequest
 
 _INT64_MIN = -(2**63)
@@ -176,7 +178,8 @@ def _msgpack_safe(key: str, v: Any, depth: int = 0) -> None:
         return
     if isinstance(v, int):
         if not _INT64_MIN <= v <= _UINT64_MAX:
-            raise _fail(key, f"{key} integers must be between -2**63 and 2**64 - 1.")
+            message = f"{key} integers must be between -2**63 and 2**64 - 1."
+            raise _fail(key, with_parameter(message, key) if key == "extra_args" else message)
         return
     if isinstance(v, (list, tuple)):
         for x in v:
@@ -217,13 +220,17 @@ def _repetition_penalty(key: str, v: Any, ctx: _Ctx) -> None:
 
 
 def _temperature(key: str, v: Any, ctx: _Ctx) -> None:
-    if not 0.0 <= _float(key, v) <= 2.0:
-        raise _fail(key, f"temperature must be in [0, 2], got {v}.")
+    t = _float(key, v)
+    if t < 0.0:  # (vLLM's messages, which name the parameter and value)
+        raise _fail(key, with_parameter(f"temperature must be non-negative, got {t}.", "temperature", t))
+    if t > 2.0:
+        raise _fail(key, with_parameter(f"temperature must be in [0, 2], got {t}.", "temperature", t))
 
 
 def _top_p(key: str, v: Any, ctx: _Ctx) -> None:
-    if not 0.0 < _float(key, v) <= 1.0:
-        raise _fail(key, f"top_p must be in (0, 1], got {v}.")
+    p = _float(key, v)
+    if not 0.0 < p <= 1.0:
+        raise _fail(key, with_parameter(f"top_p must be in (0, 1], got {p}.", "top_p", p))
 
 
 def _top_k(key: str, v: Any, ctx: _Ctx) -> None:
@@ -294,9 +301,13 @@ def _num_logprobs(key: str, v: Any, ctx: _Ctx) -> None:
     _int(key, v, -1)
     limit = ctx.max_logprobs if ctx.max_logprobs != -1 else ctx.vocab_size
     n = ctx.vocab_size if v == -1 else v
-    if limit is not None and (n is None or n > limit):
+    if limit is not None and n is None:
         raise _fail(key, f"Requested {_param(key)} of {v}, which is greater than the maximum "
                          f"allowed: {limit}.")
+    if limit is not None and n > limit:  # vLLM's words (-1 counted as the whole vocabulary)
+        kind = "sample" if key == "logprobs" else "prompt"
+        raise _fail(key, with_parameter(f"Requested {kind} logprobs of {n}, which is greater than max "
+                                        f"allowed: {limit}", key, n))
 
 
 def _logprob_token_ids(key: str, v: Any, ctx: _Ctx) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vllm_pyfrontend import environment
-from vllm_pyfrontend.errors import InvalidRequestError
+from vllm_pyfrontend.errors import InvalidRequestError, with_parameter
 
 # `check_stop`'s default bound: vLLM's VLLM_MAX_STOP_STRINGS (default 4), the request
 # protocol's bound on `stop`, read when a request gives stop strings.
@@ -46,32 +46,37 @@ def check_bad_words(words: Sequence[str] | None) -> None:
 
 def check_allowed_token_ids(ids: Sequence[int] | None) -> None:
     if ids is not None and len(ids) == 0:
-        raise InvalidRequestError("allowed_token_ids is not None and empty!", "allowed_token_ids")
+        raise InvalidRequestError(with_parameter("allowed_token_ids is not None and empty!", "allowed_token_ids",
+                                                 list(ids)), "allowed_token_ids")
 
 
 def check_output_budget(max_tokens: int | None, max_model_len: int, param: str = "max_tokens") -> None:
     """vLLM's TokenizeParams: asking for more output tokens than the model's whole context is
     refused up front (a smaller request that only overruns the room left is clamped)."""
     if max_tokens is not None and max_tokens > max_model_len:
-        raise InvalidRequestError(
+        raise InvalidRequestError(with_parameter(
             f"{param}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
-            "Please request fewer output tokens.", param)
+            "Please request fewer output tokens.", param, max_tokens), param)
 
 
 def check_truncation(truncate_prompt_tokens: int | None, max_model_len: int) -> None:
     if truncate_prompt_tokens is not None and truncate_prompt_tokens > max_model_len:
-        raise InvalidRequestError(
+        raise InvalidRequestError(with_parameter(
             f"truncate_prompt_tokens={truncate_prompt_tokens} cannot be greater than max_model_len = "
-            f"{max_model_len}. Please request a smaller truncation size.", "truncate_prompt_tokens")
+            f"{max_model_len}. Please request a smaller truncation size.", "truncate_prompt_tokens",
+            truncate_prompt_tokens), "truncate_prompt_tokens")
 
 
 def check_cache_salt(cache_salt: object) -> None:
     """vLLM's validate_cache_salt: a non-empty string of at most 128 characters without
-    '@', '/', '\\' or NUL (the salt ends up in cache keys and paths)."""
+    '@', '/', '\\' or NUL (the salt ends up in cache keys and paths); its messages carry vLLM's
+    ` (parameter=cache_salt)`."""
     if cache_salt is None:
         return
     if not isinstance(cache_salt, str) or not cache_salt:
-        raise InvalidRequestError("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+        raise InvalidRequestError(with_parameter("Parameter 'cache_salt' must be a non-empty string if provided.",
+                                                 "cache_salt"), "cache_salt")
     if len(cache_salt) > _MAX_CACHE_SALT_LENGTH or any(c in _CACHE_SALT_FORBIDDEN for c in cache_salt):
-        raise InvalidRequestError("Parameter 'cache_salt' must be at most 128 characters and must not "
-                                  "contain '@', '/', '\\\\', or NUL.", "cache_salt")
+        raise InvalidRequestError(with_parameter("Parameter 'cache_salt' must be at most 128 characters and must "
+                                                 "not contain '@', '/', '\\\\', or NUL.", "cache_salt"),
+                                  "cache_salt")

@@ -66,6 +66,12 @@ def _usage_with_details(run: RequestRun, enabled: bool, created: bool = False) -
     return usage
 
 
+def reasoning_tokens(choices: list[Choice]) -> int:
+    """The output tokens the choices' reasoning parsers counted inside reasoning (each parser
+    counts from the token ids it is fed, as it goes: nothing is decoded again here)."""
+    return sum(c.assistant.reasoning_tokens for c in choices)
+
+
 class _OpenAIFormatter:
     """The usage chunk of OpenAI's chat and completion streams and their bodies' shared fields, with vLLM's
     --enable-prompt-tokens-details and --enable-per-request-metrics (`prompt_tokens_details`,
@@ -74,10 +80,21 @@ class _OpenAIFormatter:
     prompt_tokens_details = False
     per_request_metrics = False
     created_cache_tokens = False  # prompt_tokens_details reports the tokens written to the cache (chat)
+    # `usage.completion_tokens_details`: None, no such key in the stream's usage (completions);
+    # False, null (chat without --reasoning-parser); True, `{"reasoning_tokens": N}` (chat with
+    # one: vLLM reports the reasoning tokens whenever a reasoning parser is configured, with
+    # `include_reasoning: false` too). RequestRun.choice_usage reads it for continuous usage.
+    reasoning_details: bool | None = None
+
+    def completion_details(self, choices: list[Choice]) -> dict[str, int] | None:
+        return {"reasoning_tokens": reasoning_tokens(choices)} if self.reasoning_details else None
 
     def stream_usage(self, run: RequestRun) -> None:
         assert run.sse is not None
-        run.sse.usage_chunk(_usage_with_details(run, self.prompt_tokens_details, self.created_cache_tokens),
+        usage = _usage_with_details(run, self.prompt_tokens_details, self.created_cache_tokens)
+        if self.reasoning_details:  # (vLLM's usage chunk leaves out null fields)
+            usage["completion_tokens_details"] = self.completion_details(run.choices)
+        run.sse.usage_chunk(usage,
                             stream_metrics(run.choices, run.completion_tokens) if self.per_request_metrics else None)
 
     def _body(self, run: RequestRun, object_: str, choices: list[dict[str, Any]], system_fingerprint: str | None,
@@ -94,7 +111,7 @@ class _OpenAIFormatter:
             "system_fingerprint": system_fingerprint,
             "usage": {**run.usage(), "prompt_tokens_details": prompt_details(run, self.prompt_tokens_details,
                                                                            self.created_cache_tokens),
-                      "completion_tokens_details": None},
+                      "completion_tokens_details": self.completion_details(run.choices)},
             **prompt_fields,
             "kv_transfer_params": None,
             "ec_transfer_params": None,
@@ -110,8 +127,12 @@ class ChatFormatter(_OpenAIFormatter):
     def __init__(self, token_text: Callable[[int], str], top_logprobs: int, *, prompt_logprobs: bool = False,
                  decode: Callable[[list[int]], str] | None = None, token_bytes: bool = True,
                  as_token_ids: bool = False, all_top: bool = False, role: str = "assistant",
-                 prompt_tokens_details: bool = False, per_request_metrics: bool = False):
+                 prompt_tokens_details: bool = False, per_request_metrics: bool = False,
+                 reasoning_details: bool = False, forced_tool_choice: bool = False):
         self.token_text = token_text
+        self.reasoning_details = reasoning_details  # a --reasoning-parser is configured (see _OpenAIFormatter)
+        # "required" or a named tool choice: vLLM's message content is "" rather than null
+        self.forced_tool_choice = forced_tool_choice
         self.prompt_tokens_details = prompt_tokens_details  # vLLM's --enable-prompt-tokens-details
         self.per_request_metrics = per_request_metrics  # vLLM's --enable-per-request-metrics
         self.role = role  # of the generated message (vLLM's --response-role, or the continued message's)
@@ -185,9 +206,10 @@ class ChatFormatter(_OpenAIFormatter):
         for c in run.choices:
             gen = c.gen
             # vLLM: null content when the parsers leave none (tool calls, or a reasoning parser
-            # that took the whole output); the text as it is otherwise ("" for an empty answer).
-            parsed_away = c.tool_calls or (
-                run.echo_text is None and getattr(c.assistant, "reasoning", None) is not None)
+            # that took the whole output); the text as it is otherwise ("" for an empty answer);
+            # always text ("" for none) with a "required" or named tool choice.
+            parsed_away = not self.forced_tool_choice and (c.tool_calls or (
+                run.echo_text is None and getattr(c.assistant, "reasoning", None) is not None))
             message: dict[str, Any] = {
                 "role": self.role,
                 "content": (run.echo_text or "") + "".join(c.content) if (c.content or not parsed_away) else None,

@@ -251,13 +251,21 @@ class RequestRun:
             "completion_tokens": completion,
         }
 
-    def choice_usage(self, choice: Choice) -> dict[str, int]:
+    def choice_usage(self, choice: Choice) -> dict[str, Any]:
         """Continuous usage stats are per choice (vLLM): its own prompt's tokens and its own
-        completion tokens so far."""
+        completion tokens so far; for chat (a formatter with `reasoning_details`) also
+        `completion_tokens_details`: null, or the choice's reasoning tokens so far when a
+        reasoning parser is configured."""
         gen = choice.gen
         prompt = gen.num_prompt_tokens if gen is not None else self.num_prompt_tokens
         completion = gen.num_output_tokens if gen is not None else 0
-        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                                 "completion_tokens": completion}
+        details = getattr(self.formatter, "reasoning_details", None)
+        if details is not None:
+            usage["completion_tokens_details"] = (
+                {"reasoning_tokens": choice.assistant.reasoning_tokens} if details else None)
+        return usage
 
     def finish_reason_of(self, choice: Choice) -> str:
         gen = choice.gen

@@ -102,6 +102,9 @@ class ServerState:
         # stream's chunk waits for this many tokens (the first and the last never wait); a
         # request's own `stream_interval` can raise it, not lower it.
         self.stream_interval = _stream_interval(config.engine_flag("--stream-interval"))
+        # The engine's --max-logprobs (vLLM's default 20; -1: no bound): the derender routes hold
+        # a generate response's top logprobs to it.
+        self.max_logprobs = int(config.engine_flag("--max-logprobs") or 20)
         # vLLM's --enable-log-outputs (only with --enable-log-requests): generated outputs in the
         # request log; None: off.
         policy = config.policy

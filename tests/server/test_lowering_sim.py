@@ -115,7 +115,8 @@ def test_openai_conversions_put_each_field_in_its_place():
             "structured_outputs": {"regex": "a"}, "logit_bias": {"3": 1.0}, "chat_template_kwargs": {"k": 1},
             "reasoning_effort": "low", "add_generation_prompt": False, "continue_final_message": True,
             "documents": [{"title": "t"}], "chat_template": "{{ messages }}", "mm_processor_kwargs": {"m": 1}, "n": 3,
-            "logprobs": True, "top_logprobs": 4, "prompt_logprobs": 5, "echo": True, "truncate_prompt_tokens": 6,
+            # (prompt_logprobs 0: vLLM refuses more with `stream`)
+            "logprobs": True, "top_logprobs": 4, "prompt_logprobs": 0, "echo": True, "truncate_prompt_tokens": 6,
             "bad_words": ["b"], "include_reasoning": False, "return_token_ids": True, "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "priority": 7,
             "cache_salt": "salt", "request_id": "rid", "use_beam_search": True, "length_penalty": 0.5}
@@ -144,17 +145,18 @@ def test_openai_conversions_put_each_field_in_its_place():
         for name, value in fields.items():
             assert getattr(got, name) == value, name
 
+    # (no beam search: vLLM refuses it with `echo` and `logprobs`; the chat body above places it)
     body = {"model": MODEL, "prompt": "p", "logit_bias": {"3": 1.0}, "add_special_tokens": False, "n": 3,
-            "logprobs": 4, "prompt_logprobs": 5, "echo": True, "truncate_prompt_tokens": 6, "bad_words": ["b"],
+            "logprobs": 4, "prompt_logprobs": 0, "echo": True, "truncate_prompt_tokens": 6, "bad_words": ["b"],
             "structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"},
             "return_token_ids": True, "stream": True, "stream_options": {"include_usage": True,
                                                                          "continuous_usage_stats": True},
-            "priority": 7, "cache_salt": "salt", "request_id": "rid", "use_beam_search": True,
+            "priority": 7, "cache_salt": "salt", "request_id": "rid",
             "length_penalty": 0.5, "max_tokens": 9}
     req = msgspec.json.decode(msgspec.json.encode(body), type=CompletionRequest)
     got = completion_request_from_openai(State, req, ["lora"])
     for name in ("prompt", "logit_bias", "add_special_tokens", "n", "logprobs", "prompt_logprobs", "echo",
                  "truncate_prompt_tokens", "bad_words", "structured_outputs", "response_format", "return_token_ids",
-                 "stream", "priority", "cache_salt", "request_id", "use_beam_search", "length_penalty"):
+                 "stream", "priority", "cache_salt", "request_id", "length_penalty"):
         assert getattr(got, name) == body[name], name
     assert (got.lora, got.include_usage, got.continuous_usage, got.options.max_tokens) == (["lora"], True, True, 9)

@@ -47,6 +47,9 @@ async def chat_completions(state, scope: RequestScope, body: bytes) -> Answer:
         role=chat_response_role(state.config.policy.response_role, chat),
         prompt_tokens_details=state.config.policy.enable_prompt_tokens_details,
         per_request_metrics=state.config.policy.enable_per_request_metrics,
+        # vLLM: `completion_tokens_details.reasoning_tokens` whenever a reasoning parser is configured
+        reasoning_details=state.parsers.reasoning_parser is not None,
+        forced_tool_choice=low.plan.mode in ("required", "named"),
     )
     sse = new_sse(state, response_id, model, created, "chat.completion.chunk") if chat.stream else None
     run = chat_run(state, chat, low, response_id=response_id, model=model, created=created, formatter=formatter,

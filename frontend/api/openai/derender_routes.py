@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from vllm_pyfrontend import environment
 from vllm_pyfrontend.chat.assistant import AssistantDelta
 from vllm_pyfrontend.chat.tools import ToolChoiceError, ToolPlan, plan_tools
 from vllm_pyfrontend.errors import APIError
@@ -66,15 +67,27 @@ class _GenChoice(msgspec.Struct):
     logprobs: _GenLogprobs | None = None
 
 
+class _PromptLogprob(msgspec.Struct):
+    """vLLM's `Logprob` (the generate response's prompt logprobs: token id -> this)."""
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+def _random_request_id() -> str:
+    return secrets.token_hex(8)  # (vLLM's generate responses default to a random id too)
+
+
 class _GenResponse(msgspec.Struct):
     choices: list[_GenChoice]
-    request_id: str | None = None
+    request_id: str = msgspec.field(default_factory=_random_request_id)
     model: str | None = None
     created: int | None = None
     prompt_token_ids: list[int] | None = None
     kv_transfer_params: dict[str, Any] | None = None
     ec_transfer_params: dict[str, Any] | None = None
     output_mode: str = "tokens"
+    prompt_logprobs: list[dict[int, _PromptLogprob] | None] | None = None
 
 
 class DerenderChatRequest(msgspec.Struct):
@@ -165,6 +178,52 @@ def _detokenize(state, ids: list[int], prompt_ids: list[int] | None, skip_specia
     """A whole output at once, decoded as vLLM's derender does (the streaming decode, seeded
     from the prompt tail; an incomplete UTF-8 tail stays out)."""
     return _detok_delta(state.tokenizer, ids, _seed_detok(state.tokenizer, prompt_ids, skip_special), skip_special)
+
+
+# -- vLLM's bounds on what a derender is given -------------------------------------------------
+# Checked before any token is decoded or parsed (vLLM's `_validate_derender_bounds` and
+# `_validate_prompt_token_ids`): the payload is the caller's, and each bound keeps its decoding
+# within what one generation could have produced. Answered as vLLM answers them (400, no param).
+
+
+def _check_bounds(state, responses: list[_GenResponse]) -> None:
+    """At most VLLM_MAX_N_SEQUENCES responses and choices per response; per choice at most
+    max_model_len token ids and logprob positions, at most --max-logprobs top logprobs per
+    position (unless it is -1); at most max_model_len prompt logprobs per response."""
+    max_n = environment.max_n_sequences()
+    max_len = state.max_model_len
+    max_logprobs = state.max_logprobs
+    if len(responses) > max_n:
+        raise APIError(400, f"generate_responses count ({len(responses)}) exceeds server maximum ({max_n}). "
+                       "Set VLLM_MAX_N_SEQUENCES to increase this limit.")
+    for resp in responses:
+        if len(resp.choices) > max_n:
+            raise APIError(400, f"choices count ({len(resp.choices)}) in response '{resp.request_id}' exceeds "
+                           f"server maximum ({max_n}).")
+        for c in resp.choices:
+            if c.token_ids and len(c.token_ids) > max_len:
+                raise APIError(400, f"token_ids length ({len(c.token_ids)}) in choice {c.index} exceeds "
+                               f"max_model_len ({max_len}).")
+            content = c.logprobs.content if c.logprobs is not None else None
+            if content:
+                if len(content) > max_len:
+                    raise APIError(400, f"logprobs.content length ({len(content)}) in choice {c.index} exceeds "
+                                   f"max_model_len ({max_len}).")
+                if max_logprobs >= 0:
+                    for e in content:
+                        if len(e.top_logprobs) > max_logprobs:
+                            raise APIError(400, f"top_logprobs count ({len(e.top_logprobs)}) in choice {c.index} "
+                                           f"exceeds max_logprobs ({max_logprobs}).")
+        if resp.prompt_logprobs and len(resp.prompt_logprobs) > max_len:
+            raise APIError(400, f"prompt_logprobs length ({len(resp.prompt_logprobs)}) in response "
+                           f"'{resp.request_id}' exceeds max_model_len ({max_len}).")
+
+
+def _check_prompt_ids(state, prompt_ids: list[list[int] | None]) -> None:
+    max_len = state.max_model_len
+    for ids in prompt_ids:
+        if ids is not None and len(ids) > max_len:
+            raise APIError(400, f"prompt_token_ids length ({len(ids)}) exceeds max_model_len ({max_len}).")
 
 
 def _check_tokens_mode(resp: _GenResponse) -> None:
@@ -421,6 +480,8 @@ def _derender_chat(state, req: DerenderChatRequest) -> web.Response:
     model = state.check_model(req.model) if req.model else (req.generate_response.model or state.model_names[0])
     resp = req.generate_response
     _check_tokens_mode(resp)
+    _check_bounds(state, [resp])
+    _check_prompt_ids(state, [req.prompt_token_ids])
     cr = req.chat_request
     parsed = _parser_configured(state)
     if parsed and cr is None:
@@ -455,7 +516,8 @@ def _derender_chat(state, req: DerenderChatRequest) -> web.Response:
     return _ok({
         "id": resp.request_id, "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": choices, "service_tier": None, "system_fingerprint": None,
-        "usage": _usage(req.prompt_tokens or 0, completion), "prompt_logprobs": None, "prompt_token_ids": None,
+        "usage": _usage(req.prompt_tokens or 0, completion), "prompt_logprobs": resp.prompt_logprobs,
+        "prompt_token_ids": None,
         "prompt_text": None, "kv_transfer_params": resp.kv_transfer_params,
         "ec_transfer_params": resp.ec_transfer_params, "metrics": None,
     })
@@ -498,12 +560,10 @@ def _stream_common(state, req, kind: str) -> tuple[str, DerenderStreamState, dic
         delta = sum(len(c.token_ids) for c in chunk.choices if c.token_ids)
         if prompt_len + prior + delta > max_len:
             raise APIError(400, f"prompt_token_ids length ({prompt_len}) plus output_token_ids length ({prior}) "
-                           f"plus delta ({delta}) exceeds max_model_len ({max_len}).", "prompt_token_ids")
+                           f"plus delta ({delta}) exceeds max_model_len ({max_len}).")
     else:
         # (text completions never parse: a configured parser changes nothing here)
-        if prompt_len > max_len:
-            raise APIError(400, f"prompt_token_ids length ({prompt_len}) exceeds max_model_len ({max_len}).",
-                           "prompt_token_ids")
+        _check_prompt_ids(state, [req.prompt_token_ids])
         if len(chunk.choices) > 1:
             raise APIError(400, "derender_completion_stream expects at most one choice per chunk")
     usage = None
@@ -656,8 +716,6 @@ def _derender_completion_stream(state, req: DerenderCompletionStreamRequest) -> 
 
 
 def _derender_completion(state, req: DerenderCompletionRequest) -> web.Response:
-    if not req.generate_responses:
-        raise APIError(400, "generate_responses must hold at least one response.", "generate_responses")
     count = len(req.generate_responses)
     if req.prompt_tokens is not None and len(req.prompt_tokens) != count:
         raise APIError(400, f"prompt_tokens length ({len(req.prompt_tokens)}) must equal generate_responses length "
@@ -665,8 +723,14 @@ def _derender_completion(state, req: DerenderCompletionRequest) -> web.Response:
     if req.prompt_token_ids is not None and len(req.prompt_token_ids) != count:
         raise APIError(400, f"prompt_token_ids length ({len(req.prompt_token_ids)}) must equal generate_responses "
                        f"length ({count})", "prompt_token_ids")
-    first = req.generate_responses[0]
-    model = state.check_model(req.model) if req.model else (first.model or state.model_names[0])
+    first = req.generate_responses[0] if req.generate_responses else None
+    model = state.check_model(req.model) if req.model else (
+        (first.model if first is not None else None) or state.model_names[0])
+    if first is None:
+        raise APIError(400, "generate_responses must not be empty")
+    _check_bounds(state, req.generate_responses)
+    if req.prompt_token_ids is not None:
+        _check_prompt_ids(state, req.prompt_token_ids)
     cr = req.completion_request
     skip = _bool(cr, "skip_special_tokens", True)
     choices = []

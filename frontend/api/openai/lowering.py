@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_pyfrontend.api.openai.schemas import ChatCompletionRequest, CompletionRequest
-from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.errors import APIError, validation_error
 from vllm_pyfrontend.serving.bodies import decode_body
 from vllm_pyfrontend.serving.lora import lora_request_for
 from vllm_pyfrontend.serving.lowering.chat import ChatRequest
@@ -37,16 +37,9 @@ def chat_request_from_openai(state, req: ChatCompletionRequest, lora: list[Any] 
     render does: no beam search, no media, and `top_logprobs=-1` (vLLM: every token) passes."""
     for name in ("max_tokens", "max_completion_tokens"):
         value = getattr(req, name)
-        if value is not None and value < 1:
-            raise APIError(400, f"{name} must be at least 1, got {value}.", name)
-    if req.logprob_token_ids and req.use_beam_search:
-        raise APIError(400, "`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
-    if req.logprob_token_ids and not req.logprobs:
-        raise APIError(400, "when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids")
-    if not render and req.top_logprobs is not None and req.top_logprobs < -1:
-        raise APIError(400, "`top_logprobs` must be a positive value or -1.", "top_logprobs")
-    if req.top_logprobs and not req.logprobs:
-        raise APIError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+        if value is not None and value < 1:  # (vLLM's SamplingParams: either is its `max_tokens`)
+            raise validation_error(f"max_tokens must be at least 1, got {value}.", "max_tokens", value)
+    # (the body's own validators, vLLM's pydantic ones, ran when it was decoded: schemas.py)
     if req.chat_template is not None and not state.trust_request_chat_template:
         raise APIError(
             400,
@@ -160,13 +153,7 @@ def completion_request_from_openai(state, req: CompletionRequest, lora: list[Any
     if not render and req.best_of is not None and req.best_of != req.n:
         raise APIError(400, "best_of is not supported; use n.", "best_of")
     if req.max_tokens is not None and req.max_tokens < 1:
-        raise APIError(400, f"max_tokens must be at least 1, got {req.max_tokens}.", "max_tokens")
-    if req.logprob_token_ids and req.use_beam_search:
-        raise APIError(400, "`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
-    if req.logprob_token_ids and req.logprobs is None:
-        raise APIError(400, "when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids")
-    if not render and req.logprobs is not None and req.logprobs < -1:
-        raise APIError(400, "`logprobs` must be a positive value or -1.", "logprobs")
+        raise validation_error(f"max_tokens must be at least 1, got {req.max_tokens}.", "max_tokens", req.max_tokens)
     check_openai_request(req, state.max_model_len)
     if req.prompt_embeds is not None:
         _refuse_prompt_embeds(state, req)

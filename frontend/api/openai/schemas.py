@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.errors import APIError, InvalidRequestError, validation_error
+from vllm_pyfrontend.llm import limits
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -71,7 +72,7 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     user: str | None = None
     request_id: str | None = None
     priority: int = 0
-    cache_salt: str | None = None
+    cache_salt: Any = None  # vLLM checks it before its type (`check_cache_salt_support`)
     allowed_token_ids: list[int] | None = None
     vllm_xargs: dict[str, Any] | None = None
     echo: bool = False
@@ -91,6 +92,10 @@ class ChatCompletionRequest(msgspec.Struct, omit_defaults=True):
     return_tokens_as_token_ids: bool | None = None  # logprob tokens as "token_id:N"
     logprob_token_ids: list[int] | None = None  # these ids' logprobs at each position
     truncation_side: Literal["left", "right"] | None = None  # with truncate_prompt_tokens
+
+    def __post_init__(self) -> None:
+        # vLLM's "before" validators of the body (its answer comes before the model's 404)
+        _check_chat_body(self)
 
 
 class CompletionRequest(msgspec.Struct, omit_defaults=True):
@@ -134,7 +139,7 @@ class CompletionRequest(msgspec.Struct, omit_defaults=True):
     structured_outputs: dict[str, Any] | None = None
     priority: int = 0
     request_id: str | None = None
-    cache_salt: str | None = None
+    cache_salt: Any = None  # vLLM checks it before its type (`check_cache_salt_support`)
     vllm_xargs: dict[str, Any] | None = None
     return_token_ids: bool | None = None
     kv_transfer_params: dict[str, Any] | None = None
@@ -150,8 +155,9 @@ class CompletionRequest(msgspec.Struct, omit_defaults=True):
     def __post_init__(self) -> None:
         # vLLM's `validate_prompt_and_prompt_embeds`, a validator that runs before any field's
         # (so its answer comes before the model's 404 and every other check; when another field
-        # fails to decode, decode_body asks `check_before_fields`).
+        # fails to decode, decode_body asks `check_before_fields`); then its other body checks.
         _check_prompt_given(self.prompt, self.prompt_embeds)
+        _check_completion_body(self)
 
     @staticmethod
     def check_before_fields(body: bytes) -> None:
@@ -171,6 +177,126 @@ def _check_prompt_given(prompt: Any, embeds: Any) -> None:
     if (prompt is None or prompt == "") and (embeds is None or embeds == []):
         raise APIError(400, "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
                        "prompt")
+
+
+# -- vLLM's body validators ---------------------------------------------------------------------
+# vLLM's chat and completion request models check these fields in "before" model validators, which
+# pydantic runs last-defined first, before the fields' own validation; each raises a
+# VLLMValidationError, whose text ends in ` (parameter=..., value=...)` (`errors.validation_error`).
+# Raised as APIError from `__post_init__` (msgspec would take a ValueError for its own).
+_CORRECT_TOOL_CHOICE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def _check_chat_body(req: ChatCompletionRequest) -> None:
+    """`ChatCompletionRequest`'s validators in vLLM's order: check_generation_prompt,
+    check_tool_usage, check_structured_outputs_count, check_logprobs, validate_stream_options,
+    validate_response_format, check_cache_salt_support."""
+    if req.continue_final_message and req.add_generation_prompt:
+        raise APIError(400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    tool_choice = _check_tool_usage(req.tools, req.tool_choice)
+    so = req.structured_outputs
+    if so is not None:
+        count = sum(so.get(k) is not None for k in ("json", "regex", "choice"))
+        if count > 1:  # (no parameter named, unlike the completion body's)
+            raise APIError(400, "You can only use one kind of constraints for structured outputs "
+                           "('json', 'regex' or 'choice').")
+        if count > 0 and tool_choice not in ("none", "auto", "required"):
+            raise APIError(400, "You can only either use constraints for structured outputs or tools, not both.")
+    if req.logprob_token_ids and req.use_beam_search:
+        raise validation_error("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+    if req.logprob_token_ids and not req.logprobs:
+        raise validation_error("when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids")
+    _check_prompt_logprobs(req.prompt_logprobs, req.stream)
+    top = req.top_logprobs
+    if top is not None:
+        if top < 0 and top != -1:
+            raise validation_error("`top_logprobs` must be a positive value or -1.", "top_logprobs", top)
+        if (top == -1 or top > 0) and not req.logprobs:
+            raise validation_error("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+    _check_stream_options_and_format(req)
+
+
+def _check_completion_body(req: CompletionRequest) -> None:
+    """`CompletionRequest`'s validators in vLLM's order (after the prompt's): validate_stream_options,
+    check_logprobs, check_structured_outputs_count, validate_response_format,
+    check_cache_salt_support."""
+    if req.stream_options is not None and not req.stream and req.stream_options.given():
+        raise validation_error("Stream options can only be defined when `stream=True`.", "stream_options")
+    if req.logprob_token_ids and req.use_beam_search:
+        raise validation_error("`logprob_token_ids` is not supported with beam search.", "logprob_token_ids")
+    if req.use_beam_search and req.echo and req.logprobs is not None:
+        raise validation_error("`echo` with `logprobs` is not supported with beam search because beam search does "
+                               "not compute prompt logprobs.", "echo")
+    if req.logprob_token_ids and req.echo and req.max_tokens == 0:
+        raise validation_error("`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
+                               "output tokens are generated.", "logprob_token_ids")
+    if req.logprob_token_ids and req.logprobs is None:
+        raise validation_error("when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids")
+    _check_prompt_logprobs(req.prompt_logprobs, req.stream)
+    if req.logprobs is not None and req.logprobs < 0 and req.logprobs != -1:
+        raise validation_error("`logprobs` must be a positive value or -1.", "logprobs", req.logprobs)
+    so = req.structured_outputs
+    if so is not None and sum(so.get(k) is not None for k in ("json", "regex", "choice")) > 1:
+        raise validation_error("You can only use one kind of constraints for structured outputs "
+                               "('json', 'regex' or 'choice').", "structured_outputs")
+    _check_stream_options_and_format(req, stream_options=False)
+
+
+def _check_tool_usage(tools: list[dict[str, Any]] | None, tool_choice: Any) -> Any:
+    """vLLM's `check_tool_usage`; the tool choice in effect ("auto" when tools are given
+    without one)."""
+    if tools == []:
+        raise validation_error("`tools` must not be an empty array. Either provide at least one tool or omit the "
+                               "field entirely.", "tools")
+    if tool_choice is None:  # (not given: vLLM's default is "auto" with tools, else "none")
+        return "auto" if tools else "none"
+    if tool_choice == "none":
+        return tool_choice
+    if tools is None:
+        raise validation_error("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if tool_choice not in ("auto", "required") and not isinstance(tool_choice, dict):
+        raise validation_error(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, \"none\", "
+                               f"\"auto\" or \"required\" are supported.", "tool_choice")
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        if not isinstance(function, dict):
+            raise validation_error(f"Invalid value for `function`: `{function}` in `tool_choice`! "
+                                   f"{_CORRECT_TOOL_CHOICE}", "tool_choice.function")
+        if "name" not in function:
+            raise validation_error(f"Expected field `name` in `function` in `tool_choice`! {_CORRECT_TOOL_CHOICE}",
+                                   "tool_choice.function.name")
+        name = function["name"]
+        if not isinstance(name, str) or not name:
+            raise validation_error(f"Invalid `name` in `function`: `{name}` in `tool_choice`! "
+                                   f"{_CORRECT_TOOL_CHOICE}", "tool_choice.function.name")
+        if not any(isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name") == name
+                   for t in tools):
+            raise validation_error("The tool specified in `tool_choice` does not match any of the specified `tools`",
+                                   "tool_choice")
+    return tool_choice
+
+
+def _check_prompt_logprobs(value: int | None, stream: bool | None) -> None:
+    if value is None:
+        return
+    if stream and (value > 0 or value == -1):
+        raise validation_error("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+    if value < 0 and value != -1:
+        raise validation_error("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", value)
+
+
+def _check_stream_options_and_format(req: Any, stream_options: bool = True) -> None:
+    """validate_stream_options (chat: here), validate_response_format, check_cache_salt_support."""
+    if stream_options and req.stream_options is not None and not req.stream and req.stream_options.given():
+        raise validation_error("Stream options can only be defined when `stream=True`.", "stream_options")
+    rf = req.response_format
+    if isinstance(rf, dict) and rf.get("type") == "json_schema" and rf.get("json_schema") is None:
+        raise validation_error("When response_format type is 'json_schema', the 'json_schema' field must be "
+                               "provided.", "response_format")
+    try:
+        limits.check_cache_salt(req.cache_salt)
+    except InvalidRequestError as e:
+        raise APIError(400, e.message, e.param) from None
 
 
 class TokenizeRequest(msgspec.Struct, omit_defaults=True):

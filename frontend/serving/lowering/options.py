@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from vllm_pyfrontend.llm.sampling import SamplingOptions, plain_options
-from vllm_pyfrontend.errors import APIError
+from vllm_pyfrontend.errors import APIError, validation_error
 
 
 class GenerationRequest(msgspec.Struct, kw_only=True):
@@ -94,9 +94,9 @@ def check_prompt_logprobs(value: int | None, *, stream: bool, echo: bool, echo_d
     the route's logprobs count), checked as vLLM checks it."""
     if value is not None:
         if stream and (value > 0 or value == -1):
-            raise APIError(400, "`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+            raise validation_error("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
         if value < 0 and value != -1:
-            raise APIError(400, "`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
+            raise validation_error("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", value)
         return value
     return echo_default if echo else None
 
@@ -108,7 +108,7 @@ def stream_flags(req: Any, force_usage: bool = False) -> tuple[bool, bool, bool]
     stream = bool(req.stream)
     so = req.stream_options
     if so is not None and not stream and so.given():
-        raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
+        raise validation_error("Stream options can only be defined when `stream=True`.", "stream_options")
     if force_usage:
         return stream, True, True
     include = bool(so and so.include_usage)
