@@ -65,8 +65,6 @@ def _start_server(self, model: str, vllm_serve_args: list[str], env_dict: dict[s
     from tests import utils as vllm_test_utils
 
     env = os.environ.copy()
-    # The engine's model worker forks rather than re-importing torch and vLLM (no CUDA here).
-    env["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
     if os.environ.get(FRONTEND_ENV) == "ours":
         env["VLLM_USE_RUST_FRONTEND"] = "1"
         env["VLLM_RUST_FRONTEND_PATH"] = os.environ[DROPIN_ENV]

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-# vLLM's EngineCore starts its model worker process with fork instead of spawn: the child does
-# not import torch and vLLM again (about 7 s less per engine start on two cores). An engine
-# setting only; both sides of every differential test get it.
+# (No effect on the real engines: vLLM's CPU platform sets VLLM_WORKER_MULTIPROC_METHOD to "spawn"
+# whatever it was, so each engine start imports torch and vLLM in three processes, ~25-30 s of CPU
+# here: the real-engine tests share engines where they can, `tiny_pair`.)
 os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
 
 
@@ -206,10 +206,12 @@ def _real_engine_tests(path: str) -> tuple[bool, frozenset[str], bool]:
 def tiny_pair():
     """This frontend (2 workers) and vLLM's own Python server, each with its own real EngineCore
     on CPU serving the tiny chat model as `tiny`: started once per session, for every
-    differential test that needs no other engine flags."""
-    from tests.e2e.vllm_pair import start_pair
+    differential test that needs no other engine flags. Both sides have the scale-out,
+    tokenizer-info and development routes on (`SESSION_FLAGS`, `SESSION_ENV` in
+    tests/e2e/vllm_pair.py), and this frontend its gRPC service (`grpc_target`)."""
+    from tests.e2e.vllm_pair import start_session_pair
 
-    with start_pair() as pair:
+    with start_session_pair() as pair:
         yield pair
     # A graceful stop (SIGTERM, drain) with a real engine ends with exit code 0.
     assert pair.exit_code == 0, pair.stack.logs()

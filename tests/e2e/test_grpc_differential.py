@@ -12,9 +12,8 @@ import pytest
 from smg_grpc_proto import vllm_engine_pb2 as pb
 from smg_grpc_proto import vllm_engine_pb2_grpc as pb_grpc
 
-from tests.e2e.tiny_model import VOCAB_SIZE
-from tests.e2e.vllm_pair import start_pair
-from tests.stack import free_port
+from tests.e2e.tiny_model import ENGINE_ARGS, VOCAB_SIZE, build_tiny_model
+from tests.e2e.vllm_pair import MODEL, VLLMServer
 
 pytestmark = pytest.mark.real_engine
 
@@ -22,10 +21,16 @@ PROMPTS = [[0, 100, 200, 300, 400], [0, 5000, 17, 42], list(range(10, 60))]
 
 
 @pytest.fixture(scope="module")
-def targets():
-    port = free_port()
-    with start_pair(our_args=["--grpc-port", str(port)], vllm_args=["--grpc"]) as pair:
-        yield f"127.0.0.1:{port}", pair.vllm_server.grpc_target
+def targets(tiny_pair):
+    """Ours: the session pair's frontend, which serves gRPC on `--grpc-port` beside HTTP. vLLM's:
+    `vllm serve --grpc` (gRPC instead of HTTP, so not the session pair's vLLM server) with the
+    session pair's engine flags, started for this module."""
+    vllm = VLLMServer(build_tiny_model(), ["--served-model-name", MODEL, *ENGINE_ARGS, "--grpc"])
+    try:
+        vllm.wait(600)
+        yield tiny_pair.grpc_target, vllm.grpc_target
+    finally:
+        vllm.stop()
 
 
 def _req(ids, stream=False, **sp) -> pb.GenerateRequest:

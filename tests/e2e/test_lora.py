@@ -5,6 +5,10 @@ The adapters are seeded random-weight PEFT adapters for the tiny model (tests/e2
 An adapter must change the output and give vLLM's output; an adapter loaded at run time through
 worker 0 must serve through worker 1 (each httpx client below holds one keep-alive connection,
 and `/load` names the worker behind it); errors must be vLLM's.
+
+This pair is also the one real-engine pair started without the flags that turn on vLLM's
+scale-out, development and tokenizer-info routes (the session pair, `tiny_pair`, has them on):
+those routes answer as vLLM's do by default here.
 """
 
 from __future__ import annotations
@@ -145,3 +149,33 @@ def test_errors_as_vllm(pair, adapters):
     theirs = httpx.post(pair.vllm + "/v1/unload_lora_adapter", json={"lora_name": "nope"}, timeout=60)
     assert _error(ours) == _error(theirs)
     assert ours.status_code == 404
+
+
+# Routes gated off by default, in vLLM as here: scale-out routes answer 403, development,
+# profiler and tokenizer-info routes do not exist (404). (On this pair: the session pair has them
+# on; none of them depends on LoRA.)
+GATED = [
+    ("POST", "/inference/v1/generate", {"token_ids": [1, 2], "sampling_params": {"max_tokens": 2}}),
+    ("POST", "/inference/v1/abort_requests", {"request_ids": ["x"]}),
+    ("POST", "/v1/chat/completions/render", {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]}),
+    ("POST", "/v1/completions/render", {"model": "tiny", "prompt": "Hi"}),
+    ("POST", "/v1/chat/completions/derender", {"generate_response": {"choices": []}}),
+    ("POST", "/v1/completions/derender", {"generate_responses": []}),
+    ("GET", "/tokenizer_info", None),
+    ("POST", "/sleep", None),
+    ("GET", "/is_sleeping", None),
+    ("POST", "/pause", None),
+    ("GET", "/server_info", None),
+    ("POST", "/collective_rpc", {"method": "check_health"}),
+    ("POST", "/start_profile", None),
+    ("POST", "/abort_requests", {}),
+]
+
+
+@pytest.mark.parametrize("method,path,body", GATED, ids=[p for _, p, _ in GATED])
+def test_gated_routes_answer_as_vllm(pair, method, path, body):
+    ours = httpx.request(method, pair.ours + path, json=body, timeout=60)
+    theirs = httpx.request(method, pair.vllm + path, json=body, timeout=60)
+    assert ours.status_code == theirs.status_code, (path, ours.text, theirs.text)
+    if ours.status_code == 403:
+        assert ours.json()["error"]["type"] == theirs.json()["error"]["type"] == "PermissionDeniedError"

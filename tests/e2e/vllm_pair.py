@@ -1,8 +1,10 @@
 """vLLM's own Python server and this frontend, each in front of its own real EngineCore on CPU
 with the same tiny model and flags: the two sides of every differential test.
 
-`tiny_pair` (tests/conftest.py) starts one such pair per test session for the plain chat model;
-modules that need other engine flags (LoRA, pooling models) start their own with `start_pair`.
+`tiny_pair` (tests/conftest.py) starts one such pair per test session for the plain chat model
+(`start_session_pair`), with the route families that are off by default turned on, so that the
+differential tests of those routes share its engines; modules that need other engine flags (LoRA,
+pooling models) or another model start their own with `start_pair`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from tests.e2e.tiny_model import ENGINE_ARGS, build_tiny_model
 from tests.stack import REPO, Stack, free_port, stop_process_group
 
 MODEL = "tiny"
+
+# The session pair's route flags, on both sides: vLLM's scale-out routes (generate, render,
+# derender), /tokenizer_info, and the development routes (sleep, pause, collective_rpc, ...). They
+# add routes and change no answer of the routes that are on by default. The one pair started
+# without them is tests/e2e/test_lora.py's, which checks that they are off by default.
+SESSION_FLAGS = ["--enable-scale-out", "--enable-tokenizer-info-endpoint"]
+SESSION_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 class VLLMServer:
@@ -82,6 +91,7 @@ class Pair:
     stack: Stack
     vllm_server: VLLMServer
     exit_code: int | None = None  # our supervisor's exit code after the graceful stop at the end
+    grpc_target: str | None = None  # host:port of this frontend's gRPC service (--grpc-port), if on
 
 
 @contextlib.contextmanager
@@ -107,3 +117,15 @@ def start_pair(model: str | None = None, *, args: list[str] | None = None, our_a
             if "pair" in locals():
                 pair.exit_code = code
         vllm.stop()
+
+
+@contextlib.contextmanager
+def start_session_pair() -> Iterator[Pair]:
+    """The session's pair (`tiny_pair`): the tiny chat model as `tiny` with SESSION_FLAGS and
+    SESSION_ENV on both sides, and this frontend's gRPC service on a port of its own
+    (`pair.grpc_target`; tests/e2e/test_grpc_differential.py compares it with vLLM's)."""
+    grpc_port = free_port()
+    with start_pair(our_args=[*SESSION_FLAGS, "--grpc-port", str(grpc_port)], vllm_args=SESSION_FLAGS,
+                    env=SESSION_ENV) as pair:
+        pair.grpc_target = f"127.0.0.1:{grpc_port}"
+        yield pair

@@ -1,7 +1,8 @@
-"""Media URLs in chat requests against the whole stack (supervisor, 2 workers, the simulated
-engine serving the tiny Idefics3 of tests/e2e/tiny_idefics3.py): a file:// URL with a NUL byte
-is a 400 (not a 500), and an image URL whose host is a loopback address in a legacy or embedded
-form, first or after a redirect, is a 403 that never reaches the server it names."""
+"""Media URLs in chat requests against a worker (the in-process tier, tests/inprocess.py: the
+real worker and the simulated engine serving the tiny Idefics3 of tests/e2e/tiny_idefics3.py,
+over loopback HTTP): a file:// URL with a NUL byte is a 400 (not a 500), and an image URL whose
+host is a loopback address in a legacy or embedded form, first or after a redirect, is a 403 that
+never reaches the server it names."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import httpx
 import pytest
 
 from tests.e2e.tiny_idefics3 import build_tiny_idefics3
+from tests.inprocess import InProcessStack
 from tests.media.media_server import MediaServer
-from tests.stack import Stack
 
 MODEL = "vision"
 FILES = {"x.png": (b"\x89PNG\r\n\x1a\n not really", "image/png")}
@@ -32,9 +33,10 @@ def redirector():
 def stack(tmp_path_factory):
     allowed = tmp_path_factory.mktemp("media")
     (allowed / "x.png").write_bytes(FILES["x.png"][0])
-    s = Stack(["--engine", "sim", "--workers", "2", "--sim-step-time", "0.002", "--max-model-len", "2048",
-               "--served-model-name", MODEL, "--shutdown-timeout", "5", "--allowed-local-media-path", str(allowed),
-               "--allowed-private-media-networks", "127.0.0.2/32", build_tiny_idefics3()], ready_timeout=120)
+    s = InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--max-model-len", "2048",
+                        "--served-model-name", MODEL, "--shutdown-timeout", "5", "--allowed-local-media-path",
+                        str(allowed), "--allowed-private-media-networks", "127.0.0.2/32", build_tiny_idefics3()],
+                       ready_timeout=120)
     s.allowed = allowed
     yield s
     s.terminate()

@@ -1,7 +1,10 @@
-"""Hardening for the open network, on the whole stack (simulated engine): header-read and
-keep-alive timeouts under 3,000 half-open and idle connections while real clients are served,
-the per-worker connection cap, HTTPS and mutual TLS with the openai client, a Unix domain
-socket shared by the workers, and SSE keep-alive comments during a long pause."""
+"""Hardening for the open network, on the simulated engine: header-read and keep-alive timeouts
+under 3,000 half-open and idle connections while real clients are served, the per-worker
+connection cap, HTTPS and mutual TLS with the openai client, a Unix domain socket shared by the
+workers, and SSE keep-alive comments during a long pause. What involves the supervisor or
+several workers (the 3,000 connections, mutual TLS and its startup lines, the shared Unix socket)
+runs on the whole stack (`Stack`); what one worker does alone on the in-process tier
+(tests/inprocess.py)."""
 
 from __future__ import annotations
 
@@ -72,7 +75,20 @@ class NetStack(Stack):
             return None
 
 
-def wait_log(stack: Stack, text: str, timeout: float = 60) -> None:
+class NetInProcessStack(InProcessStack):
+    """An InProcessStack (one worker, in this process) serving HTTPS, with NetStack's TLS
+    health probe and clients."""
+
+    def __init__(self, args: list[str], *, verify: str, cert: tuple[str, str] | None = None, **kwargs):
+        self.uds, self.verify, self.cert = None, verify, cert
+        super().__init__(args, **kwargs)
+        self.base_url = self.base_url.replace("http://", "https://")
+
+    client = NetStack.client
+    health = NetStack.health
+
+
+def wait_log(stack: Stack | InProcessStack, text: str, timeout: float = 60) -> None:
     """/health answers once one worker listens; the supervisor's startup lines come when all do."""
     deadline = time.monotonic() + timeout
     while text not in stack.logs():
@@ -200,21 +216,21 @@ def test_half_open_and_idle_connections_are_closed_while_clients_are_served():
 
 def test_a_slow_head_gets_the_header_timeout_not_the_idle_timeout():
     """Once a head's first bytes arrive, the (longer) header timeout applies, not keep-alive."""
-    with InProcessStack(sim("--http-header-timeout", "6", "--http-timeout-keep-alive", "1", workers=1)) as stack:
+    with InProcessStack(sim("--http-header-timeout", "5", "--http-timeout-keep-alive", "0.5", workers=1)) as stack:
         s = socket.create_connection(("127.0.0.1", stack.port), timeout=10)
         try:
             for piece in (b"GET /hea", b"lth HTTP/1.1\r\n", b"Host: x\r\n"):
                 s.sendall(piece)
-                time.sleep(1.0)  # 3 s for the head: past the idle timeout, within the header's
+                time.sleep(0.5)  # 1.5 s for the head: past the idle timeout, 3.5 s within the header's
             s.sendall(b"\r\n")
             assert _read_response(s).startswith(b"HTTP/1.1 200")
             # Then the connection is idle: the keep-alive timeout closes it.
             t0 = time.monotonic()
             closed = _wait_closed([s], t0 + 10)
-            assert s in closed and 0.7 <= closed[s] - t0 <= 4
+            assert s in closed and 0.35 <= closed[s] - t0 <= 4
         finally:
             s.close()
-        # A connection that sends nothing is closed by the idle timeout.
+        # A connection that sends nothing is closed by the idle timeout (not the header's 5 s).
         s = socket.create_connection(("127.0.0.1", stack.port), timeout=10)
         t0 = time.monotonic()
         closed = _wait_closed([s], t0 + 10)
@@ -382,7 +398,7 @@ def test_https_with_mutual_tls_and_the_openai_client(certs):
 
 def test_https_without_client_certificates(certs):
     args = sim("--ssl-keyfile", certs["server_key"], "--ssl-certfile", certs["server_cert"], workers=1)
-    with NetStack(args, verify=certs["ca"]) as stack:
+    with NetInProcessStack(args, verify=certs["ca"]) as stack:
         client = openai.OpenAI(base_url=stack.base_url + "/v1", api_key="none", max_retries=0,
                                http_client=httpx.Client(verify=tls(certs["ca"])))
         assert [m.id for m in client.models.list()] == [SERVED]
@@ -408,6 +424,7 @@ def test_ssl_refresh_serves_replaced_certificate_files(certs, tmp_path):
     key.write_bytes(open(certs["server_key"], "rb").read())
     cert.write_bytes(open(certs["server_cert"], "rb").read())
     args = sim("--ssl-keyfile", str(key), "--ssl-certfile", str(cert), "--enable-ssl-refresh", workers=1)
+    # (a Stack: the worker process starts the certificate watcher, which the in-process tier does not)
     with NetStack(args, verify=certs["ca"]) as stack:
         assert _served_certificate(stack.port) == _der(certs["server_cert"])
         # The files are replaced (another key pair: the client's); new connections get it.
@@ -463,7 +480,8 @@ def test_serving_on_a_unix_socket_shared_by_the_workers(tmp_path):
 
 
 def test_sse_keep_alive_comments_during_a_pause():
-    with InProcessStack(sim("--sse-keep-alive-interval", "0.3", workers=1, step=1.2)) as stack:
+    # Each step a 0.5 s pause, a keep-alive comment every 0.1 s of silence: ~4 a pause.
+    with InProcessStack(sim("--sse-keep-alive-interval", "0.1", workers=1, step=0.5)) as stack:
         body = dict(CHAT, max_tokens=3, stream=True)
         with httpx.Client(base_url=stack.base_url, timeout=30) as c:
             with c.stream("POST", "/v1/chat/completions", json=body) as r:

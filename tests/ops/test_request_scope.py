@@ -19,6 +19,7 @@ from smg_grpc_proto import vllm_engine_pb2_grpc as pb_grpc
 
 from tests.batches import helpers as batches
 from tests.ops.otlp_receiver import otlp_receiver
+from tests.inprocess import InProcessStack
 from tests.reliability.helpers import SERVED, sim_args, wait_for
 from tests.stack import Stack, free_port
 
@@ -278,29 +279,38 @@ def test_grpc_asks_for_a_key_and_holds_the_tenants_limits(env):
 
 # -- pooling and speech: the same guarantees on the simulated engine's other runners ------------------
 
-def _runner_stack(tmp_path_factory, endpoint: str, *args: str) -> Stack:
+def _runner_stack(tmp_path_factory, endpoint: str, *args: str) -> InProcessStack:
     keys = tmp_path_factory.mktemp("keys") / "keys.yaml"
     keys.write_text(KEYS)
-    return Stack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.01", "--shutdown-timeout", "5",
-                  "--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint", endpoint,
-                  *args], env={"OTEL_BSP_SCHEDULE_DELAY": "100"}, ready_timeout=120)
+    return InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.01", "--shutdown-timeout",
+                           "5", "--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint",
+                           endpoint, *args], env={"OTEL_BSP_SCHEDULE_DELAY": "100"}, ready_timeout=120)
 
 
 @pytest.fixture(scope="module")
 def runners(tmp_path_factory):
-    """A pooling model and a transcription model, each on its own stack."""
+    """A pooling model and a transcription model, each on its own one-worker deployment in this
+    process (the in-process tier, tests/inprocess.py: the request scope is the worker's)."""
     from tests.e2e.tiny_whisper import build_tiny_whisper
 
     with otlp_receiver() as (endpoint, receiver):
         pooling = _runner_stack(tmp_path_factory, endpoint, "--max-model-len", "1024", "--served-model-name",
                                 SERVED, "--runner", "pooling", "demo:deepseek-v4")
-        speech = _runner_stack(tmp_path_factory, endpoint, "--max-model-len", "448", "--served-model-name",
-                               "whisper", build_tiny_whisper())
         try:
-            yield {"pooling": pooling, "speech": speech}, receiver
+            speech = _runner_stack(tmp_path_factory, endpoint, "--max-model-len", "448", "--served-model-name",
+                                   "whisper", build_tiny_whisper())
+            try:
+                # The speech worker loads vLLM's processor in the background from its start, and
+                # vLLM's EngineArgs parsing in that load turns INFO logging off in the whole
+                # process while it runs (vllm.logger.suppress_logging): harmless in a worker
+                # process of its own, here it would drop the pooling deployment's request log
+                # lines. One transcription waits for the load to end before the tests.
+                _transcription(speech)
+                yield {"pooling": pooling, "speech": speech}, receiver
+            finally:
+                speech.stop()  # (last started, first stopped: each puts back the environment it found)
         finally:
             pooling.stop()
-            speech.stop()
 
 
 def _wav() -> bytes:

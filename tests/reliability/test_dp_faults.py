@@ -130,7 +130,10 @@ def test_one_engine_fails_under_live_streams(fault):
     model = materialize_deepseek_v4(os.path.join(REPO, ".cache", "demo-deepseek-v4"))
     faulty = ["--hang-after-steps", "150"] if fault == "hung" else []
     dp = DPDeployment(lambda port: [sim_engine(0, port, model), sim_engine(1, port, model, *faulty)], model)
-    _one_engine_fails(dp, fault, LONG)
+    # The streams that finish run 2,000 tokens (10 s of 5 ms steps at the least: twice the
+    # deadline, started before the fault); the ones whose clients leave ask LONG, far longer than
+    # the 15 s the aborts get to reach engine 0.
+    _one_engine_fails(dp, fault, 2000, gone_long=LONG)
 
 
 def test_a_router_picks_the_engine():

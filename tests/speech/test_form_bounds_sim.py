@@ -1,9 +1,10 @@
-"""The speech routes' multipart form against the whole stack (supervisor, 2 workers, the
-simulated engine serving the tiny Whisper of tests/e2e/tiny_whisper.py): the form is read with
-vLLM's bounds (Starlette's: 1,000 fields, 1,000 files, 1 MiB per field), so a body of 50,000
-tiny parts is a fast 400 "Too many fields" and the worker's event loop keeps serving others
-meanwhile; a nested multipart part and a part without a name are 400s, not 500s; the official
-`openai` SDK's uploads are served as before."""
+"""The speech routes' multipart form against a worker (the in-process tier, tests/inprocess.py:
+the real worker and the simulated engine serving the tiny Whisper of tests/e2e/tiny_whisper.py,
+over loopback HTTP): the form is read with vLLM's bounds (Starlette's: 1,000 fields, 1,000 files,
+1 MiB per field), so a body of 50,000 tiny parts is a fast 400 "Too many fields" and the worker's
+event loop keeps serving others meanwhile; a nested multipart part and a part without a name are
+400s, not 500s; the official `openai` SDK's uploads are served as before. (The form is read in
+the worker's request handling: nothing here needs the supervisor's processes.)"""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import openai
 import pytest
 
 from tests.e2e.tiny_whisper import SAMPLE_RATE, build_tiny_whisper
-from tests.stack import Stack
+from tests.inprocess import InProcessStack
 
 MODEL = "whisper"
 B = b"speechboundary"
@@ -55,15 +56,15 @@ BASIC = (_field("model", MODEL), _field("language", "en"), _field("max_completio
 @pytest.fixture(scope="module")
 def stack():
     model = build_tiny_whisper()
-    s = Stack(["--engine", "sim", "--workers", "2", "--sim-step-time", "0.002", "--max-model-len", "448",
-               "--served-model-name", MODEL, "--shutdown-timeout", "5", model], ready_timeout=120)
+    s = InProcessStack(["--engine", "sim", "--workers", "1", "--sim-step-time", "0.002", "--max-model-len", "448",
+                        "--served-model-name", MODEL, "--shutdown-timeout", "5", model], ready_timeout=120)
     yield s
     s.terminate()
 
 
-def _pinned_clients(stack: Stack) -> tuple[httpx.Client, httpx.Client, int]:
+def _pinned_clients(stack: InProcessStack) -> tuple[httpx.Client, httpx.Client, int]:
     """Two clients, each holding one keep-alive connection, both accepted by the same worker
-    (SO_REUSEPORT picks a worker per connection; /load names it)."""
+    (/load names it; with several workers, SO_REUSEPORT picks one per connection)."""
     seen: dict[int, httpx.Client] = {}
     for _ in range(64):
         c = httpx.Client(base_url=stack.base_url, timeout=120,
@@ -171,7 +172,10 @@ def test_urlencoded_form_is_bounded_too(stack):
 
 
 def test_no_worker_restarted(stack):
+    # In process there is no supervisor to restart a worker: the worker's event loop thread
+    # must still be the one that started, and serve.
     assert "restarting worker" not in stack.logs()
+    assert stack.thread is not None and stack.thread.is_alive()
     with httpx.Client(base_url=stack.base_url, timeout=120) as c:
         for _ in range(4):
             assert _post(c, _body(*BASIC, _file())).status_code == 200
