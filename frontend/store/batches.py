@@ -49,6 +49,19 @@ class NewLine(msgspec.Struct, frozen=True, array_like=True):
     error: bytes | None = None
 
 
+def task_step(status: str, past_window: bool, final_status: str | None) -> tuple[str, str | None]:
+    """The step a claimed batch is due for, (`validate` or `finalize`, the final status)."""
+    if status in ACTIVE and past_window:
+        return "finalize", "expired"
+    if status == "validating":
+        return "validate", None
+    if status == "in_progress":
+        return "finalize", "completed"
+    if status == "cancelling":
+        return "finalize", "cancelled"
+    return "finalize", final_status or "completed"  # finalizing: a step whose worker died
+
+
 class Task(msgspec.Struct, frozen=True):
     """Batch-level work a worker claimed: `validate`, or `finalize` into `final_status`;
     `output_expires_s`: the output and error files expire this long after they are written
@@ -283,16 +296,7 @@ class SQLiteBatchStore:
                        (me, now + lease_s, batch_id))
             obj = msgspec.json.decode(record)
             obj["status"] = status
-            if status in ACTIVE and obj["expires_at"] <= now:
-                kind, final = "finalize", "expired"
-            elif status == "validating":
-                kind, final = "validate", None
-            elif status == "in_progress":
-                kind, final = "finalize", "completed"
-            elif status == "cancelling":
-                kind, final = "finalize", "cancelled"
-            else:
-                kind, final = "finalize", final_status or "completed"
+            kind, final = task_step(status, obj["expires_at"] <= now, final_status)
             return Task(kind, obj, owner, final, output_expires_s)
 
         return await self._db.transaction(tx)

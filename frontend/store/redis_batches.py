@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from vllm_pyfrontend.store.batches import ACTIVE, STATUS_TIME, Line, NewLine, Task
+from vllm_pyfrontend.store.batches import ACTIVE, STATUS_TIME, Line, NewLine, Task, task_step
 
 P = "vpf:"
 RUNNING, OPEN, LEASE, STATUS_COUNTS = P + "running", P + "batches:open", P + "lease", P + "batch_statuses"
@@ -290,18 +290,9 @@ class RedisBatchStore:
             obj = msgspec.json.decode(h[b"record"])
             status = obj["status"] = _s(h[b"status"])
             owner = _s(h[b"owner"])
-            if status in ACTIVE and obj["expires_at"] <= now:
-                kind, final = "finalize", "expired"
-            elif status == "validating":
-                kind, final = "validate", None
-            elif status == "in_progress":
-                kind, final = "finalize", "completed"
-            elif status == "cancelling":
-                kind, final = "finalize", "cancelled"
-            elif status == "finalizing":
-                kind, final = "finalize", _s(h[b"final_status"]) or "completed"
-            else:
+            if status not in ("validating", "in_progress", "cancelling", "finalizing"):
                 return None
+            kind, final = task_step(status, obj["expires_at"] <= now, _s(h.get(b"final_status") or b""))
             expires_s = h.get(b"output_expires_s")
             task = Task(kind, obj, owner, final, None if expires_s is None else int(expires_s))
             p.multi()
