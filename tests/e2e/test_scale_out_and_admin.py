@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.vllm_pair import MODEL
+from tests.e2e.vllm_pair import MODEL, start_pair
 
 pytestmark = pytest.mark.real_engine
 
@@ -27,14 +27,9 @@ U = {"role": "user", "content": "Write a short poem about the sea."}
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_pair):
-    """The session pair: it has FLAGS and VLLM_SERVER_DEV_MODE=1 on both sides
-    (tests/e2e/vllm_pair.py SESSION_FLAGS, SESSION_ENV). The route walk leaves both engines
-    serving, awake and resumed, for the modules after this one."""
-    from tests.e2e.vllm_pair import SESSION_ENV, SESSION_FLAGS
-
-    assert set(FLAGS) <= set(SESSION_FLAGS) and SESSION_ENV.get("VLLM_SERVER_DEV_MODE") == "1"
-    return tiny_pair
+def pair():
+    with start_pair(our_args=FLAGS, vllm_args=FLAGS, env={"VLLM_SERVER_DEV_MODE": "1"}) as p:
+        yield p
 
 
 def _post(base: str, path: str, body: Any, **kw) -> httpx.Response:

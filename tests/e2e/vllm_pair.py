@@ -2,9 +2,10 @@
 with the same tiny model and flags: the two sides of every differential test.
 
 `tiny_pair` (tests/conftest.py) starts one such pair per test session for the plain chat model
-(`start_session_pair`), with the route families that are off by default turned on, so that the
-differential tests of those routes share its engines; modules that need other engine flags (LoRA,
-pooling models) or another model start their own with `start_pair`.
+(`start_session_pair`), with the route families that are off by default turned on and this
+frontend's gRPC service; modules that need other engine flags (LoRA, pooling models), another
+model, or engines of their own (tests/e2e/test_scale_out_and_admin.py, whose route walk sleeps,
+pauses and aborts everything) start their own with `start_pair`.
 """
 
 from __future__ import annotations
