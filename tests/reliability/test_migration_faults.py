@@ -64,22 +64,17 @@ async def _streams(base_url: str, n: int, max_tokens: int) -> list[tuple[str, st
 
 
 def _reference(base_url: str, max_tokens: int) -> list[str]:
-    """Each prompt's uninterrupted greedy answer (non-streaming, through the SDK), the prompts
-    sent together (each runs its `max_tokens` steps once, not one prompt after the other)."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Each prompt's uninterrupted greedy answer (non-streaming, through the SDK)."""
     from openai import OpenAI
 
     client = OpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0, timeout=120)
-
-    def one(i: int) -> str:
+    out = []
+    for i in range(len(PROMPTS)):
         r = client.chat.completions.create(model=SERVED, messages=_chat(i), max_tokens=max_tokens, temperature=0,
                                            extra_body={"ignore_eos": True})
         assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == max_tokens
-        return r.choices[0].message.content
-
-    with ThreadPoolExecutor(len(PROMPTS)) as pool:
-        return list(pool.map(one, range(len(PROMPTS))))
+        out.append(r.choices[0].message.content)
+    return out
 
 
 class _Background:
