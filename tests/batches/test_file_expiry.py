@@ -22,11 +22,11 @@ from types import SimpleNamespace
 import httpx
 import openai
 import pytest
-import redis
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests.batches.helpers import jsonl, line
+from tests.batches.test_batch_store import url  # noqa: F401 - the store-url fixture (SQLite, Redis)
 from vllm_pyfrontend.api.batches import routes
 from vllm_pyfrontend.server.app import error_middleware
 from vllm_pyfrontend.serving.batch_runner import BatchRunner, RunnerSettings
@@ -39,14 +39,6 @@ from vllm_pyfrontend.tenants.keys_file import Limits
 HOUR = 3600
 TENANTS = {"key-a": Tenant("a", "tenant:a"), "key-b": Tenant("b", "tenant:b"),
            "key-small": Tenant("small", "tenant:small", Limits(max_storage_bytes=100))}
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def url(request, redis_url):
-    if request.param == "redis":
-        redis.Redis.from_url(redis_url).flushdb()
-        return redis_url
-    return None
 
 
 # -- the stores ------------------------------------------------------------------------------------

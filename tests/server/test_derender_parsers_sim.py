@@ -15,22 +15,8 @@ import httpx
 import pytest
 
 from tests.inprocess import InProcessStack
+from tests.server.test_tools_sim import CALL, MESSAGES, TOOLS
 
-D = "｜DSML｜"
-CALL = (
-    f"<{D}tool_calls>\n<{D}invoke name=\"get_weather\">\n"
-    f"<{D}parameter name=\"city\" string=\"true\">Paris</{D}parameter>\n"
-    f"</{D}invoke>\n</{D}tool_calls>"
-)
-TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}]
-MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
 MODEL = "dsv4"
 THINK_AND_CALL = "The user wants weather.</think>Let me look." + CALL
 EOS_TEXT = "<｜end▁of▁sentence｜>"
