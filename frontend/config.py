@@ -149,6 +149,11 @@ class WorkerPolicy:
     routing_policy: str | None = None
     routing_prefix_weight: float = 1.0  # a prompt cached whole is worth weight * (mean load + 8)
     kv_events_host: str = "127.0.0.1"  # the host whose KV event publishers the workers subscribe to
+    # Prefill/decode disaggregation (frontend/engine/disaggregation.py): the first N data parallel
+    # ranks prefill, the others decode (0: every engine does both); prompts shorter than the
+    # threshold skip the prefill engines.
+    prefill_engines: int = 0
+    prefill_min_prompt_tokens: int = 0
     enable_prompt_tokens_details: bool = False  # usage.prompt_tokens_details: the prompt's cached tokens
     # vLLM's answer, output-log and HTTP-parser options (the flags of the same names):
     # per-request timing `metrics` in chat and completion answers (serving/per_request_metrics.py);

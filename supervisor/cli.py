@@ -103,6 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--routing-prefix-weight", type=float, default=None, metavar="W",
                    help="prefix-aware: a prompt an engine holds whole counts as W * (mean load + 8) "
                         "requests less load there (default 1)")
+    p.add_argument("--prefill-engines", type=int, default=None, metavar="N",
+                   help="prefill/decode disaggregation: the first N data parallel ranks compute prompts "
+                        "(prefill engines), the others generate (decode engines); each request goes to a "
+                        "prefill engine for its prompt, then to a decode engine with the KV the engines' "
+                        "connector passed (vLLM's --kv-transfer-config, e.g. NixlConnector with kv_role "
+                        "kv_both); default 0: every engine does both")
+    p.add_argument("--prefill-min-prompt-tokens", type=int, default=None, metavar="T",
+                   help="with --prefill-engines: prompts shorter than T tokens go to a decode engine whole "
+                        "(default 0)")
     p.add_argument("--kv-events-host", default=None, metavar="HOST",
                    help="where the workers reach the engines' KV event publishers (default 127.0.0.1)")
     p.add_argument("--enable-prompt-tokens-details", action="store_true", default=None,
@@ -302,6 +311,12 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
         parser.error("--data-parallel-size-local must be between 0 and --data-parallel-size")
     if start < 0 or start + (dp if local is None else local) > dp:
         parser.error("--data-parallel-start-rank + local ranks exceed --data-parallel-size")
+    if ns.prefill_engines is not None and not 0 <= ns.prefill_engines < dp:
+        parser.error(f"--prefill-engines must be between 1 and {dp - 1} (--data-parallel-size less one: "
+                     "the other ranks decode)" if dp > 1 else
+                     "--prefill-engines needs --data-parallel-size 2 or more (prefill and decode engines)")
+    if ns.prefill_min_prompt_tokens is not None and ns.prefill_min_prompt_tokens < 0:
+        parser.error("--prefill-min-prompt-tokens must be >= 0")
     if ns.enable_log_outputs and not ns.enable_log_requests:  # vLLM's check, its words
         parser.error("--enable-log-outputs requires --enable-log-requests")
     if ns.h11_max_incomplete_event_size < 1 or ns.h11_max_header_count < 1:

@@ -18,7 +18,9 @@ done by its parts, each in its own module:
 - `migration.Migrations`: the requests of an engine that went down, moved to a live one;
 - `outputs.OutputReader`: the output socket drained on the event loop (the hot path);
 - `delivery.Delivery`: the one way an output reaches its request's sink, stamped by the
-  client's `delivery.OutputClock` (`clock`: the sinks read it).
+  client's `delivery.OutputClock` (`clock`: the sinks read it);
+- `disaggregation.Disaggregation`: with engine roles, a request's prefill on a prefill engine
+  and its decode on a decode engine.
 
 What the client reports (scheduler stats, iterations, migrations) goes to the
 `observer.EngineObserver` it is built with (the worker's metrics), and nowhere else.
@@ -32,6 +34,7 @@ from typing import Any, Callable, Iterable
 from .aborts import Aborts
 from .connection import Connection
 from .delivery import Delivery, OutputClock
+from .disaggregation import Disaggregation, PrefillSink, Roles
 from .health import Health
 from .inflight import InFlight, fail_sink
 from .migration import Migrations
@@ -59,7 +62,10 @@ class EngineClient:
     """ZMQ client of one or more EngineCores (data parallel) for one worker.
 
     `observer` hears what the client reports as it happens (see `observer.EngineObserver`);
-    `clock` is this client's output clock, which the sinks it delivers to read."""
+    `clock` is this client's output clock, which the sinks it delivers to read.
+    `prefill_engines` > 0: the first that many engines (by rank) prefill and the others decode
+    (engine/disaggregation.py); prompts shorter than `prefill_min_prompt_tokens` go to a decode
+    engine whole."""
 
     def __init__(
         self,
@@ -74,6 +80,8 @@ class EngineClient:
         migration_limit: int = 0,
         migration_timeout: float = 30.0,
         observer: EngineObserver | None = None,
+        prefill_engines: int = 0,
+        prefill_min_prompt_tokens: int = 0,
     ):
         if not engine_indices:
             raise ValueError("engine_indices must name at least one engine")
@@ -110,6 +118,12 @@ class EngineClient:
                                   self.clock, observer.observe_iteration if observer is not None else None)
         self._outputs = OutputReader(self._connection, self._outbox, self._delivery, self._health,
                                      self._utility, self._engine_stats, self.clock, observer)
+        self.roles: Roles | None = None
+        self._disaggregation: Disaggregation | None = None
+        if prefill_engines:
+            self.roles = self._router.roles = Roles.first_prefill(indices, prefill_engines)
+            self._disaggregation = Disaggregation(self.roles, prefill_min_prompt_tokens, self._send_phase,
+                                                  self._live, self._inflight.sinks, observer)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -287,6 +301,8 @@ class EngineClient:
                 raise InvalidEngineRequest(f"request cannot be encoded: {e}", None) from None
             migrations.park_new(req, sink, self._health.unavailable().failure)
             return None
+        if self._disaggregation is not None:
+            req, sink = self._disaggregation.split(req, sink)
         engine = self._router.route(req)
         try:
             payload = encode_add(req, self._connection.layout)
@@ -296,6 +312,8 @@ class EngineClient:
         if migrations.enabled:
             self._inflight.requests[rid] = req
         self._outbox.add(rid, payload, req)
+        if type(sink) is PrefillSink:
+            sink.engine = engine
         return engine
 
     def _live(self) -> list[int]:
@@ -304,12 +322,33 @@ class EngineClient:
     def _resend(self, req: EngineRequest, sink: OutputSink, engine: int) -> int:
         """Track and queue a request moved off an engine (or one that waited for an engine)
         on `engine` (-1: the router picks)."""
+        if type(sink) is PrefillSink:  # a prefill phase moved: whole on a decode engine when no prefill engine is up
+            req, sink = self._disaggregation.moving(req, sink)
         if engine < 0:
             engine = self._router.route(req)
         payload = encode_add(req, self._connection.layout)
         rid = req.request_id
         self._inflight.track(rid, sink, engine)
         self._inflight.requests[rid] = req
+        self._outbox.add(rid, payload, req)
+        return engine
+
+    def _send_phase(self, req: EngineRequest, sink: OutputSink) -> int:
+        """Track and queue the next phase of a disaggregated request (engine/disaggregation.py)
+        on the engine the router picks for it. Raises EngineDeadError when no engine takes it."""
+        if not self._health.healthy:
+            raise self._unavailable()
+        if self._health.engines_down and not self._health.live():
+            if not self._migrations.enabled:
+                raise self._unavailable()
+            self._migrations.park_new(req, sink, self._health.unavailable().failure)
+            return -1
+        engine = self._router.route(req)
+        payload = encode_add(req, self._connection.layout)
+        rid = req.request_id
+        self._inflight.track(rid, sink, engine)
+        if self._migrations.enabled:
+            self._inflight.requests[rid] = req
         self._outbox.add(rid, payload, req)
         return engine
 

@@ -41,6 +41,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
+from .disaggregation import has_remote_prefill, with_kv_transfer
 from .inflight import InFlight, fail_sink
 from .types import EngineRequest, Failure, FailureKind, OutputSink
 
@@ -77,6 +78,8 @@ def continuation(req: EngineRequest, sink: OutputSink, new_id: str) -> EngineReq
     output_ids = getattr(sink, "output_ids", None)
     if output_ids is None:
         return None
+    if has_remote_prefill(req):  # the prefill engine's blocks may be gone: the new engine computes
+        req = with_kv_transfer(req, None, req.request_id)
     sp = req.sampling_params
     k = len(output_ids)
     if k == 0:

@@ -10,7 +10,10 @@ it on the event loop, from its parts:
   token ids plus the prompt tokens computed (vLLM's `vllm:iteration_tokens_total`, see
   engine/delivery.py);
 - `count_migration(reason)`: a request moved off an engine that went down (engine/migration.py);
-- `count_migration_failure(reason)`: a request of such an engine that failed instead of moving.
+- `count_migration_failure(reason)`: a request of such an engine that failed instead of moving;
+- with prefill/decode disaggregation (engine/disaggregation.py), when the observer has them:
+  `observe_disaggregation(path)`, `observe_prefill_phase(engine, seconds)` and
+  `observe_decode_first_token(engine, seconds)`.
 
 `vllm_pyfrontend.metrics.WorkerMetrics` implements it (the names are its own), and so does
 `metrics.MetricsRelay`, which forwards to the `WorkerMetrics` a worker builds after its engine

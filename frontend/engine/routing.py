@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from typing import Iterable
 
+from .disaggregation import Roles
 from .inflight import InFlight
 from .types import EngineRequest, Failure, InvalidEngineRequest
 
@@ -84,6 +85,8 @@ class Router:
         self._stats = stats
         self._rr = 0
         self.prefix: PrefixRouting | None = None
+        # With prefill/decode disaggregation, the engines of each phase (engine/disaggregation.py).
+        self.roles: Roles | None = None
         self._was_down = False
 
     def check_rank(self, rank: int | None) -> None:
@@ -99,6 +102,14 @@ class Router:
             return req.data_parallel_rank
         down = self._engines_down
         prefix = self.prefix
+        roles = self.roles
+        if roles is not None:
+            # The pool of its phase; the other pool when none of those is up (a prefill engine
+            # can decode, a decode engine prefill: what they cannot pass on they compute).
+            pool = roles.pool(req)
+            if down and all(e in down for e in pool):
+                pool = roles.other(pool)
+            indices = pool
         if down:
             indices = [e for e in indices if e not in down]
         if prefix is not None and (down or self._was_down) and prefix.subscriber is not None:

@@ -169,6 +169,10 @@ class EngineOutput:
     # vLLM's mm_cache_miss_hashes: items sent by hash only that the engine's processor cache
     # no longer held (the request failed; frontend/multimodal sends them in full next time).
     mm_cache_miss_hashes: list[str] | None = None
+    # What the engine's KV connector says about this request's KV cache, with its final output
+    # (vLLM's kv_transfer_params: a prefill engine's answer to a request for remote decode
+    # names where a decode engine reads the prompt's KV; engine/disaggregation.py).
+    kv_transfer_params: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:

@@ -358,6 +358,7 @@ def _error_text(err: Any) -> str | None:
 
 
 _EVENTS_INDEX = 7  # `events` in every supported layout (0.32, 0.33)
+_KV_TRANSFER_INDEX = 8  # `kv_transfer_params`, likewise
 _MM_CACHE_MISS_INDEX = 14  # `mm_cache_miss_hashes`, likewise
 _EVENT_QUEUED, _EVENT_SCHEDULED, _EVENT_PREEMPTED = 1, 2, 3  # EngineCoreEventType
 
@@ -415,6 +416,8 @@ def _decode_output(o: Any, frames: Sequence[Any], error_index: int | None) -> En
                 out.stop_reason = o[6]
                 if n > _EVENTS_INDEX and o[_EVENTS_INDEX]:
                     _read_events(out, o[_EVENTS_INDEX])
+                if n > _KV_TRANSFER_INDEX and isinstance(o[_KV_TRANSFER_INDEX], dict):
+                    out.kv_transfer_params = o[_KV_TRANSFER_INDEX]
                 if n > 11 and o[11] is not None:
                     stats = o[11]
                     if isinstance(stats, dict):

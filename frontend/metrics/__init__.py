@@ -246,6 +246,21 @@ class WorkerMetrics:
             "Number of requests of an engine that went down that failed instead of moving, by reason.",
             ["model_name", "reason"], registry=registry,
         )
+        # -- prefill/decode disaggregation (engine/disaggregation.py) ---------------------------
+        self.disagg_prefill_phase = histogram(
+            "vllm:disagg_prefill_phase_seconds",
+            "Time from sending a request's prefill phase to a prefill engine until its KV is ready "
+            "there (queue and prefill), by prefill engine.", TIME_TO_FIRST_TOKEN_BUCKETS)
+        self.disagg_decode_first_token = histogram(
+            "vllm:disagg_decode_first_token_seconds",
+            "Time from sending a prefilled request to a decode engine until its first token "
+            "(KV transfer and first step), by decode engine.", TIME_TO_FIRST_TOKEN_BUCKETS)
+        self.disagg_requests = Counter(
+            "vllm:disagg_requests",
+            "Requests of a disaggregated deployment by path: two_phase (prefill engine, then decode "
+            "engine), short (whole on a decode engine), fallback (whole on a decode engine after no "
+            "prefill engine could compute it).", ["model_name", "path"], registry=registry)
+        self._engine_role_info: Gauge | None = None
         # -- HTTP and worker pool --------------------------------------------------------------
         self.http_requests = Counter(
             "http_requests_total", "Total number of requests by method, status and handler.",
@@ -349,6 +364,25 @@ class WorkerMetrics:
     def count_migration_failure(self, reason: str) -> None:
         """A request failed instead of moving (`vllm:request_migration_failures_total{reason}`)."""
         self.request_migration_failures.labels(self.model_name, reason).inc()
+
+    def record_engine_roles(self, roles: dict[int, str]) -> None:
+        """`vllm:engine_role_info{engine, role}` at 1: each engine's role in a disaggregated
+        deployment (prefill or decode)."""
+        if self._engine_role_info is None:
+            self._engine_role_info = Gauge(
+                "vllm:engine_role_info", "The role of each engine in a disaggregated deployment.",
+                ["model_name", "engine", "role"], multiprocess_mode="mostrecent", registry=self.registry)
+        for engine, role in roles.items():
+            self._engine_role_info.labels(self.model_name, str(engine), role).set(1)
+
+    def observe_disaggregation(self, path: str) -> None:
+        self.disagg_requests.labels(self.model_name, path).inc()
+
+    def observe_prefill_phase(self, engine: int | None, seconds: float) -> None:
+        self.disagg_prefill_phase.labels(self.model_name, str(engine)).observe(seconds)
+
+    def observe_decode_first_token(self, engine: int | None, seconds: float) -> None:
+        self.disagg_decode_first_token.labels(self.model_name, str(engine)).observe(seconds)
     def tenant_recorder(self) -> "TenantMetrics":
         """The per-tenant families (named keys of --api-keys-file only), made on first use."""
         rec = getattr(self, "_tenant_metrics", None)
@@ -518,3 +552,15 @@ class MetricsRelay:
     def count_migration_failure(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.count_migration_failure(reason)
+
+    def observe_disaggregation(self, path: str) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_disaggregation(path)
+
+    def observe_prefill_phase(self, engine: int | None, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_prefill_phase(engine, seconds)
+
+    def observe_decode_first_token(self, engine: int | None, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_decode_first_token(engine, seconds)

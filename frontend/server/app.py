@@ -129,7 +129,8 @@ def engine_load(engine) -> dict[str, dict]:
     engine's clock on the step that sent them); `timestamp` is this worker's receipt time."""
     times = engine.scheduler_stats_time
     engine_times = engine.scheduler_stats_engine_time
-    return {
+    roles = getattr(engine, "roles", None)
+    out = {
         str(idx): {
             "num_running_reqs": stats.get("num_running_reqs", 0),
             "num_waiting_reqs": stats.get("num_waiting_reqs", 0),
@@ -139,6 +140,10 @@ def engine_load(engine) -> dict[str, dict]:
         }
         for idx, stats in engine.scheduler_stats.items()
     }
+    if roles is not None:  # a disaggregated deployment: each engine's role (prefill or decode)
+        for idx in roles.prefill + roles.decode:
+            out.setdefault(str(idx), {})["role"] = roles.role(idx)
+    return out
 
 
 async def handle_load(request: web.Request) -> web.Response:

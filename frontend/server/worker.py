@@ -157,6 +157,8 @@ async def build_worker(config: WorkerConfig, shared: SharedParts | None = None) 
         migration_limit=config.policy.migration_limit,
         migration_timeout=config.policy.migration_timeout,
         observer=observer,
+        prefill_engines=config.policy.prefill_engines,
+        prefill_min_prompt_tokens=config.policy.prefill_min_prompt_tokens,
     )
     known = [EngineInfo.from_json(d) for d in config.engine_infos] if config.engine_infos else None
     infos = await engine.start(engine_infos=known, timeout=config.engine_ready_timeout)
@@ -186,6 +188,8 @@ async def build_worker(config: WorkerConfig, shared: SharedParts | None = None) 
     engine.drain_hooks = state.drain.hooks  # one write per stream per drain
     observer.metrics = state.metrics
     state.metrics.record_cache_config(engine.engine_infos)  # vllm:cache_config_info
+    if engine.roles is not None:  # vllm:engine_role_info
+        state.metrics.record_engine_roles({e: engine.roles.role(e) for e in engine.engine_indices})
     app = build_app(state)
     return WorkerParts(engine, state, app, kv_events)
 

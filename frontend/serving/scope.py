@@ -392,6 +392,9 @@ class RequestScope:
             ttft_s=(min(firsts) - self.arrival) if firsts else None, e2e_s=e2e,
             queue_s=max((q for _, g in gens if (q := g.queue_time) is not None), default=None), sampling=sampling,
         )
+        engines, _ = self.engines()
+        if engines:  # the engines it ran on: a disaggregated request's prefill and decode engines
+            attrs["vllm.engines"] = engines
         events = [("request.migrated", int(at * 1e9), {"choice": g.index, "from_engine": -1 if e is None else e,
                                                       "reason": reason})
                   for _, g in gens if g.moves for e, reason, at in g.moves]

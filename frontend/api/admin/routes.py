@@ -303,12 +303,19 @@ async def _json_body(request: web.Request, message: str = "JSON decode error") -
 async def handle_kv_event_sources(request: web.Request) -> web.Response:
     """Where each engine publishes its KV cache events, for a gateway's cache-aware routing: a
     bare JSON array, one entry per data parallel rank (`data_parallel_rank`, `endpoint`,
-    `replay_endpoint`, `topic`), as vLLM serves it; empty when the engines publish none."""
-    config = request.app[STATE].config
+    `replay_endpoint`, `topic`), as vLLM serves it, and each rank's `role` (prefill or decode)
+    in a disaggregated deployment; empty when the engines publish none."""
+    state = request.app[STATE]
+    config = state.config
     events = KvEventsConfig.from_engine_args(config.engine_args)
     if events is None:
         return _ok([])
-    return _ok(events.describe(config.engine_indices, config.policy.kv_events_host))
+    sources = events.describe(config.engine_indices, config.policy.kv_events_host)
+    roles = state.engine.roles
+    if roles is not None:  # a disaggregated deployment: which ranks prefill, which decode
+        for source in sources:
+            source["role"] = roles.role(source["data_parallel_rank"])
+    return _ok(sources)
 
 
 def add_routes(app: web.Application) -> None:
