@@ -20,7 +20,9 @@ SIM_ENGINE_FLAGS = frozenset(
      # the sim engine's own fault injection (not vLLM flags), for reliability tests
      "--hang-after-steps", "--die-after-steps",
      # prefix caching and its KV events (supervisor/sim/prefix_cache.py)
-     "--enable-prefix-caching", "--no-enable-prefix-caching", "--kv-events-config", "--num-gpu-blocks-override"}
+     "--enable-prefix-caching", "--no-enable-prefix-caching", "--kv-events-config", "--num-gpu-blocks-override",
+     # prefill/decode disaggregation (supervisor/sim/kv_transfer.py) and the sim's prefill cost
+     "--kv-transfer-config", "--prefill-time-per-token"}
 )
 
 

@@ -17,6 +17,7 @@ import sys
 
 from vllm_pyfrontend.server import log_lines
 from vllm_pyfrontend.supervisor.sim.engine import SimEngine, SimEngineConfig
+from vllm_pyfrontend.supervisor.sim.kv_transfer import KvTransferConfig
 from vllm_pyfrontend.supervisor.sim.prefix_cache import attach_prefix_cache
 
 
@@ -34,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
                    help="model a prefix cache (default: on with --kv-events-config, else off)")
     p.add_argument("--kv-events-config", default=None, help="vLLM's KV events config (JSON)")
+    p.add_argument("--kv-transfer-config", type=_kv_transfer_config, default=None,
+                   help="vLLM's KV transfer config (JSON): prefill/decode disaggregation with "
+                   "kv_role, kv_load_failure_policy and kv_connector_extra_config "
+                   "(transfer_time_per_token, fail_load_every)")
+    p.add_argument("--prefill-time-per-token", type=float, default=0.0,
+                   help="seconds each prompt token computed adds to its step (default 0: none)")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--vllm-version", default="0.32.0", help="wire layout to speak")
     p.add_argument("--seed", type=int, default=0)
@@ -58,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--handshake-timeout", type=float, default=300.0)
     p.add_argument("--log-level", default="INFO")
     return p
+
+
+def _kv_transfer_config(text: str) -> KvTransferConfig:
+    try:
+        return KvTransferConfig.parse(text)
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # The config fields read from flags of other names (or values); each other field of

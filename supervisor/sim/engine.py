@@ -9,7 +9,10 @@ response on each input, then READY on the handshake socket.
 After that one thread does everything: it polls the input sockets until the next step
 deadline, handles what arrived, and at the deadline runs one step and sends one
 `EngineCoreOutputs` per client that has outputs. Deadlines are fixed multiples of
-`step_time` from the first step, so the step rate does not drift with the work done.
+`step_time` from the first step, so the step rate does not drift with the work done. With a
+prefill cost (`prefill_time_per_token`) a step that computes prompt tokens lasts that much
+longer: its outputs go out, and every later deadline moves, once that time has passed (inputs
+are still read meanwhile, as vLLM's input thread reads them while a step runs).
 
 Failures behave as in vLLM: a request that vLLM's input thread cannot decode, or one that
 kills vLLM's busy loop, ends the engine with `ENGINE_CORE_DEAD` on every output socket
@@ -32,6 +35,7 @@ import msgspec
 import zmq
 
 from vllm_pyfrontend.supervisor.sim import wire
+from vllm_pyfrontend.supervisor.sim.kv_transfer import KvConnector, KvTransferConfig
 from vllm_pyfrontend.supervisor.sim.scheduler import FatalEngineError, Scheduler
 from vllm_pyfrontend.supervisor.sim.tokens import TokenSource
 
@@ -64,6 +68,10 @@ class SimEngineConfig:
     # after its first step, `pooling_dim` floats), as vLLM's `--runner pooling --convert embed`.
     runner: str = "generate"
     pooling_dim: int = 1024
+    # Seconds each prompt token computed adds to its step (0: prefill is free).
+    prefill_time_per_token: float = 0.0
+    # vLLM's --kv-transfer-config: prefill/decode disaggregation (kv_transfer.py); None: none.
+    kv_transfer_config: KvTransferConfig | None = None
 
 
 class EngineDied(Exception):
@@ -77,6 +85,11 @@ class SimEngine:
         self.layout = wire.Layout(config.vllm_version)
         blocks_per_seq = math.ceil(config.max_model_len / config.block_size)
         self.num_gpu_blocks = config.num_gpu_blocks or config.max_num_seqs * blocks_per_seq
+        kv_transfer = config.kv_transfer_config
+        connector = (
+            KvConnector(kv_transfer, config.engine_index, config.block_size, self.num_gpu_blocks)
+            if kv_transfer is not None else None
+        )
         self.scheduler = Scheduler(
             TokenSource(config.model, seed=config.seed),
             self.layout,
@@ -87,11 +100,15 @@ class SimEngine:
             log_stats=config.log_stats,
             include_finished_set=config.include_finished_set,
             pooling_dim=config.pooling_dim if config.runner == "pooling" else None,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            prefill_time_per_token=config.prefill_time_per_token,
+            connector=connector,
         )
         self.ctx = zmq.Context()
         self.inputs: list[zmq.Socket] = []
         self.outputs: list[zmq.Socket] = []
         self.deaf = False
+        self._poller: zmq.Poller | None = None
         self.weight_version = "default"  # EngineCore._weight_version
         self._stop = False
 
@@ -191,7 +208,7 @@ class SimEngine:
     def _loop(self) -> int:
         cfg = self.config
         sched = self.scheduler
-        poller = zmq.Poller()
+        poller = self._poller = zmq.Poller()
         for sock in self.inputs:
             poller.register(sock, zmq.POLLIN)
         step_time = cfg.step_time
@@ -216,9 +233,11 @@ class SimEngine:
             now = time.monotonic()
             if now < next_step or not sched.has_work():
                 continue
-            self._step(now)
+            busy = self._step(now)
             steps += 1
-            next_step += step_time
+            next_step += step_time + busy
+            if busy:
+                now = time.monotonic()
             if next_step < now:  # fell behind by over a step: restart the grid, no burst
                 next_step = now + step_time
             if cfg.die_after_steps is not None and steps >= cfg.die_after_steps:
@@ -230,8 +249,14 @@ class SimEngine:
         self._shutdown_aborts()
         return 0
 
-    def _step(self, now: float) -> None:
+    def _step(self, now: float) -> float:
+        """One step at `now`; its outputs go out once its prefill time has passed. Returns
+        that time (0 without a prefill cost)."""
         result = self.scheduler.step(now)
+        busy = self.config.prefill_time_per_token * result.prefill_tokens
+        if busy > 0:
+            self._read_inputs_until(now + busy)
+            now = time.monotonic()
         idx = self.config.engine_index
         outputs = result.outputs
         finished = result.finished
@@ -249,6 +274,15 @@ class SimEngine:
                 weight_version=self.weight_version,
             )
             self._send(client, payload)
+        return busy
+
+    def _read_inputs_until(self, deadline: float) -> None:
+        while not self._stop and (left := deadline - time.monotonic()) > 0:
+            if self.deaf:
+                time.sleep(left)
+                return
+            for sock, _ in self._poller.poll(max(1, math.ceil(left * 1000))):
+                self._drain(sock)
 
     def _shutdown_aborts(self) -> None:
         """On SIGTERM, finish every in-flight request with `abort`, as vLLM does."""

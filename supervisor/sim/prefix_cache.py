@@ -32,7 +32,7 @@ _MASK = (1 << 64) - 1
 
 class CachedPrompt:
     """One request's view of the cache: its full blocks' hashes, how many leading blocks were
-    found cached, the prompt tokens still to prefill, and the blocks it pins."""
+    found cached, the prompt tokens the cache does not cover, and the blocks it pins."""
 
     __slots__ = ("prompt", "hashes", "cached_blocks", "cached_tokens", "prefill_left", "pinned")
 

@@ -10,7 +10,15 @@ stopping token is included in `new_token_ids`. EOS and stop ids are never produc
 
 With a prefix cache (`prefix_cache`, see prefix_cache.py) a request's first token comes once its
 uncached prompt tokens are prefilled, `max_num_batched_tokens` per step shared by all running
-requests (decodes first), and its `prefill_stats` report the cached tokens.
+requests (decodes first), and its `prefill_stats` report the cached tokens. The same budget
+applies, with or without a prefix cache, when prompt tokens cost time
+(`prefill_time_per_token`): the step then reports the prompt tokens it computed
+(`StepResult.prefill_tokens`) and the engine lengthens it by that many times the cost per
+token. Without either, a prompt is computed within its first step, at no cost.
+
+With a KV connector (`connector`, see kv_transfer.py) a decode-role request first waits in
+`loading` for its KV transfer: it holds its blocks but no running slot, and is counted as a
+deferred waiting request (`num_skipped_waiting_reqs`), as vLLM counts WAITING_FOR_REMOTE_KVS.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 
 from vllm_pyfrontend.supervisor.sim import wire
 from vllm_pyfrontend.supervisor.sim.continuation import greedy_offset, scripted_done
+from vllm_pyfrontend.supervisor.sim.kv_transfer import DECODE, PREFILL, KvConnector
 from vllm_pyfrontend.supervisor.sim.tokens import TokenSource
 
 
@@ -53,6 +62,10 @@ class SimRequest:
         "pool_dim",
         "prompt",
         "kv",
+        "role",
+        "load",
+        "prefill_left",
+        "scheduled_ts",
     )
 
     def __init__(
@@ -91,6 +104,10 @@ class SimRequest:
         self.pool_dim = pool_dim  # a pooling request: the size of its vector
         self.prompt: list[int] | None = None  # kept only with a prefix cache
         self.kv = None  # its prefix_cache.CachedPrompt once admitted
+        self.role: str | None = None  # kv_transfer.PREFILL / DECODE with a KV connector
+        self.load = None  # a decode-role request's kv_transfer.RemoteLoad
+        self.prefill_left = 0  # prompt tokens still to compute (when prefill is modelled)
+        self.scheduled_ts = 0.0  # when it joined the running set (its SCHEDULED event)
 
     @property
     def scripted(self) -> bool:
@@ -105,6 +122,7 @@ class StepResult:
     finished: dict[int, list[str]]
     stats: dict[str, Any] | None
     stats_client: int
+    prefill_tokens: int = 0  # prompt tokens computed in the step (with a prefill cost)
 
 
 class Scheduler:
@@ -120,6 +138,9 @@ class Scheduler:
         log_stats: bool = True,
         include_finished_set: bool = False,
         pooling_dim: int | None = None,
+        max_num_batched_tokens: int = 8192,
+        prefill_time_per_token: float = 0.0,
+        connector: KvConnector | None = None,
     ):
         self.tokens = tokens
         # A pooling model (None: generation only): every pooled vector is a slice of this one.
@@ -143,9 +164,10 @@ class Scheduler:
 
         self.requests: dict[str, SimRequest] = {}  # every in-flight request, by id
         self.running: dict[str, SimRequest] = {}
+        self.loading: dict[str, SimRequest] = {}  # decode-role requests awaiting their KV
         self.waiting: deque[SimRequest] = deque()
         self.num_waiting = 0  # waiting minus aborted-while-waiting
-        self.kv_tokens = 0  # tokens held by running requests
+        self.kv_tokens = 0  # tokens held by running requests and those loading their KV
         self.step_counter = 0
         self._finished_sets: dict[int, set[str]] = {}
         self._step_due = False  # a step owed after aborts (vLLM steps for finished ids)
@@ -153,12 +175,14 @@ class Scheduler:
         self._prefix_reset = False
         # Off unless prefix caching is on (prefix_cache.py; sim/__main__.py attaches it).
         self.prefix_cache = None
-        self.max_num_batched_tokens = 8192
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.prefill_time_per_token = prefill_time_per_token
+        self.connector = connector
 
     # ------------------------------------------------------------------ inputs
 
     def has_work(self) -> bool:
-        return bool(self.running) or self.num_waiting > 0 or self._step_due
+        return bool(self.running) or self.num_waiting > 0 or self._step_due or bool(self.loading)
 
     def add(self, req: wire.SimEngineRequest, now: float) -> list[Any] | None:
         """Queue a decoded ADD. Returns an error output for the request when vLLM would
@@ -210,6 +234,10 @@ class Scheduler:
         )
         if self.prefix_cache is not None:
             r.prompt = prompt
+        if self.connector is not None:
+            r.role = self.connector.role(extra)
+            if r.role == DECODE:
+                r.load = self.connector.new_load(extra)
         self.requests[rid] = r
         self.waiting.append(r)
         self.num_waiting += 1
@@ -250,6 +278,8 @@ class Scheduler:
                 self.prefix_cache.release(r.kv)
             if self.running.pop(rid, None) is not None:
                 self.kv_tokens -= r.prompt_len + r.n_out
+            elif self.loading.pop(rid, None) is not None:
+                self.kv_tokens -= r.prompt_len
             else:
                 r.aborted = True
                 self.num_waiting -= 1
@@ -270,6 +300,7 @@ class Scheduler:
                     self.prefix_cache.release(r.kv)
         self.requests.clear()
         self.running.clear()
+        self.loading.clear()
         self.waiting.clear()
         self.num_waiting = 0
         self.kv_tokens = 0
@@ -281,9 +312,6 @@ class Scheduler:
             self.prefix_cache.reset()
         return True
 
-    def _prefill(self) -> set[str]:
-        return _prefill_step(self)
-
     def _note_finished(self, r: SimRequest) -> None:
         if self.include_finished_set:
             self._finished_sets.setdefault(r.client_index, set()).add(r.request_id)
@@ -291,7 +319,8 @@ class Scheduler:
     # ------------------------------------------------------------------ step
 
     def step(self, now: float) -> StepResult:
-        """Admit waiting requests, give every running request one token."""
+        """Run the requests whose KV arrived, admit waiting requests, prefill, and give every
+        running request done prefilling one token."""
         self.step_counter += 1
         self._step_due = False
         layout_extra = self.layout.output_extra
@@ -303,31 +332,48 @@ class Scheduler:
         running = self.running
         waiting = self.waiting
         cache = self.prefix_cache
+        costed = self.prefill_time_per_token > 0
+        outputs: dict[int, list[list[Any]]] = {}
+        if self.loading:
+            self._finish_loads(now, outputs)
         while waiting and len(running) < self.max_num_seqs:
             r = waiting.popleft()
             if r.aborted:
                 continue
             self.num_waiting -= 1
-            running[r.request_id] = r
             new_requests += 1
             new_queries += r.prompt_len
             self.kv_tokens += r.prompt_len
+            cached = 0
             if cache is not None and r.prompt is not None:
                 r.kv = cache.admit(r.prompt)
                 r.prompt = None
-                new_hits += r.kv.cached_tokens
-        prefilling = self._prefill() if cache is not None else None
+                cached = r.kv.cached_tokens
+                new_hits += cached
+            if self.connector is not None:
+                self.connector.record_lookup(r.prompt_len - cached, r.load is not None)
+            if r.load is not None:  # its prompt's KV comes from the prefill engine first
+                self.connector.start_load(r.load, r.prompt_len - cached, now)
+                self.loading[r.request_id] = r
+                continue
+            running[r.request_id] = r
+            r.scheduled_ts = now
+            if costed or r.kv is not None:
+                r.prefill_left = r.prompt_len - cached
+        prefilling = None
+        prefill_tokens = 0
+        if cache is not None or costed:
+            prefilling, prefill_tokens = _prefill_step(self)
 
         stream = self.tokens.stream
         mask = self.tokens.mask
-        outputs: dict[int, list[list[Any]]] = {}
         done: list[SimRequest] = []
         for r in running.values() if not prefilling else [r for r in running.values() if r.request_id not in prefilling]:
             if r.pool_dim is not None:
                 r.n_out = 1
                 item = wire.output_item(
                     self.layout, r.request_id, [], wire.FINISH_STOP, None,
-                    [wire.event(wire.EVENT_QUEUED, r.queued_ts), wire.event(wire.EVENT_SCHEDULED, now)]
+                    [wire.event(wire.EVENT_QUEUED, r.queued_ts), wire.event(wire.EVENT_SCHEDULED, r.scheduled_ts)]
                     if log_stats else None,
                     wire.prefill_stats(r.prompt_len, self.block_size),
                 )
@@ -363,19 +409,11 @@ class Scheduler:
                     [tok],
                     finish,
                     stop_reason,
-                    [wire.event(wire.EVENT_QUEUED, r.queued_ts), wire.event(wire.EVENT_SCHEDULED, now)]
+                    [wire.event(wire.EVENT_QUEUED, r.queued_ts), wire.event(wire.EVENT_SCHEDULED, r.scheduled_ts)]
                     if log_stats
                     else None,
-                    wire.prefill_stats(r.prompt_len, self.block_size),
+                    self._prefill_stats(r),
                 )
-                if r.kv is not None:
-                    stats = item[11]
-                    stats["num_cached_tokens"] = stats["num_local_cached_tokens"] = r.kv.cached_tokens
-                    stats["num_computed_tokens"] = r.prompt_len - r.kv.cached_tokens
-                    # vLLM's PrefillStats.finalize: the full blocks cached after the prefill, less
-                    # those that were cached before it.
-                    created = stats["num_cache_creation_tokens"] - r.kv.cached_tokens
-                    stats["num_cache_creation_tokens"] = max(0, created)
             else:
                 # The common case, spelled out: one list literal per token.
                 item = [
@@ -395,6 +433,11 @@ class Scheduler:
                 client_outputs.append(item)
             if finish is not None:
                 done.append(r)
+                if r.role == PREFILL:
+                    stats = item[11]
+                    item[8] = self.connector.finished_params(
+                        r.request_id, r.prompt_len + n - 1, stats["num_cached_tokens"] if stats else None
+                    )
 
         self.kv_tokens += len(running)
         for r in done:
@@ -428,36 +471,103 @@ class Scheduler:
                 prefix_hits=new_hits,
                 reset=self._prefix_reset,
             )
+            if self.connector is not None:
+                self._connector_stats(stats, now)
             self._prefix_reset = False
             clients = sorted(outputs) or sorted(finished)
             if clients:
                 stats_client = clients[self._stats_rr % len(clients)]
                 self._stats_rr += 1
-        return StepResult(outputs, finished, stats, stats_client)
+        return StepResult(outputs, finished, stats, stats_client, prefill_tokens)
+
+    def _prefill_stats(self, r: SimRequest) -> dict[str, int]:
+        """A request's PrefillStats: the prompt less what the local prefix cache and a KV
+        transfer brought (vLLM's PrefillStats.set at its first scheduling)."""
+        stats = wire.prefill_stats(r.prompt_len, self.block_size)
+        local = r.kv.cached_tokens if r.kv is not None else 0
+        external = r.load.tokens if r.load is not None else 0
+        if local or external:
+            stats["num_cached_tokens"] = local + external
+            stats["num_local_cached_tokens"] = local
+            stats["num_external_cached_tokens"] = external
+            stats["num_computed_tokens"] = r.prompt_len - local - external
+            # vLLM's PrefillStats.finalize: the full blocks cached after the prefill, less those
+            # that were cached before it.
+            stats["num_cache_creation_tokens"] = max(0, stats["num_cache_creation_tokens"] - local - external)
+        return stats
+
+    def _finish_loads(self, now: float, outputs: dict[int, list[list[Any]]]) -> None:
+        """Decode-role requests whose transfer has ended: a failed load ends the request
+        (policy "fail") or leaves its whole prompt to compute ("recompute"); then they run,
+        ahead of the waiting queue as in vLLM, while there is room."""
+        running = self.running
+        for r in list(self.loading.values()):
+            load = r.load
+            if load.ready_at > now:
+                continue
+            if load.fails:
+                load.fails = False
+                load.tokens = 0
+                if not self.connector.recompute_failures:
+                    self._fail_load(r, outputs)
+                    continue
+            if len(running) >= self.max_num_seqs:
+                continue
+            del self.loading[r.request_id]
+            running[r.request_id] = r
+            r.scheduled_ts = now
+            if self.prefill_time_per_token > 0 or r.kv is not None:
+                # All but the prompt's last token arrived (vLLM computes that one to sample).
+                local = r.kv.cached_tokens if r.kv is not None else 0
+                r.prefill_left = max(1, r.prompt_len - local - load.tokens)
+
+    def _fail_load(self, r: SimRequest, outputs: dict[int, list[list[Any]]]) -> None:
+        """vLLM's "fail" policy: the request ends with finish reason error and no tokens; its
+        events are the QUEUED one only (it was never scheduled to run)."""
+        del self.loading[r.request_id]
+        del self.requests[r.request_id]
+        self.kv_tokens -= r.prompt_len
+        if r.kv is not None:
+            self.prefix_cache.release(r.kv)
+        events = [wire.event(wire.EVENT_QUEUED, r.queued_ts)] if self.log_stats else None
+        item = wire.output_item(self.layout, r.request_id, [], wire.FINISH_ERROR, None, events)
+        outputs.setdefault(r.client_index, []).append(item)
+        self._note_finished(r)
+        self._step_due = True
+
+    def _connector_stats(self, stats: dict[str, Any], now: float) -> None:
+        """What vLLM's stats add with a KV connector: the loads by stage, the requests waiting
+        for one among the deferred waiting ones, and the connector's prefix cache stats."""
+        in_progress = sum(1 for r in self.loading.values() if r.load.ready_at > now)
+        stats["num_skipped_waiting_reqs"] = len(self.loading)
+        stats["num_kv_fetch_reqs_by_stage"]["in_progress"] = in_progress
+        stats["num_kv_fetch_reqs_by_stage"]["completed_waiting"] = len(self.loading) - in_progress
+        stats["connector_prefix_cache_stats"] = self.connector.take_prefix_stats()
 
 
-def _prefill_step(sched: Scheduler) -> set[str]:
+def _prefill_step(sched: Scheduler) -> tuple[set[str], int]:
     """Spend one step's token budget on prompts still prefilling (decodes take one token each
-    first); a prompt done caches its blocks. Returns the ids still prefilling."""
+    first); a prompt done caches its blocks. Returns the ids still prefilling and the prompt
+    tokens computed."""
     budget = sched.max_num_batched_tokens
     pending = []
     for r in sched.running.values():
-        kv = r.kv
-        if kv is not None and kv.prefill_left:
+        if r.prefill_left:
             pending.append(r)
         else:
             budget -= 1
     still: set[str] = set()
+    computed = 0
     for r in pending:
-        kv = r.kv
-        take = min(kv.prefill_left, max(budget, 0))
-        kv.prefill_left -= take
+        take = min(r.prefill_left, max(budget, 0))
+        r.prefill_left -= take
         budget -= take
-        if kv.prefill_left:
+        computed += take
+        if r.prefill_left:
             still.add(r.request_id)
-        else:
-            sched.prefix_cache.prefilled(kv)
-    return still
+        elif r.kv is not None:
+            sched.prefix_cache.prefilled(r.kv)
+    return still, computed
 
 
 def _scripted_token(r: SimRequest, n: int, stream: list[int], mask: int) -> int:
