@@ -24,15 +24,17 @@ asking for prompt logprobs or for a single token) goes to a decode engine whole.
 Failures end well: a prefill phase whose engine goes down moves to another prefill engine like
 any request (engine/migration.py; the router keeps it in the prefill pool) or, when it cannot
 move, runs whole on a decode engine, as does a prefill that ends with an error or abort. A
-decode engine that cannot load the KV recomputes it there (the engine's
-`kv_load_failure_policy`). A request moved off a decode engine continues without transfer
+decode engine that cannot load the KV recomputes it there (`kv_load_failure_policy` "recompute"),
+or ends the request with an error before its first token ("fail", vLLM's default): it then runs
+again whole on a decode engine. A request moved off a decode engine continues without transfer
 parameters (the prefill engine's blocks may be gone): its new engine computes the prompt.
 
 What the two phases take is reported to the client's observer: the prefill phase (sent to the
 prefill engine until its output is here) and the decode phase's first token (sent to the decode
 engine until its first token: the KV transfer and the first step), by engine, and how each
 request went (`two_phase`, `short`: whole on a decode engine, `fallback`: whole on a decode
-engine after its prefill failed).
+engine after its prefill failed, `recomputed`: whole again after its decode engine could not load
+the KV).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
-from .types import FINISH_LENGTH, FINISH_STOP, EngineOutput, EngineRequest, Failure, FailureKind, OutputSink
+from .types import FINISH_ERROR, FINISH_LENGTH, FINISH_STOP, EngineOutput, EngineRequest, Failure, FailureKind, OutputSink
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ REMOTE_DECODE = {"do_remote_decode": True, "do_remote_prefill": False, "remote_e
 PATH_TWO_PHASE = "two_phase"
 PATH_SHORT = "short"
 PATH_FALLBACK = "fallback"
+PATH_RECOMPUTED = "recomputed"
 
 
 class Roles:
@@ -170,7 +173,7 @@ class Disaggregation:
         self._observe("observe_prefill_phase", phase.engine, now - phase.sent_at)
         self._count(PATH_TWO_PHASE)
         decode = with_kv_transfer(phase.req, params, phase.request_id)
-        probe = FirstToken(self, phase.sink, decode.request_id, now)
+        probe = FirstToken(self, phase.sink, decode, now)
         try:
             engine = self._send(decode, probe)
         except Exception as e:  # noqa: BLE001 - no engine takes it (all down, the client closing)
@@ -193,6 +196,20 @@ class Disaggregation:
             return
         if engine >= 0:
             _sent(phase.sink, engine)
+
+    def load_failed(self, probe: "FirstToken", error: str | None) -> None:
+        """The decode engine ended the request before its first token (a KV load that failed):
+        it runs whole on a decode engine, which computes the prompt."""
+        log.info("request %s: engine %s could not load its KV (%s); it runs whole",
+                 probe.request_id, probe.engine, error or "error")
+        self._count(PATH_RECOMPUTED)
+        try:
+            engine = self._send(with_kv_transfer(probe.req, None, probe.request_id), probe.sink)
+        except Exception as e:  # noqa: BLE001
+            _fail(probe.sink, e)
+            return
+        if engine >= 0:
+            _sent(probe.sink, engine)
 
     def moving(self, req: EngineRequest, phase: "PrefillSink") -> tuple[EngineRequest, OutputSink]:
         """A prefill phase moved off an engine that went down (engine/migration.py): to another
@@ -279,12 +296,13 @@ class FirstToken:
     """The client's sink for the decode phase until its first output: it times the wait, then
     puts the client's sink itself in the in-flight table (the per-token path stays direct)."""
 
-    __slots__ = ("_pd", "sink", "request_id", "engine", "sent_at")
+    __slots__ = ("_pd", "sink", "req", "request_id", "engine", "sent_at")
 
-    def __init__(self, pd: Disaggregation, sink: OutputSink, request_id: str, sent_at: float):
+    def __init__(self, pd: Disaggregation, sink: OutputSink, req: EngineRequest, sent_at: float):
         self._pd = pd
         self.sink = sink
-        self.request_id = request_id
+        self.req = req  # the decode phase as sent
+        self.request_id = req.request_id
         self.engine: int | None = None
         self.sent_at = sent_at
 
@@ -300,6 +318,11 @@ class FirstToken:
             on_tokens(token_ids)
 
     def on_output(self, output) -> None:
+        if output.finish_reason == FINISH_ERROR and not output.new_token_ids:
+            # The decode engine could not load the prompt's KV (its kv_load_failure_policy
+            # "fail", vLLM's default): the request runs again whole, computing its prompt.
+            self._pd.load_failed(self, output.error)
+            return
         self._pd.first_token(self)
         self.sink.on_output(output)
 

@@ -259,7 +259,8 @@ class WorkerMetrics:
             "vllm:disagg_requests",
             "Requests of a disaggregated deployment by path: two_phase (prefill engine, then decode "
             "engine), short (whole on a decode engine), fallback (whole on a decode engine after no "
-            "prefill engine could compute it).", ["model_name", "path"], registry=registry)
+            "prefill engine could compute it), recomputed (whole again after its decode engine could "
+            "not load the KV).", ["model_name", "path"], registry=registry)
         self._engine_role_info: Gauge | None = None
         # -- HTTP and worker pool --------------------------------------------------------------
         self.http_requests = Counter(

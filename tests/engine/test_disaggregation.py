@@ -297,3 +297,28 @@ async def test_a_moved_prefill_phase_runs_whole_when_no_prefill_engine_is_up(add
         await client.close()
         for e in (e0, e1):
             e.close()
+
+
+@on_uvloop
+async def test_a_failed_kv_load_runs_the_request_again_whole(addresses, zctx):
+    """The decode engine ends the request with an error before its first token (its
+    kv_load_failure_policy "fail"): the client never sees it; the request runs again whole."""
+    client, (e0, e1), observer = await _started(addresses, zctx)
+    try:
+        sink = GenSink()
+        client.add_request(_req("f"), sink)
+        await e0.recv()
+        e0.send(_final("f", [1], kv=PARAMS))
+        _, dec = await e1.recv()
+        assert dec.sampling_params.extra_args["kv_transfer_params"] == PARAMS
+        e1.send(_final("f", [], reason=FinishReason.ERROR))
+        _, again = await e1.recv()
+        assert again.request_id == "f" and again.sampling_params.extra_args == {"user": "x"}
+        e1.send(_final("f", [4]))
+        await until(lambda: sink.tokens == [4])
+        assert sink.dead is None and [o.finish_reason for o in sink.outputs] == [FinishReason.LENGTH]
+        assert observer.paths == ["two_phase", "recomputed"]
+    finally:
+        await client.close()
+        for e in (e0, e1):
+            e.close()
