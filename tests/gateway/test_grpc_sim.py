@@ -1,7 +1,8 @@
 """`--grpc-port` on the simulated engine: vLLM's VllmEngine gRPC service beside HTTP in both
 workers, on one port. Generate (stream and not, n, stop strings, logprobs, cancel, Abort),
 info, health and reflection; bad input is INVALID_ARGUMENT, never reaches the engine, and the
-workers keep serving."""
+workers keep serving. The deployment is a disaggregated one (a prefill and a decode engine,
+`--prefill-engines 1`): a gateway in front of it sees one ordinary worker."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ VOCAB = 129280
 def stack():
     port = free_port()
     s = Stack(["--engine", "sim", "--workers", "2", "--sim-step-time", "0.01", "--max-model-len", "4096",
-               "--served-model-name", "dsv4", "--shutdown-timeout", "5", "--grpc-port", str(port), MODEL],
+               "--served-model-name", "dsv4", "--shutdown-timeout", "5", "--grpc-port", str(port),
+               "--data-parallel-size", "2", "--prefill-engines", "1",
+               "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}', MODEL],
               ready_timeout=120)
     s.grpc_target = f"127.0.0.1:{port}"
     yield s
@@ -119,9 +122,9 @@ def test_info_health_and_reflection(stack):
     info, server, health, loads, overall, engine, names = run(go())
     assert info.served_model_name == "dsv4" and info.max_context_length == 4096 and info.vocab_size == VOCAB
     assert info.is_generation and list(info.eos_token_ids) == [1]
-    assert server.server_type == "vllm-grpc" and server.data_parallel_size == 1
+    assert server.server_type == "vllm-grpc" and server.data_parallel_size == 2  # (a prefill and a decode engine)
     assert health.healthy
-    assert loads.dp_rank_count == 1 and loads.loads[0].dp_rank == 0
+    assert loads.dp_rank_count == 2 and [x.dp_rank for x in loads.loads] == [0, 1]
     assert overall.status == engine.status == health_pb2.HealthCheckResponse.SERVING
     assert {"vllm.grpc.engine.VllmEngine", "grpc.health.v1.Health"} <= names
 
@@ -223,6 +226,12 @@ def test_http_still_served_beside_grpc(stack):
     r = httpx.post(stack.base_url + "/v1/completions", json={"model": "dsv4", "prompt": "hi", "max_tokens": 2},
                    timeout=30)
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_grpc_requests_ran_in_two_phases(stack):
+    """What the gRPC calls above sent went through the prefill engine, then the decode engine."""
+    run(_generate(stack.grpc_target, _req(rid="phases")))
+    assert _metric(stack.base_url, 'vllm:disagg_requests_total{model_name="dsv4",path="two_phase"}') >= 1
 
 
 def test_requests_the_engine_aborts_are_unavailable_not_an_empty_complete():
