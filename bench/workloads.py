@@ -27,6 +27,17 @@ TOOL_SCRIPT = (
     f"</{_DSML}invoke>\n"
     f"</{_DSML}tool_calls>"
 )
+# The same call with a 2,000-character argument (a note's text): the parser's cost per token
+# while one long string value streams.
+_LONG_NOTE = ("Pack a light jacket, the evening wind off the river is cold; " * 40)[:2000]
+TOOL_SCRIPT_LONG = (
+    f"<{_DSML}tool_calls>\n"
+    f'<{_DSML}invoke name="get_weather">\n'
+    f'<{_DSML}parameter name="location" string="true">Paris</{_DSML}parameter>\n'
+    f'<{_DSML}parameter name="note" string="true">{_LONG_NOTE}</{_DSML}parameter>\n'
+    f"</{_DSML}invoke>\n"
+    f"</{_DSML}tool_calls>"
+)
 TOOLS = [{
     "type": "function",
     "function": {
@@ -42,6 +53,12 @@ TOOLS = [{
         },
     },
 }]
+
+TOOLS_LONG = [{"type": "function", "function": {
+    **TOOLS[0]["function"],
+    "parameters": {**TOOLS[0]["function"]["parameters"], "properties": {
+        **TOOLS[0]["function"]["parameters"]["properties"],
+        "note": {"type": "string", "description": "Anything to tell the traveller"}}}}}]
 
 
 @dataclass(frozen=True)
@@ -107,5 +124,9 @@ WORKLOADS: dict[str, Workload] = {
                  32, 128, False,
                  {"tools": TOOLS, "tool_choice": "auto",
                   "vllm_xargs": {"sim_text": TOOL_SCRIPT}}),
+        Workload("toolcall-long", "tool call with a 2,000-character argument: 32 in + 1 tool, scripted DSML "
+                 "tool call (~520 tokens) then EOS", 32, 1024, False,
+                 {"tools": TOOLS_LONG, "tool_choice": "auto",
+                  "vllm_xargs": {"sim_text": TOOL_SCRIPT_LONG}}),
     )
 }
