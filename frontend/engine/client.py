@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable
 from .aborts import Aborts
 from .connection import Connection
 from .delivery import Delivery, OutputClock
-from .disaggregation import Disaggregation, PrefillSink, Roles
+from .disaggregation import Disaggregation, PrefillSink, Roles, client_sink
 from .health import Health
 from .inflight import InFlight, fail_sink
 from .migration import Migrations
@@ -353,8 +353,13 @@ class EngineClient:
         return engine
 
     def in_flight_sinks(self) -> list[tuple[str, OutputSink]]:
-        """Every request in flight (request id, sink): for an operator's "abort everything"."""
-        return list(self._inflight.sinks.items()) + [(rid, p.sink) for rid, p in self._migrations.parked.items()]
+        """Every request in flight (request id, the sink its client gave): for an operator's
+        "abort everything". (A disaggregated request's phase stands in for its client's sink in
+        the table: the client's is named, so that ending it does not start another phase.)"""
+        pairs = list(self._inflight.sinks.items()) + [(rid, p.sink) for rid, p in self._migrations.parked.items()]
+        if self._disaggregation is not None:
+            pairs = [(rid, client_sink(sink)) for rid, sink in pairs]
+        return pairs
 
     def abort(self, request_ids: Iterable[str]) -> None:
         """Forget these requests now (no more callbacks); tell the engines soon.

@@ -340,6 +340,11 @@ class FirstToken:
         _sent(self.sink, engine)
 
 
+def client_sink(sink: OutputSink) -> OutputSink:
+    """The client's own sink behind a phase's (`PrefillSink`, `FirstToken`), or `sink`."""
+    return sink.sink if type(sink) is PrefillSink or type(sink) is FirstToken else sink
+
+
 def _sent(sink: OutputSink, engine: int) -> None:
     on_sent = getattr(sink, "on_sent", None)
     if on_sent is not None:

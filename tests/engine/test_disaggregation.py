@@ -322,3 +322,23 @@ async def test_a_failed_kv_load_runs_the_request_again_whole(addresses, zctx):
         await client.close()
         for e in (e0, e1):
             e.close()
+
+
+@on_uvloop
+async def test_abort_everything_names_the_clients_sinks(addresses, zctx):
+    """An operator's "abort everything" ends the client's sink of a request in its prefill phase,
+    which then does not start its decode phase."""
+    client, (e0, e1), _ = await _started(addresses, zctx)
+    try:
+        sink = GenSink()
+        client.add_request(_req("all"), sink)
+        await e0.recv()
+        pairs = client.in_flight_sinks()
+        assert pairs == [("all", sink)]
+        client.abort([rid for rid, _ in pairs])
+        assert await e0.recv() == (b"\x01", ["all"])
+        assert await e1.nothing_received(0.05)
+    finally:
+        await client.close()
+        for e in (e0, e1):
+            e.close()
