@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from tests.inprocess import InProcessStack
+from tests.stack import free_port
 from tests.server.test_tools_sim import CALL, MESSAGES, TOOLS
 
 MODEL = "dsv4"
@@ -40,10 +41,26 @@ def colocated():
 
 @pytest.fixture(scope="module")
 def disaggregated():
+    # KV events on, so that the prefill phase is routed by the prefix-aware policy.
+    events = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{_ports()}"})
     s = InProcessStack([*COMMON, "--prefill-engines", "1", "--prefill-min-prompt-tokens", "8",
-                        "--kv-transfer-config", _kv(), "demo:deepseek-v4"])
+                        "--kv-transfer-config", _kv(), "--kv-events-config", events, "demo:deepseek-v4"])
     yield s
     s.terminate()
+
+
+def _ports() -> int:
+    """A free port whose next one is free too (rank 1 publishes on the port + 1)."""
+    import socket
+
+    while True:
+        base = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", base + 1))
+            except OSError:
+                continue
+        return base
 
 
 def _client(stack) -> openai.OpenAI:
@@ -146,6 +163,8 @@ def test_short_prompts_skip_the_prefill_engine(disaggregated):
 def test_roles_are_reported(disaggregated):
     load = httpx.get(disaggregated.base_url + "/load", timeout=30).json()
     assert {k: v["role"] for k, v in load["engines"].items()} == {"0": "prefill", "1": "decode"}
+    sources = httpx.get(disaggregated.base_url + "/kv_event_sources", timeout=30).json()
+    assert [(x["data_parallel_rank"], x["role"]) for x in sources] == [(0, "prefill"), (1, "decode")]
     assert _metric(disaggregated, "vllm:engine_role_info", engine="0", role="prefill") == 1
     assert _metric(disaggregated, "vllm:engine_role_info", engine="1", role="decode") == 1
     assert _metric(disaggregated, "vllm:disagg_prefill_phase_seconds_count", engine="0") >= 1
