@@ -239,21 +239,38 @@ class Disaggregation:
                 log.exception("disaggregation metrics failed")
 
 
-class PrefillSink:
+class _Phase:
+    """What both phases' sinks are: the client's sink (`sink`) under the request id it is in
+    flight with now (`request_id`), on `engine` since `sent_at`. A move to another engine is
+    passed on to the client's sink, so the client's aborts name the new id."""
+
+    __slots__ = ("_pd", "sink", "req", "request_id", "engine", "sent_at")
+
+    def __init__(self, pd: Disaggregation, sink: OutputSink, req: EngineRequest, sent_at: float):
+        self._pd = pd
+        self.sink = sink
+        self.req = req
+        self.request_id = req.request_id
+        self.engine: int | None = None
+        self.sent_at = sent_at
+
+    def on_moved(self, request_id: str, engine: int | None, reason: str) -> None:
+        self.request_id = request_id
+        on_moved = getattr(self.sink, "on_moved", None)
+        if on_moved is not None:
+            on_moved(request_id, engine, reason)
+
+
+class PrefillSink(_Phase):
     """The sink of a prefill phase: its final output starts the decode phase (or, when it
     brings no usable KV, the whole request on a decode engine). It stands for the client's sink
     while the prefill phase is in flight: moves to another engine and the engines it is sent to
     are passed on to it, so the client's aborts name the right request id."""
 
-    __slots__ = ("_pd", "req", "sink", "request_id", "engine", "sent_at")
+    __slots__ = ()
 
     def __init__(self, pd: Disaggregation, req: EngineRequest, sink: OutputSink):
-        self._pd = pd
-        self.req = req  # the client's request, sent whole in the decode phase
-        self.sink = sink
-        self.request_id = req.request_id
-        self.engine: int | None = None
-        self.sent_at = time.monotonic()
+        super().__init__(pd, sink, req, time.monotonic())  # (`req`: the client's, sent whole in the decode phase)
 
     # Nothing delivered yet: a move continues the prefill phase from its start.
     output_ids: list[int] = []
@@ -280,11 +297,6 @@ class PrefillSink:
             return
         self._pd.prefill_failed(self, failure.message)
 
-    def on_moved(self, request_id: str, engine: int | None, reason: str) -> None:
-        self.request_id = request_id
-        on_moved = getattr(self.sink, "on_moved", None)
-        if on_moved is not None:
-            on_moved(request_id, engine, reason)
 
     def on_sent(self, engine: int) -> None:
         self.engine = engine
@@ -292,19 +304,12 @@ class PrefillSink:
         _sent(self.sink, engine)
 
 
-class FirstToken:
-    """The client's sink for the decode phase until its first output: it times the wait, then
-    puts the client's sink itself in the in-flight table (the per-token path stays direct)."""
+class FirstToken(_Phase):
+    """The client's sink for the decode phase (`req`, as sent) until its first output: it times
+    the wait, then puts the client's sink itself in the in-flight table (the per-token path
+    stays direct)."""
 
-    __slots__ = ("_pd", "sink", "req", "request_id", "engine", "sent_at")
-
-    def __init__(self, pd: Disaggregation, sink: OutputSink, req: EngineRequest, sent_at: float):
-        self._pd = pd
-        self.sink = sink
-        self.req = req  # the decode phase as sent
-        self.request_id = req.request_id
-        self.engine: int | None = None
-        self.sent_at = sent_at
+    __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:  # output_ids, moves, ...: the client sink's
         return getattr(self.sink, name)
@@ -329,11 +334,6 @@ class FirstToken:
     def on_failure(self, failure: Failure) -> None:
         self.sink.on_failure(failure)
 
-    def on_moved(self, request_id: str, engine: int | None, reason: str) -> None:
-        self.request_id = request_id
-        on_moved = getattr(self.sink, "on_moved", None)
-        if on_moved is not None:
-            on_moved(request_id, engine, reason)
 
     def on_sent(self, engine: int) -> None:
         self.engine = engine

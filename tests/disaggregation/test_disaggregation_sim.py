@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tests.inprocess import InProcessStack
-from tests.stack import free_port
+from tests.routing.test_prefix_routing_sim import _ports as two_ports
 from tests.server.test_tools_sim import CALL, MESSAGES, TOOLS
 
 MODEL = "dsv4"
@@ -42,25 +42,11 @@ def colocated():
 @pytest.fixture(scope="module")
 def disaggregated():
     # KV events on, so that the prefill phase is routed by the prefix-aware policy.
-    events = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{_ports()}"})
+    events = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{two_ports()[0]}"})
     s = InProcessStack([*COMMON, "--prefill-engines", "1", "--prefill-min-prompt-tokens", "8",
                         "--kv-transfer-config", _kv(), "--kv-events-config", events, "demo:deepseek-v4"])
     yield s
     s.terminate()
-
-
-def _ports() -> int:
-    """A free port whose next one is free too (rank 1 publishes on the port + 1)."""
-    import socket
-
-    while True:
-        base = free_port()
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", base + 1))
-            except OSError:
-                continue
-        return base
 
 
 def _client(stack) -> openai.OpenAI:

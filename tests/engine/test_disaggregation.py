@@ -5,6 +5,7 @@ prefills, engine 1 decodes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
@@ -85,6 +86,29 @@ async def _started(addresses, zctx, min_prompt_tokens=0, migration_limit=0, engi
     return client, engines, observer
 
 
+@contextlib.asynccontextmanager
+async def _deployment(addresses, zctx, heartbeat: bool = False, **kw):
+    """A client of a prefill engine (0) and a decode engine (1), closed on exit; `heartbeat`: the
+    decode engine keeps talking while the test lets the prefill engine fall silent."""
+    client, engines, observer = await _started(addresses, zctx, **kw)
+    beat = asyncio.create_task(_heartbeat(engines[1])) if heartbeat else None
+    try:
+        yield client, engines, observer
+    finally:
+        if beat is not None:
+            beat.cancel()
+        await client.close()
+        for e in engines:
+            e.close()
+
+
+async def _heartbeat(engine: FakeEngine) -> None:
+    """The decode engine keeps talking (an empty batch counts) while the prefill engine is silent."""
+    while True:
+        engine.send(EngineCoreOutputs())
+        await asyncio.sleep(0.05)
+
+
 def _final(rid: str, tokens: list[int], reason=FinishReason.LENGTH, kv=None) -> EngineCoreOutputs:
     return EngineCoreOutputs(outputs=[EngineCoreOutput(request_id=rid, new_token_ids=tokens, finish_reason=reason,
                                                        kv_transfer_params=kv)])
@@ -132,8 +156,7 @@ def test_a_moved_decode_phase_computes_its_prompt_again():
 
 @on_uvloop
 async def test_two_phases_reach_the_client_as_one_request(addresses, zctx):
-    client, (e0, e1), observer = await _started(addresses, zctx)
-    try:
+    async with _deployment(addresses, zctx) as (client, (e0, e1), observer):
         sink = GenSink()
         assert client.add_request(_req("r1"), sink) == 0  # the prefill engine
         kind, pre = await e0.recv()
@@ -169,16 +192,11 @@ async def test_two_phases_reach_the_client_as_one_request(addresses, zctx):
         client.abort(["r3"])
         assert await e1.recv() == (b"\x01", ["r3"])
         assert await e0.nothing_received(0.05)
-    finally:
-        await client.close()
-        for e in (e0, e1):
-            e.close()
 
 
 @on_uvloop
 async def test_short_prompts_and_single_tokens_go_whole_to_a_decode_engine(addresses, zctx):
-    client, (e0, e1), observer = await _started(addresses, zctx, min_prompt_tokens=32)
-    try:
+    async with _deployment(addresses, zctx, min_prompt_tokens=32) as (client, (e0, e1), observer):
         assert client.add_request(_req("short", prompt_len=31), GenSink()) == 1
         assert client.add_request(_req("one", max_tokens=1), GenSink()) == 1
         assert client.add_request(_req("plp", prompt_logprobs=1), GenSink()) == 1
@@ -188,16 +206,11 @@ async def test_short_prompts_and_single_tokens_go_whole_to_a_decode_engine(addre
         assert await e0.nothing_received(0.05)
         assert observer.paths == ["short"] * 3
         assert client.add_request(_req("long", prompt_len=32), GenSink()) == 0
-    finally:
-        await client.close()
-        for e in (e0, e1):
-            e.close()
 
 
 @on_uvloop
 async def test_a_failed_prefill_runs_whole_on_a_decode_engine(addresses, zctx):
-    client, (e0, e1), observer = await _started(addresses, zctx)
-    try:
+    async with _deployment(addresses, zctx) as (client, (e0, e1), observer):
         # The prefill engine ends it with an error, or aborts it: no KV to pass on.
         for rid, reason in (("err", FinishReason.ERROR), ("ab", FinishReason.ABORT)):
             sink = GenSink()
@@ -218,26 +231,13 @@ async def test_a_failed_prefill_runs_whole_on_a_decode_engine(addresses, zctx):
         _, dec = await e1.recv()
         assert dec.sampling_params.extra_args == {"user": "x"}
         assert observer.paths == ["fallback", "fallback", "two_phase"]
-    finally:
-        await client.close()
-        for e in (e0, e1):
-            e.close()
 
 
 @on_uvloop
 async def test_prefill_engine_down_the_request_ends_on_a_decode_engine(addresses, zctx):
     """The prefill engine goes silent: its prefill phases run whole on the decode engine, and new
     requests skip the prefill pool while it is down."""
-    client, (e0, e1), observer = await _started(addresses, zctx, engine_timeout=0.4)
-    alive = True
-
-    async def heartbeat():
-        while alive:
-            e1.send(EngineCoreOutputs())
-            await asyncio.sleep(0.05)
-
-    beat = asyncio.create_task(heartbeat())
-    try:
+    async with _deployment(addresses, zctx, engine_timeout=0.4, heartbeat=True) as (client, (e0, e1), observer):
         sink = GenSink()
         client.add_request(_req("p"), sink)
         await e0.recv()
@@ -249,38 +249,22 @@ async def test_prefill_engine_down_the_request_ends_on_a_decode_engine(addresses
         await until(lambda: sink.tokens == [3])
         assert client.add_request(_req("q"), GenSink()) == 1
         assert observer.paths == ["fallback", "fallback"]
-    finally:
-        alive = False
-        await beat
-        await client.close()
-        for e in (e0, e1):
-            e.close()
 
 
 @on_uvloop
 async def test_client_closing_fails_a_request_in_its_prefill_phase(addresses, zctx):
-    client, (e0, e1), _ = await _started(addresses, zctx)
-    sink = GenSink()
-    client.add_request(_req("c"), sink)
-    await e0.recv()
-    await client.close()
-    assert sink.failure.kind is FailureKind.SHUTTING_DOWN
-    for e in (e0, e1):
-        e.close()
+    async with _deployment(addresses, zctx) as (client, (e0, e1), _):
+        sink = GenSink()
+        client.add_request(_req("c"), sink)
+        await e0.recv()
+        await client.close()
+        assert sink.failure.kind is FailureKind.SHUTTING_DOWN
 
 
 @on_uvloop
 async def test_a_moved_prefill_phase_runs_whole_when_no_prefill_engine_is_up(addresses, zctx):
-    client, (e0, e1), observer = await _started(addresses, zctx, engine_timeout=0.4, migration_limit=2)
-    alive = True
-
-    async def heartbeat():
-        while alive:
-            e1.send(EngineCoreOutputs())
-            await asyncio.sleep(0.05)
-
-    beat = asyncio.create_task(heartbeat())
-    try:
+    async with _deployment(addresses, zctx, engine_timeout=0.4, migration_limit=2, heartbeat=True) as (
+            client, (e0, e1), observer):
         sink = GenSink()
         client.add_request(_req("m"), sink)
         await e0.recv()
@@ -291,20 +275,13 @@ async def test_a_moved_prefill_phase_runs_whole_when_no_prefill_engine_is_up(add
         e1.send(_final("m-m1", [3]))
         await until(lambda: sink.tokens == [3])
         assert observer.paths == ["fallback"]
-    finally:
-        alive = False
-        await beat
-        await client.close()
-        for e in (e0, e1):
-            e.close()
 
 
 @on_uvloop
 async def test_a_failed_kv_load_runs_the_request_again_whole(addresses, zctx):
     """The decode engine ends the request with an error before its first token (its
     kv_load_failure_policy "fail"): the client never sees it; the request runs again whole."""
-    client, (e0, e1), observer = await _started(addresses, zctx)
-    try:
+    async with _deployment(addresses, zctx) as (client, (e0, e1), observer):
         sink = GenSink()
         client.add_request(_req("f"), sink)
         await e0.recv()
@@ -318,18 +295,13 @@ async def test_a_failed_kv_load_runs_the_request_again_whole(addresses, zctx):
         await until(lambda: sink.tokens == [4])
         assert sink.dead is None and [o.finish_reason for o in sink.outputs] == [FinishReason.LENGTH]
         assert observer.paths == ["two_phase", "recomputed"]
-    finally:
-        await client.close()
-        for e in (e0, e1):
-            e.close()
 
 
 @on_uvloop
 async def test_abort_everything_names_the_clients_sinks(addresses, zctx):
     """An operator's "abort everything" ends the client's sink of a request in its prefill phase,
     which then does not start its decode phase."""
-    client, (e0, e1), _ = await _started(addresses, zctx)
-    try:
+    async with _deployment(addresses, zctx) as (client, (e0, e1), _):
         sink = GenSink()
         client.add_request(_req("all"), sink)
         await e0.recv()
@@ -338,7 +310,3 @@ async def test_abort_everything_names_the_clients_sinks(addresses, zctx):
         client.abort([rid for rid, _ in pairs])
         assert await e0.recv() == (b"\x01", ["all"])
         assert await e1.nothing_received(0.05)
-    finally:
-        await client.close()
-        for e in (e0, e1):
-            e.close()
