@@ -44,7 +44,8 @@ def disaggregated():
     # KV events on, so that the prefill phase is routed by the prefix-aware policy.
     events = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{two_ports()[0]}"})
     s = InProcessStack([*COMMON, "--prefill-engines", "1", "--prefill-min-prompt-tokens", "8",
-                        "--kv-transfer-config", _kv(), "--kv-events-config", events, "demo:deepseek-v4"])
+                        "--kv-transfer-config", _kv(), "--kv-events-config", events, "--enable-log-requests",
+                        "demo:deepseek-v4"])
     yield s
     s.terminate()
 
@@ -186,3 +187,16 @@ def test_a_client_leaving_in_the_prefill_phase_ends_it_there():
             time.sleep(0.02)
         assert not prefill.requests and not decode.requests
         assert _metric(stack, "vllm:disagg_requests_total", path="two_phase") == 0
+
+
+def test_the_request_log_names_both_engines(disaggregated):
+    r = httpx.post(disaggregated.base_url + "/v1/completions", timeout=30, headers={"X-Request-Id": "both-engines"},
+                   json={"model": MODEL, "prompt": "Tell me about rivers and stones. " * 4, "max_tokens": 4})
+    assert r.status_code == 200, r.text
+
+    def line():
+        return next((json.loads(x[x.index("{"):]) for x in disaggregated.logs().splitlines()
+                     if '"both-engines"' in x and '"event":"request"' in x), None)
+
+    disaggregated.wait_for(lambda: line() is not None, 10, "the request's log line")
+    assert line()["engines"] == [0, 1]  # the prefill engine, then the decode engine
