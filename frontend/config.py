@@ -87,6 +87,8 @@ class WorkerPolicy:
     response_role: str = "assistant"  # the role of generated chat messages
     exclude_tools_when_tool_choice_none: bool = False  # tool_choice "none": no tools in the template
     root_path: str = ""  # a path prefix (a proxy's): routes answer with and without it
+    # vLLM's --middleware: import paths of ASGI HTTP middleware (server/asgi_middleware.py)
+    middleware: list[str] = field(default_factory=list)
     trust_request_mm_kwargs: bool = False  # a request's own mm_processor_kwargs / media_io_kwargs
     fingerprint_mode: str = "full"  # system_fingerprint: full | hash | custom | none
     fingerprint_value: str | None = None  # the fingerprint with fingerprint_mode "custom"

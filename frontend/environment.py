@@ -28,6 +28,9 @@ vLLM's variables, read as vLLM reads them (same names, same defaults):
   `VLLM_VIDEO_FETCH_TIMEOUT` (30 s), `VLLM_MEDIA_URL_ALLOW_REDIRECTS` (1),
   `VLLM_MAX_IMAGE_PIXELS` (178956970): the media loader's limits (media/policy.py); the audio
   clip size also bounds speech uploads (api/speech).
+- `VLLM_NIXL_SIDE_CHANNEL_HOST` (localhost), `VLLM_NIXL_SIDE_CHANNEL_PORT` (5600, plus the
+  data parallel rank): where a prefill engine's NixlConnector says its blocks are read from
+  (the simulated engine's kv_transfer_params, supervisor/sim/kv_transfer.py).
 - `VLLM_MAX_AUDIO_DECODE_DURATION_S` (600), `VLLM_MAX_AUDIO_DECODE_BYTES` (256 MiB): the
   longest audio the speech routes decode (api/speech/model.py).
 - every `VLLM_*` variable whose name holds no "KEY": listed by `/server_info` (as vLLM does).
@@ -44,6 +47,16 @@ The frontend's own:
 - `VLLM_PYFRONTEND_SSE_SOFT_LIMIT` (256 KiB), `VLLM_PYFRONTEND_SSE_HARD_LIMIT` (8 MiB): a
   stream's backpressure bounds in bytes (serving/sse.py): above the soft one events are held
   and coalesced, past the hard one the stream is aborted.
+
+SageMaker's (model_hosting_container_standards, as vLLM's SageMaker integration reads them;
+server/sagemaker_hooks.py):
+
+- `SAGEMAKER_MODEL_PATH` (/opt/ml/model) and `CUSTOM_SCRIPT_FILENAME` (model.py): the customer
+  script whose hooks are loaded.
+- `CUSTOM_FASTAPI_PING_HANDLER`, `CUSTOM_FASTAPI_INVOCATION_HANDLER`,
+  `CUSTOM_FASTAPI_MIDDLEWARE_THROTTLE`, `CUSTOM_FASTAPI_MIDDLEWARE_PRE_POST_PROCESS`,
+  `CUSTOM_PRE_PROCESS`, `CUSTOM_POST_PROCESS`: hooks named by the environment instead.
+- `SAGEMAKER_ENABLE_STATEFUL_SESSIONS`: stateful sessions (not supported: warned at start).
 
 Others':
 
@@ -76,6 +89,25 @@ Environ = Mapping[str, str]
 
 def _get(name: str, environ: Environ | None) -> str | None:
     return (os.environ if environ is None else environ).get(name)
+
+
+def nixl_side_channel(environ: Environ | None = None) -> tuple[str, int]:
+    """vLLM's NIXL side channel: (host, base port)."""
+    return _get("VLLM_NIXL_SIDE_CHANNEL_HOST", environ) or "localhost", _int("VLLM_NIXL_SIDE_CHANNEL_PORT", 5600, environ)
+
+
+SAGEMAKER_VARIABLES = frozenset({
+    "SAGEMAKER_MODEL_PATH", "CUSTOM_SCRIPT_FILENAME", "CUSTOM_FASTAPI_PING_HANDLER",
+    "CUSTOM_FASTAPI_INVOCATION_HANDLER", "CUSTOM_FASTAPI_MIDDLEWARE_THROTTLE",
+    "CUSTOM_FASTAPI_MIDDLEWARE_PRE_POST_PROCESS", "CUSTOM_PRE_PROCESS", "CUSTOM_POST_PROCESS",
+    "SAGEMAKER_ENABLE_STATEFUL_SESSIONS"})
+
+
+def sagemaker_setting(name: str, environ: Environ | None = None) -> str | None:
+    """One of SageMaker's variables (`SAGEMAKER_VARIABLES`), or None when unset."""
+    if name not in SAGEMAKER_VARIABLES:
+        raise KeyError(f"{name} is not one of SageMaker's variables")
+    return _get(name, environ)
 
 
 def _int(name: str, default: int, environ: Environ | None = None) -> int:

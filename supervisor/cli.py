@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=None, metavar="PORT",
                    help="also serve vLLM's gRPC service (vllm.grpc.engine.VllmEngine, as `vllm serve "
                         "--grpc`) on this port, shared by the workers (needs the grpc packages)")
+    p.add_argument("--middleware", action="append", default=[], metavar="IMPORT.PATH",
+                   help="ASGI HTTP middleware around every request (vLLM's flag; repeat it for more, the last "
+                        "one outermost): an async function (request, call_next), installed as Starlette's "
+                        "BaseHTTPMiddleware dispatch, or a middleware class taking the app (a "
+                        "BaseHTTPMiddleware subclass or a pure ASGI middleware); imported at start")
     p.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
     p.add_argument("--routing-policy", choices=("least-load", "prefix-aware"), default=None,
                    help="which data parallel engine takes a request: the least loaded, or weighing the "
@@ -369,6 +374,10 @@ def parse_args(argv: Sequence[str] | None = None) -> SupervisorOptions:
     try:
         check_tls_files(policy)
         parse_lora_modules(policy.lora_modules)  # a malformed --lora-modules stops the start
+        for path in policy.middleware:  # one that cannot be imported stops the start (the workers install them)
+            from vllm_pyfrontend.server.asgi_middleware import import_middleware
+
+            import_middleware(path)
         if policy.tool_parser_plugin:  # a broken plugin or an unknown parser name stops the start
             from vllm_pyfrontend.parsers.tool.plugin import check_tool_parser_plugin
 

@@ -23,7 +23,6 @@ from typing import Any
 _CLI = "supervisor/cli.py"
 _MW = "frontend/server/middleware.py"
 _TLS = "frontend/server/tls.py (TLS in every worker; files checked at start)"
-_NO_ASGI = "there is no ASGI/FastAPI app here (aiohttp workers)"
 
 FRONTEND_FLAGS: dict[str, str] = {
     # -- serve-level ------------------------------------------------------------------------
@@ -41,7 +40,9 @@ FRONTEND_FLAGS: dict[str, str] = {
                    "--grpc` serves it, beside HTTP in every worker)",
     "--root-path": "implemented by frontend/server/root_path.py (routes answer with and without "
                    "the prefix)",
-    "--middleware": f"refused: {_NO_ASGI} to add middleware to",
+    "--middleware": "implemented by frontend/server/asgi_middleware.py (Starlette's middleware stack "
+                    "around this server's handlers: async functions and middleware classes, imported "
+                    "at start)",
     "--ssl-keyfile": f"implemented by {_TLS}",
     "--ssl-certfile": f"implemented by {_TLS}",
     "--ssl-ca-certs": f"implemented by {_TLS}",

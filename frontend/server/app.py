@@ -15,6 +15,7 @@ from vllm_pyfrontend.api.openai.chat_routes import chat_completions, handle_chat
 from vllm_pyfrontend.api.openai.completion_routes import completions, handle_completions
 from vllm_pyfrontend.api.openai.tokenize_routes import handle_detokenize, handle_tokenize
 from vllm_pyfrontend.errors import APIError, client_error
+from vllm_pyfrontend.server.asgi_middleware import arrange as arrange_asgi_middleware
 from vllm_pyfrontend.server.middleware import build_middlewares, error_response
 from vllm_pyfrontend.server.middleware import install as install_middleware_hooks
 from vllm_pyfrontend.serving.lora import add_lora_routes, model_cards as lora_model_cards
@@ -170,8 +171,10 @@ async def handle_openapi(request: web.Request) -> web.Response:
 def build_app(state: ServerState) -> web.Application:
     root = normalize_root(state.config.policy.root_path)
     app = web.Application(
-        middlewares=[*build_middlewares(state.config, state.metrics, state.keys),
-                     error_middleware],
+        # (with --middleware or a SageMaker customer script: their ASGI middleware among these)
+        middlewares=arrange_asgi_middleware(build_middlewares(state.config, state.metrics, state.keys),
+                                            error_middleware, state.config.policy,
+                                            announce=state.worker_index == 0),
         client_max_size=state.config.max_request_body_bytes,
         router=RootPathRouter(root) if root else None,
     )

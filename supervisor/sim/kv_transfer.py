@@ -30,10 +30,11 @@ channel at `remote_host:remote_port`.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from vllm_pyfrontend import environment
 
 PREFILL = "prefill"  # this engine computes the prompt for a remote decode
 DECODE = "decode"  # this engine loads the prompt's KV from a remote prefill
@@ -91,8 +92,8 @@ class KvConnector:
         self.recompute_failures = config.kv_load_failure_policy == "recompute"
         # vLLM suffixes each data parallel rank's engine_id with "_dp{rank}".
         self.engine_id = f"{config.engine_id or 'sim-' + uuid.uuid4().hex[:12]}_dp{engine_index}"
-        self.host = os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST", "localhost")
-        self.port = int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT", "5600")) + engine_index
+        self.host, port = environment.nixl_side_channel()
+        self.port = port + engine_index
         self.block_size = block_size
         self.num_blocks = max(2, num_blocks)
         self._next_block = 1  # block 0 is vLLM's null block
