@@ -174,7 +174,7 @@ def build_app(state: ServerState) -> web.Application:
         # (with --middleware or a SageMaker customer script: their ASGI middleware among these)
         middlewares=arrange_asgi_middleware(build_middlewares(state.config, state.metrics, state.keys),
                                             error_middleware, state.config.policy,
-                                            announce=state.worker_index == 0),
+                                            announce=state.config.worker_index == 0),
         client_max_size=state.config.max_request_body_bytes,
         router=RootPathRouter(root) if root else None,
     )
