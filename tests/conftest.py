@@ -59,10 +59,13 @@ def pytest_collection_modifyitems(config, items):
     runs the real-engine checks that
     share engine starts; the long ones marked `on_demand` (several engine starts each: request
     migration, batches, prefix routing and the extra pooling models on the real engine) run
-    everywhere else, and in CI with `VLLM_PYFRONTEND_FULL=1`."""
+    everywhere else, and in CI with `VLLM_PYFRONTEND_FULL=1`. The same switch sizes the
+    randomized checks (tests/sample_size.py): a smaller sample in CI, all of it otherwise."""
+    from tests.sample_size import full_run
+
     for item in items:
         _mark_tier(item)
-    if os.environ.get("CI", "").lower() not in ("1", "true") or os.environ.get("VLLM_PYFRONTEND_FULL") == "1":
+    if full_run():
         return
     skip = pytest.mark.skip(reason="on demand: VLLM_PYFRONTEND_FULL=1 runs it in CI")
     for item in items:

@@ -13,14 +13,16 @@ does, and builds what that command would run, from the product's own pieces:
 - the handshake is the supervisor's (`HandshakeServer.run` with the worker's client addresses);
 - the worker is `frontend/server/worker.py`'s `build_worker` (engine client, `ServerState`,
   aiohttp app), served by `make_runner` and the worker's `GuardedSite` on 127.0.0.1, on a uvloop
-  event loop in a thread of its own, and closed by `close_worker`.
+  event loop in a thread of its own, and closed by `close_worker`; as `run_worker` does, it also
+  serves the gRPC service with `--grpc-port` (`GrpcFrontend`) and watches the TLS files with
+  `--enable-ssl-refresh` (`CertRefresher`).
 
 What it is not: the supervisor process (no restarts, signals, drains, worker processes, preload
-template, multiprocess Prometheus files), and never more than one worker (`--workers 1`). Tests
-of those keep using `Stack`. What a worker process owns alone is shared with the test process
-here: loggers (set to --log-level while a deployment lives), parser registries (a test that
-loads a parser plugin stays on `Stack`) and environment variables (`env` sets them in this
-process while the deployment lives).
+template, multiprocess Prometheus files, a Unix socket shared by workers), and never more than
+one worker (`--workers 1`). Tests of those keep using `Stack`. What a worker process owns alone
+is shared with the test process here: loggers (set to --log-level while a deployment lives),
+parser registries (a test that loads a parser plugin stays on `Stack`) and environment variables
+(`env` sets them in this process while the deployment lives).
 
 The interface is `Stack`'s (`port`, `base_url`, `logs()`, `wait_for`, `health`,
 `freshest_engine_stats`, `terminate()` -> exit code, `stop()`, a context manager), so a test
@@ -187,6 +189,8 @@ class InProcessStack:
         self.parts: worker_module.WorkerParts | None = None
         self._runner = None
         self._site = None
+        self._grpc = None
+        self._cert_refresher = None
         self._stopped = False
         self._code = 0
         self._engine_formats: dict[str, tuple[str, logging.Formatter]] = {}
@@ -209,8 +213,8 @@ class InProcessStack:
             raise ValueError("the in-process tier runs the simulated engine only (--engine sim)")
         if options.workers != 1:
             raise ValueError("the in-process tier runs one worker: pass --workers 1 (or use Stack)")
-        if options.grpc_port is not None or options.uds:
-            raise ValueError("--grpc-port and --uds need a Stack")
+        if options.uds:
+            raise ValueError("--uds needs a Stack")
         options.model = cli.resolve_model(options.model, options.engine)
         if "hf" in (options.policy.tool_call_parser, options.policy.reasoning_parser):
             from vllm_pyfrontend.parsers.response_template import check_hf_model_dir
@@ -267,9 +271,20 @@ class InProcessStack:
         sock = worker_module.make_listen_socket(config.host, config.port, reuse_port=False)
         guard = ConnectionGuard(policy.http_header_timeout, policy.max_connections_per_worker,
                                 policy.h11_max_incomplete_event_size)
+        ssl_context = make_ssl_context(policy)
         self._site = GuardedSite(self._runner, sock, guard, backlog=worker_module.LISTEN_BACKLOG,
-                                 ssl_context=make_ssl_context(policy))
+                                 ssl_context=ssl_context)
         await self._site.start()
+        if ssl_context is not None and policy.enable_ssl_refresh:
+            from vllm_pyfrontend.server.tls_refresh import CertRefresher
+
+            self._cert_refresher = CertRefresher(ssl_context, policy.ssl_keyfile, policy.ssl_certfile,
+                                                 policy.ssl_ca_certs)
+        if config.grpc_port is not None:
+            from vllm_pyfrontend.api.grpc.server import GrpcFrontend
+
+            self._grpc = GrpcFrontend(parts.state, config.host, config.grpc_port)
+            await self._grpc.start()
         parts.state.multimodal.start_loading()
         parts.state.metrics.set_serving(True)
 
@@ -317,8 +332,12 @@ class InProcessStack:
         """What run_worker does once told to stop (the drain window aside: a test stops its
         deployment when its requests are done), then what asyncio.run does after it: the tasks
         still pending are cancelled and awaited, the executor is shut down."""
+        if self._grpc is not None:
+            await self._grpc.stop(1.0)
         if self._site is not None:
             await self._site.stop()
+        if self._cert_refresher is not None:
+            await self._cert_refresher.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self.parts is not None:
@@ -331,6 +350,18 @@ class InProcessStack:
         await self.loop.shutdown_asyncgens()
         await self.loop.shutdown_default_executor()
 
+    def _wait_engines_idle(self) -> None:
+        """Wait (a few steps at most) until no engine has a step due: the step after the last
+        request ends (its scheduler stats) then reaches the worker while it still reads its
+        socket. Sent to a worker already closed, it would hold the engine's exit for its output
+        socket's linger (4 s)."""
+        engines = [e.engine for e in self.engines if e.thread.is_alive()]
+        if not engines:
+            return
+        deadline = time.monotonic() + 3 * max(e.config.step_time for e in engines) + 0.05
+        while any(e.scheduler.has_work() for e in engines) and time.monotonic() < deadline:
+            time.sleep(0.005)
+
     def _close(self, timeout: float) -> int:
         """Stop the worker's loop and the engines; 0 when everything stopped cleanly."""
         if self._stopped:
@@ -339,6 +370,7 @@ class InProcessStack:
         code = 0
         try:
             if self.loop is not None and self.thread is not None and self.thread.is_alive():
+                self._wait_engines_idle()
                 try:
                     self.call(self._unserve(), timeout)
                 except Exception:  # noqa: BLE001 - reported in the log and the exit code

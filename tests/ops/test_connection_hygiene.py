@@ -2,8 +2,9 @@
 under 3,000 half-open and idle connections while real clients are served, the per-worker
 connection cap, HTTPS and mutual TLS with the openai client, a Unix domain socket shared by the
 workers, and SSE keep-alive comments during a long pause. What involves the supervisor or
-several workers (the 3,000 connections, mutual TLS and its startup lines, the shared Unix socket)
-runs on the whole stack (`Stack`); what one worker does alone on the in-process tier
+several workers (mutual TLS and its startup lines, the shared Unix socket) runs on the whole
+stack (`Stack`); what one worker does alone (its connection timers, under 3,000 connections too,
+its connection cap, TLS and its certificate refresh, SSE keep-alive) on the in-process tier
 (tests/inprocess.py)."""
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ def wait_log(stack: Stack | InProcessStack, text: str, timeout: float = 60) -> N
 
 
 def raise_fd_limit(want: int) -> int:
-    """Raise this process's soft fd limit toward `want` (up to the hard limit); the supervisor
-    and its workers inherit it. Returns the soft limit now in force."""
+    """Raise this process's soft fd limit toward `want` (up to the hard limit). Returns the soft
+    limit now in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = want if hard == resource.RLIM_INFINITY else min(want, hard)
     if soft < target:
@@ -109,7 +110,7 @@ def raise_fd_limit(want: int) -> int:
 class Traffic(threading.Thread):
     """A legitimate client sending requests back to back; records every outcome."""
 
-    def __init__(self, stack: Stack):
+    def __init__(self, stack: InProcessStack):
         super().__init__(daemon=True)
         self.stack = stack
         self.stopping = threading.Event()
@@ -177,10 +178,11 @@ TIMEOUT_S = 2.0
 
 
 def test_half_open_and_idle_connections_are_closed_while_clients_are_served():
-    limit = raise_fd_limit(N_CONNECTIONS * 2 + 512)  # our ends, and the workers' ends
+    limit = raise_fd_limit(N_CONNECTIONS * 2 + 512)  # both ends: the worker is in this process
     n = min(N_CONNECTIONS, (limit - 512) // 2)
     assert n >= 1000, f"fd limit {limit} too low for this test"
-    with Stack(sim("--http-header-timeout", str(TIMEOUT_S), "--http-timeout-keep-alive", str(TIMEOUT_S))) as stack:
+    with InProcessStack(sim("--http-header-timeout", str(TIMEOUT_S), "--http-timeout-keep-alive", str(TIMEOUT_S),
+                            workers=1)) as stack:
         traffic = Traffic(stack)
         traffic.start()
         half_open: list[socket.socket] = []
@@ -424,8 +426,7 @@ def test_ssl_refresh_serves_replaced_certificate_files(certs, tmp_path):
     key.write_bytes(open(certs["server_key"], "rb").read())
     cert.write_bytes(open(certs["server_cert"], "rb").read())
     args = sim("--ssl-keyfile", str(key), "--ssl-certfile", str(cert), "--enable-ssl-refresh", workers=1)
-    # (a Stack: the worker process starts the certificate watcher, which the in-process tier does not)
-    with NetStack(args, verify=certs["ca"]) as stack:
+    with NetInProcessStack(args, verify=certs["ca"]) as stack:
         assert _served_certificate(stack.port) == _der(certs["server_cert"])
         # The files are replaced (another key pair: the client's); new connections get it.
         cert.write_bytes(open(certs["client_cert"], "rb").read())
@@ -480,8 +481,8 @@ def test_serving_on_a_unix_socket_shared_by_the_workers(tmp_path):
 
 
 def test_sse_keep_alive_comments_during_a_pause():
-    # Each step a 0.5 s pause, a keep-alive comment every 0.1 s of silence: ~4 a pause.
-    with InProcessStack(sim("--sse-keep-alive-interval", "0.1", workers=1, step=0.5)) as stack:
+    # Each step a 0.25 s pause, a keep-alive comment every 0.05 s of silence: ~4 a pause.
+    with InProcessStack(sim("--sse-keep-alive-interval", "0.05", workers=1, step=0.25)) as stack:
         body = dict(CHAT, max_tokens=3, stream=True)
         with httpx.Client(base_url=stack.base_url, timeout=30) as c:
             with c.stream("POST", "/v1/chat/completions", json=body) as r:

@@ -1,7 +1,8 @@
-"""Every API style and every path runs in one request scope (serving/scope.py): over one real
-stack (the supervisor, a worker, the simulated engine) with a keys file, request logs, OTLP
-traces and the gRPC port, each path below gets a span, a request log line, the request metrics
-and its tenant's tokens charged; the paths a client can leave are aborted when it does."""
+"""Every API style and every path runs in one request scope (serving/scope.py): over one worker
+and the simulated engine in this process (the in-process tier, tests/inprocess.py: the request
+scope is the worker's) with a keys file, request logs, OTLP traces and the gRPC port, each path
+below gets a span, a request log line, the request metrics and its tenant's tokens charged; the
+paths a client can leave are aborted when it does."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.batches import helpers as batches
 from tests.ops.otlp_receiver import otlp_receiver
 from tests.inprocess import InProcessStack
 from tests.reliability.helpers import SERVED, sim_args, wait_for
-from tests.stack import Stack, free_port
+from tests.stack import free_port
 
 KEY = "key-scoped"
 KEYS = f"""- {{name: scoped, key: {KEY}, tokens_per_minute: 100000000}}
@@ -38,16 +39,16 @@ def env(tmp_path_factory):
     keys.write_text(KEYS)
     grpc_port = free_port()
     with otlp_receiver() as (endpoint, receiver):
-        stack = Stack(sim_args("--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint",
-                               endpoint, "--grpc-port", str(grpc_port), workers=1, step=0.01),
-                      env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
+        args = sim_args("--api-keys-file", str(keys), "--enable-log-requests", "--otlp-traces-endpoint", endpoint,
+                        "--grpc-port", str(grpc_port), workers=1, step=0.01)
+        stack = InProcessStack(args, env={"OTEL_BSP_SCHEDULE_DELAY": "100"}, ready_timeout=120)
         try:
             yield stack, receiver, f"127.0.0.1:{grpc_port}"
         finally:
             stack.stop()
 
 
-def _post(stack: Stack, path: str, body: dict) -> dict:
+def _post(stack: InProcessStack, path: str, body: dict) -> dict:
     r = httpx.post(stack.base_url + path, json=body, headers=AUTH, timeout=60)
     assert r.status_code == 200, r.text
     return r.json()
@@ -114,14 +115,14 @@ PATHS = {
 }
 
 
-def _lines(stack: Stack) -> list[dict]:
+def _lines(stack: InProcessStack) -> list[dict]:
     out = []
     for m in re.finditer(r"vllm_pyfrontend\.requests: (\{.*\})$", stack.logs(), re.M):
         out.append(json.loads(m.group(1)))
     return out
 
 
-def _metric(stack: Stack, name: str, label: str = "") -> float:
+def _metric(stack: InProcessStack, name: str, label: str = "") -> float:
     # (an admin key: /metrics shows the per-tenant series to it)
     text = httpx.get(stack.base_url + "/metrics", timeout=10, headers={"Authorization": "Bearer key-ops"}).text
     return sum(float(m.group(2)) for m in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, re.M)
@@ -156,7 +157,7 @@ def test_every_path_runs_in_the_request_scope(env, path):
              "nothing left in flight", stack)
 
 
-def _leave_http(stack: Stack, path: str, body: dict) -> None:
+def _leave_http(stack: InProcessStack, path: str, body: dict) -> None:
     """Send a long streaming request and close the connection after its first bytes."""
     data = json.dumps(body).encode()
     with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as sock:
@@ -327,11 +328,11 @@ def _wav() -> bytes:
     return buf.getvalue()
 
 
-def _embeddings(stack: Stack) -> None:
+def _embeddings(stack: InProcessStack) -> None:
     _post(stack, "/v1/embeddings", {"model": SERVED, "input": ["Hello", "Hi there"]})
 
 
-def _transcription(stack: Stack) -> None:
+def _transcription(stack: InProcessStack) -> None:
     r = httpx.post(stack.base_url + "/v1/audio/transcriptions", headers=AUTH, timeout=120,
                    files={"file": ("a.wav", _wav(), "audio/wav")}, data={"model": "whisper", "language": "en"})
     assert r.status_code == 200, r.text

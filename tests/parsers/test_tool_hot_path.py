@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import random
 
+from tests.sample_size import sample_size
 from vllm_pyfrontend.parsers.combinators import Fail, Ok, partial_tail
 from vllm_pyfrontend.parsers.pipeline import make_assistant_stream
 from vllm_pyfrontend.parsers.tool import get_tool_parser
 
 DSML = "｜DSML｜"
+# Mutated DSML parameter heads checked against their grammar (about 136 checks each; the first
+# 800 of the seeded full run in CI, still over the 100,000 checks the test asks for).
+HEAD_MUTATIONS = sample_size(3000, 800)
 
 
 def _partial_tail_by_definition(buffer: str, markers: list[str]) -> int:
@@ -106,7 +110,7 @@ def _check_head(fast, spec, prefix: str) -> None:
         f"<{prefix}param",
         f'<{prefix}parametername="k">',
     ]
-    texts = _mutations(heads, f' "=<>/\nastringuex{prefix}', 3000, 5)
+    texts = _mutations(heads, f' "=<>/\nastringuex{prefix}', HEAD_MUTATIONS, 5)
     checked = _same_answers(fast, spec, texts, probed=False)
     assert checked > 100000
 

@@ -17,8 +17,12 @@ from tests.parsers.harness import (
     split_at,
     token_pieces,
 )
+from tests.sample_size import sample_size
 
 CASES = pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.id)
+# Random character splits and random token groupings per case, on top of its every two-way
+# split and its one-character stream (those run in full whatever this is).
+RANDOM_SPLITS = sample_size(200, 50)
 
 
 def factory(case: Case, tok: Tokenizer | None):
@@ -54,10 +58,10 @@ def test_random_splits(case: Case, tok: Tokenizer) -> None:
     make = factory(case, tok)
     want = run_whole(make, case.text).key()
     rng = random.Random(hash(case.id) & 0xFFFF)
-    for _ in range(200):
+    for _ in range(RANDOM_SPLITS):
         assert run_chunks(make, random_char_splits(case.text, rng)).key() == want
     pieces, ids = token_pieces(tok, case.text)
-    for _ in range(200):
+    for _ in range(RANDOM_SPLITS):
         texts, groups = random_token_groups(pieces, ids, rng)
         # with ids: markers must be real tokens, and they are here
         assert run_chunks(make, texts, groups).key() == want

@@ -1,7 +1,8 @@
 """schemathesis against `/openapi.json`: every operation the server describes, fuzzed from its own
 description (valid and invalid bodies), must never answer 5xx and must keep to the error shape.
 
-Examples per operation: RELIABILITY_SCHEMA_EXAMPLES (default 40; the CI budget).
+Examples per operation and generation mode: RELIABILITY_SCHEMA_EXAMPLES (default 40; 20 in CI
+unless VLLM_PYFRONTEND_FULL=1, tests/sample_size.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from schemathesis import GenerationMode
 from hypothesis import HealthCheck, given, settings
 
 from tests.reliability.helpers import request, restarts, sim_args, wait_all_serving, workers_of
+from tests.sample_size import sample_size
 from tests.stack import Stack
 
-EXAMPLES = int(os.environ.get("RELIABILITY_SCHEMA_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("RELIABILITY_SCHEMA_EXAMPLES", sample_size(40, 20)))
 
 
 @pytest.fixture(scope="module")

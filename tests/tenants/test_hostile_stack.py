@@ -12,9 +12,9 @@ processes, where an abort, a quota or a stored object must reach the other worke
 - batch lines hold the owner's `max_tokens` (more asked: the line's answer is a 400 in the
   error file) and are charged against its tokens per minute;
 - tokens per minute are reserved at admission (prompt + every choice's `max_tokens`);
-- beam search and pooling are charged (pooling on a third stack: the simulated engine as a
-  pooling model, `--runner pooling`, which serves no generation); /metrics names tenants
-  only to an admin key;
+- beam search and pooling are charged (pooling on a deployment of its own in this process,
+  tests/inprocess.py: the simulated engine as a pooling model, `--runner pooling`, which serves
+  no generation); /metrics names tenants only to an admin key;
 - another tenant's file, batch or stored response is a 404; uploads past a tenant's
   `max_storage_bytes` are a 413.
 
@@ -34,6 +34,7 @@ import openai
 import pytest
 
 from tests.batches.helpers import by_custom_id, entries, jsonl, line, wait
+from tests.inprocess import InProcessStack
 from tests.reliability.helpers import SERVED, sim_args, wait_all_serving
 from tests.stack import Stack
 from vllm_pyfrontend.server.middleware import PUBLIC_ROUTES
@@ -129,10 +130,13 @@ def stack(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pooling_stack(tmp_path_factory):
-    """The simulated engine as a pooling model (`--runner pooling`): pooling needs its own stack."""
+    """The simulated engine as a pooling model (`--runner pooling`): pooling needs a deployment
+    of its own."""
     path = tmp_path_factory.mktemp("keys") / "keys.yaml"
     path.write_text(POOL_KEYS)
-    s = _start(sim_args("--api-keys-file", str(path), "--runner", "pooling", workers=2, step=STEP))
+    s = InProcessStack(sim_args("--api-keys-file", str(path), "--runner", "pooling", workers=1, step=STEP))
+    s.root = ""
+    s.clients = Clients(s.base_url)
     yield s
     s.clients.close()
     s.terminate()
