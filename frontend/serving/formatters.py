@@ -180,9 +180,17 @@ class ChatFormatter(_OpenAIFormatter):
         if finish is None and logprobs is None and token_ids is None:
             if delta is None or delta.is_empty():
                 return
-            if delta.content and not delta.reasoning and not delta.tool_calls:
-                sse.content_chunk(choice.index, delta.content, usage)
-                return
+            calls = delta.tool_calls
+            if not delta.reasoning:
+                if delta.content and not calls:
+                    sse.content_chunk(choice.index, delta.content, usage)
+                    return
+                if not delta.content and len(calls) == 1 and len(item := calls[0]) == 2:
+                    # An open call's next argument text (most of a tool call's tokens).
+                    fn = item.get("function")
+                    if fn is not None and len(fn) == 1 and "arguments" in fn:
+                        sse.write(sse.arguments_chunk_bytes(choice.index, item["index"], fn["arguments"], usage))
+                        return
         d = _delta_dict(delta)
         item = b'{"index":%d,"delta":%b,"logprobs":%b,"finish_reason":%b' % (
             choice.index,

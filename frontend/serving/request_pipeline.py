@@ -222,8 +222,9 @@ class RequestRun:
         and one item per tool call and delta (id, name and arguments together)."""
         if delta.reasoning and not self.include_reasoning:
             delta = AssistantDelta(content=delta.content, tool_calls=delta.tool_calls)
-        if delta.tool_calls:
-            calls = fold_tool_calls(delta.tool_calls)
+        calls = delta.tool_calls
+        if calls and (len(calls) > 1 or not self.parallel_tool_calls):  # (one item: nothing to fold)
+            calls = fold_tool_calls(calls)
             if not self.parallel_tool_calls:
                 calls = [c for c in calls if c.get("index", 0) == 0]
             delta = AssistantDelta(content=delta.content, reasoning=delta.reasoning, tool_calls=calls)

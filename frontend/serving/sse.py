@@ -336,6 +336,14 @@ class SSEWriter:
         )
         return data + (b',"usage":' + _enc(usage) + b"}\n\n" if usage else b"}\n\n")
 
+    def arguments_chunk_bytes(self, index: int, call: int, arguments: str, usage: dict | None = None) -> bytes:
+        """The chunk of an open tool call's next argument text, as the formatter's general path
+        writes it (`tool_calls: [{"index", "function": {"arguments"}}]`)."""
+        data = self.prefix + (b'{"index":%d,"delta":{"tool_calls":[{"index":%d,"function":{"arguments":%b}}]},'
+                              b'"logprobs":null,"finish_reason":null,"token_ids":null}]') % (
+            index, call, _enc(arguments))
+        return data + (b',"usage":' + _enc(usage) + b"}\n\n" if usage else b"}\n\n")
+
     def usage_chunk(self, usage: dict, metrics: dict | None = None) -> None:
         """The usage chunk; `metrics`: vLLM's per-request metrics, which ride on it."""
         if metrics is None:

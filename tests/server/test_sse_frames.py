@@ -79,3 +79,17 @@ def test_write_content_before_attach_is_held_in_order():
     w.attach(t, b"role")
     assert t.writes == [_framed(b"role"), _framed(w.content_chunk_bytes(0, "a")),
                         _framed(w.content_chunk_bytes(0, "b"))]
+
+
+def test_arguments_chunk_is_the_general_tool_call_chunk():
+    """The open call's argument chunk (the formatter's per-token path for tool calls) is the
+    chunk the general path writes for the same delta, with and without continuous usage."""
+    import msgspec
+
+    w = sse.SSEWriter("chatcmpl-1", "m", 7)
+    for index, call, text, usage in ((0, 0, '{"city": "Pa', None), (2, 1, 'é "\\ \n', {"prompt_tokens": 3})):
+        item = {"index": call, "function": {"arguments": text}}
+        general = w.prefix + b'{"index":%d,"delta":%b,"logprobs":null,"finish_reason":null,"token_ids":null}]' % (
+            index, msgspec.json.encode({"tool_calls": [item]}))
+        general += (b',"usage":' + msgspec.json.encode(usage) if usage else b"") + b"}\n\n"
+        assert w.arguments_chunk_bytes(index, call, text, usage) == general

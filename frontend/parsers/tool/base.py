@@ -195,6 +195,8 @@ class SectionToolParser:
         self._streamed: list[_Streamed] = []
         self._tail: Any = None  # extends the open call's arguments without parsing
         self._tail_at = 0  # buffer position the tail has consumed up to
+        # The first characters of the section end markers (text without any leaves a section open).
+        self._end_firsts = frozenset(m[0] for sec in fmt.sections.values() for m in sec.ends)
 
     # ------------------------------------------------------------- interface
     def feed(self, text: str, token_ids: Iterable[int] | None = None) -> AssistantDelta | None:
@@ -203,7 +205,23 @@ class SectionToolParser:
         if text:
             buf = self._buf = self._buf + text
             ends = self._ends
-            if ends is not None and self._tail is None and len(buf) < self._next_check:
+            tail = self._tail
+            if (tail is not None and ends is not None and self._tail_at == len(buf) - len(text)
+                    and self._end_firsts.isdisjoint(text)):
+                # An open string value streaming (a long argument's tokens): everything before
+                # this text went to the tail, and no end marker of the section can begin in it,
+                # so `_section_step` would find no end and hand the tail this text.
+                out = tail.extend(text)
+                if out is not None:
+                    self._tail_at = len(buf)
+                    at = len(buf) - self._longest + 1
+                    if at > self._search_from:
+                        self._search_from = at
+                    if out:
+                        self._args_delta(self._streamed[-1], out)
+                    return self._take()
+                self._tail = None  # the value ends in it (as `_stream_step` decides)
+            elif ends is not None and tail is None and len(buf) < self._next_check:
                 # Most tokens of a call: inside an open section, no partial parse due, no
                 # string value streaming. Unless an end marker may have begun, nothing
                 # changes but the buffer (what _section_step would find, without its work).
