@@ -195,6 +195,8 @@ class SectionToolParser:
         self._streamed: list[_Streamed] = []
         self._tail: Any = None  # extends the open call's arguments without parsing
         self._tail_at = 0  # buffer position the tail has consumed up to
+        self._more: list[str] = []  # texts after `_buf` that only the tail has read so far
+        self._more_len = 0
         # The first characters of the section end markers (text without any leaves a section open).
         self._end_firsts = frozenset(m[0] for sec in fmt.sections.values() for m in sec.ends)
 
@@ -203,25 +205,32 @@ class SectionToolParser:
         if token_ids is not None:
             self.gate.note_ids(token_ids)
         if text:
-            buf = self._buf = self._buf + text
             ends = self._ends
             tail = self._tail
-            if (tail is not None and ends is not None and self._tail_at == len(buf) - len(text)
-                    and self._end_firsts.isdisjoint(text)):
-                # An open string value streaming (a long argument's tokens): everything before
-                # this text went to the tail, and no end marker of the section can begin in it,
-                # so `_section_step` would find no end and hand the tail this text.
-                out = tail.extend(text)
-                if out is not None:
-                    self._tail_at = len(buf)
-                    at = len(buf) - self._longest + 1
-                    if at > self._search_from:
-                        self._search_from = at
-                    if out:
-                        self._args_delta(self._streamed[-1], out)
-                    return self._take()
-                self._tail = None  # the value ends in it (as `_stream_step` decides)
-            elif ends is not None and tail is None and len(buf) < self._next_check:
+            if tail is not None and ends is not None and self._end_firsts.isdisjoint(text):
+                # An open string value streaming (a long argument's tokens): when everything
+                # before this text went to the tail, and no end marker of the section can begin
+                # in it, `_section_step` would find no end and hand the tail this text. The
+                # text joins the buffer later (`_more`), not by a copy of the buffer per token.
+                n = len(self._buf) + self._more_len
+                if self._tail_at == n:
+                    out = tail.extend(text)
+                    if out is not None:
+                        self._more.append(text)
+                        self._more_len += len(text)
+                        n += len(text)
+                        self._tail_at = n
+                        at = n - self._longest + 1
+                        if at > self._search_from:
+                            self._search_from = at
+                        if out:
+                            self._args_delta(self._streamed[-1], out)
+                        return self._take()
+                    self._tail = tail = None  # the value ends in it (as `_stream_step` decides)
+            if self._more:
+                self._join_more()
+            buf = self._buf = self._buf + text
+            if ends is not None and tail is None and len(buf) < self._next_check:
                 # Most tokens of a call: inside an open section, no partial parse due, no
                 # string value streaming. Unless an end marker may have begun, nothing
                 # changes but the buffer (what _section_step would find, without its work).
@@ -248,6 +257,8 @@ class SectionToolParser:
         return self._take()
 
     def finish(self) -> AssistantDelta | None:
+        if self._more:
+            self._join_more()
         self._run(eof=True)
         if self._ws and not self._after_section:
             self._content.append(self._ws)
@@ -259,6 +270,12 @@ class SectionToolParser:
         return self._n_calls
 
     # ------------------------------------------------------------ internals
+    def _join_more(self) -> None:
+        """The texts the tail took since the buffer was last read, onto the buffer."""
+        self._buf += "".join(self._more)
+        self._more.clear()
+        self._more_len = 0
+
     def _take(self) -> AssistantDelta | None:
         if not self._content and not self._calls:
             return None  # most tokens (inside a section, or held text)
