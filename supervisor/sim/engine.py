@@ -111,6 +111,7 @@ class SimEngine:
         self._poller: zmq.Poller | None = None
         self.weight_version = "default"  # EngineCore._weight_version
         self._stop = False
+        self._owed_on_close = True  # unless a shutdown finds nothing in flight
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -129,8 +130,12 @@ class SimEngine:
         finally:
             for sock in self.inputs:
                 sock.close(linger=0)
+            # What must reach the clients (the aborts of a shutdown, ENGINE_CORE_DEAD) gets up to
+            # 4 s to leave; a shutdown with nothing in flight only leaves stats behind, for
+            # clients that may be gone already (a supervisor stops its workers first).
+            linger = 4000 if self._owed_on_close else 100
             for sock in self.outputs:
-                sock.close(linger=4000)
+                sock.close(linger=linger)
             self.ctx.term()
 
     def request_stop(self) -> None:
@@ -287,7 +292,9 @@ class SimEngine:
     def _shutdown_aborts(self) -> None:
         """On SIGTERM, finish every in-flight request with `abort`, as vLLM does."""
         now = time.monotonic()
-        for client, items in self.scheduler.abort_all().items():
+        aborted = self.scheduler.abort_all()
+        self._owed_on_close = bool(aborted)
+        for client, items in aborted.items():
             self._send(client, wire.pack_outputs(self.config.engine_index, items, now))
 
     def _send(self, client: int, payload: bytes) -> None:
