@@ -320,8 +320,8 @@ class EngineClient:
         return self._health.live()
 
     def _resend(self, req: EngineRequest, sink: OutputSink, engine: int) -> int:
-        """Track and queue a request moved off an engine (or one that waited for an engine)
-        on `engine` (-1: the router picks)."""
+        """Track and queue a request moved off an engine (or one that waited for an engine, or
+        a disaggregated request's next phase) on `engine` (-1: the router picks)."""
         if type(sink) is PrefillSink:  # a prefill phase moved: whole on a decode engine when no prefill engine is up
             req, sink = self._disaggregation.moving(req, sink)
         if engine < 0:
@@ -329,7 +329,8 @@ class EngineClient:
         payload = encode_add(req, self._connection.layout)
         rid = req.request_id
         self._inflight.track(rid, sink, engine)
-        self._inflight.requests[rid] = req
+        if self._migrations.enabled:
+            self._inflight.requests[rid] = req
         self._outbox.add(rid, payload, req)
         return engine
 
@@ -343,14 +344,7 @@ class EngineClient:
                 raise self._unavailable()
             self._migrations.park_new(req, sink, self._health.unavailable().failure)
             return -1
-        engine = self._router.route(req)
-        payload = encode_add(req, self._connection.layout)
-        rid = req.request_id
-        self._inflight.track(rid, sink, engine)
-        if self._migrations.enabled:
-            self._inflight.requests[rid] = req
-        self._outbox.add(rid, payload, req)
-        return engine
+        return self._resend(req, sink, -1)
 
     def in_flight_sinks(self) -> list[tuple[str, OutputSink]]:
         """Every request in flight (request id, the sink its client gave): for an operator's

@@ -95,20 +95,22 @@ class Roles:
         return self.decode if pool is self.prefill else self.prefill
 
 
-def is_prefill_phase(req: EngineRequest) -> bool:
-    """`req` asks its engine to compute the prompt for a remote decode."""
+def _asks(req: EngineRequest, flag: str) -> bool:
+    """`req`'s kv_transfer_params (in its sampling params' extra_args) set `flag` true."""
     sp = req.sampling_params
     extra = sp.get("extra_args") if sp else None
     kv = extra.get("kv_transfer_params") if extra else None
-    return type(kv) is dict and kv.get("do_remote_decode") is True
+    return type(kv) is dict and kv.get(flag) is True
+
+
+def is_prefill_phase(req: EngineRequest) -> bool:
+    """`req` asks its engine to compute the prompt for a remote decode."""
+    return _asks(req, "do_remote_decode")
 
 
 def has_remote_prefill(req: EngineRequest) -> bool:
     """`req` asks its engine to read the prompt's KV computed elsewhere."""
-    sp = req.sampling_params
-    extra = sp.get("extra_args") if sp else None
-    kv = extra.get("kv_transfer_params") if extra else None
-    return type(kv) is dict and kv.get("do_remote_prefill") is True
+    return _asks(req, "do_remote_prefill")
 
 
 def with_kv_transfer(req: EngineRequest, params: dict[str, Any] | None, request_id: str) -> EngineRequest:
@@ -160,8 +162,7 @@ class Disaggregation:
                 or sp.get("max_tokens") == 1 or "kv_transfer_params" in (sp.get("extra_args") or ())):
             self._count(PATH_SHORT)
             return req, sink
-        live = self._live()
-        if not any(e in live for e in self.roles.prefill):
+        if not self._prefill_up():
             self._count(PATH_FALLBACK)
             return req, sink
         return prefill_request(req), PrefillSink(self, req, sink)
@@ -173,14 +174,7 @@ class Disaggregation:
         self._observe("observe_prefill_phase", phase.engine, now - phase.sent_at)
         self._count(PATH_TWO_PHASE)
         decode = with_kv_transfer(phase.req, params, phase.request_id)
-        probe = FirstToken(self, phase.sink, decode, now)
-        try:
-            engine = self._send(decode, probe)
-        except Exception as e:  # noqa: BLE001 - no engine takes it (all down, the client closing)
-            _fail(phase.sink, e)
-            return
-        if engine >= 0:  # (else it waits for an engine, and hears which one when sent)
-            probe.on_sent(engine)
+        self._dispatch(decode, FirstToken(self, phase.sink, decode, now))
 
     def prefill_failed(self, phase: "PrefillSink", why: str) -> None:
         """The prefill phase ended without KV to pass on: the request runs whole on a decode
@@ -188,14 +182,7 @@ class Disaggregation:
         log.info("request %s: prefill on engine %s failed (%s); it runs whole on a decode engine",
                  phase.request_id, phase.engine, why)
         self._count(PATH_FALLBACK)
-        whole = with_kv_transfer(phase.req, None, phase.request_id)
-        try:
-            engine = self._send(whole, phase.sink)
-        except Exception as e:  # noqa: BLE001
-            _fail(phase.sink, e)
-            return
-        if engine >= 0:
-            _sent(phase.sink, engine)
+        self._dispatch(with_kv_transfer(phase.req, None, phase.request_id), phase.sink)
 
     def load_failed(self, probe: "FirstToken", error: str | None) -> None:
         """The decode engine ended the request before its first token (a KV load that failed):
@@ -203,19 +190,12 @@ class Disaggregation:
         log.info("request %s: engine %s could not load its KV (%s); it runs whole",
                  probe.request_id, probe.engine, error or "error")
         self._count(PATH_RECOMPUTED)
-        try:
-            engine = self._send(with_kv_transfer(probe.req, None, probe.request_id), probe.sink)
-        except Exception as e:  # noqa: BLE001
-            _fail(probe.sink, e)
-            return
-        if engine >= 0:
-            _sent(probe.sink, engine)
+        self._dispatch(with_kv_transfer(probe.req, None, probe.request_id), probe.sink)
 
     def moving(self, req: EngineRequest, phase: "PrefillSink") -> tuple[EngineRequest, OutputSink]:
         """A prefill phase moved off an engine that went down (engine/migration.py): to another
         prefill engine when one is up, else whole to a decode engine."""
-        live = self._live()
-        if any(e in live for e in self.roles.prefill):
+        if self._prefill_up():
             return req, phase
         self._count(PATH_FALLBACK)
         return with_kv_transfer(phase.req, None, req.request_id), phase.sink
@@ -226,6 +206,21 @@ class Disaggregation:
         if self._sinks.get(probe.request_id) is probe:
             self._sinks[probe.request_id] = probe.sink
         self._observe("observe_decode_first_token", probe.engine, time.monotonic() - probe.sent_at)
+
+    def _dispatch(self, req: EngineRequest, sink: OutputSink) -> None:
+        """Send the next phase (or the whole request) to `sink`; the sink hears which engine
+        took it (one that waits for an engine hears it when sent), or fails when none can."""
+        try:
+            engine = self._send(req, sink)
+        except Exception as e:  # noqa: BLE001 - no engine takes it (all down, the client closing)
+            _fail(sink, e)
+            return
+        if engine >= 0:
+            _sent(sink, engine)
+
+    def _prefill_up(self) -> bool:
+        live = self._live()
+        return any(e in live for e in self.roles.prefill)
 
     def _count(self, path: str) -> None:
         self._observe("observe_disaggregation", path)
@@ -259,6 +254,12 @@ class _Phase:
         on_moved = getattr(self.sink, "on_moved", None)
         if on_moved is not None:
             on_moved(request_id, engine, reason)
+
+    def on_sent(self, engine: int) -> None:
+        """Sent to `engine` (again, after a move or a wait): the phase's time starts there."""
+        self.engine = engine
+        self.sent_at = time.monotonic()
+        _sent(self.sink, engine)
 
 
 class PrefillSink(_Phase):
@@ -298,12 +299,6 @@ class PrefillSink(_Phase):
         self._pd.prefill_failed(self, failure.message)
 
 
-    def on_sent(self, engine: int) -> None:
-        self.engine = engine
-        self.sent_at = time.monotonic()
-        _sent(self.sink, engine)
-
-
 class FirstToken(_Phase):
     """The client's sink for the decode phase (`req`, as sent) until its first output: it times
     the wait, then puts the client's sink itself in the in-flight table (the per-token path
@@ -333,11 +328,6 @@ class FirstToken(_Phase):
 
     def on_failure(self, failure: Failure) -> None:
         self.sink.on_failure(failure)
-
-
-    def on_sent(self, engine: int) -> None:
-        self.engine = engine
-        _sent(self.sink, engine)
 
 
 def client_sink(sink: OutputSink) -> OutputSink:

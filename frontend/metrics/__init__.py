@@ -384,6 +384,7 @@ class WorkerMetrics:
 
     def observe_decode_first_token(self, engine: int | None, seconds: float) -> None:
         self.disagg_decode_first_token.labels(self.model_name, str(engine)).observe(seconds)
+
     def tenant_recorder(self) -> "TenantMetrics":
         """The per-tenant families (named keys of --api-keys-file only), made on first use."""
         rec = getattr(self, "_tenant_metrics", None)

@@ -130,7 +130,7 @@ def engine_load(engine) -> dict[str, dict]:
     engine's clock on the step that sent them); `timestamp` is this worker's receipt time."""
     times = engine.scheduler_stats_time
     engine_times = engine.scheduler_stats_engine_time
-    roles = getattr(engine, "roles", None)
+    roles = engine.roles
     out = {
         str(idx): {
             "num_running_reqs": stats.get("num_running_reqs", 0),
