@@ -189,3 +189,35 @@ class EngineThread:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "sim engine did not stop"
         return self.exit_code
+
+
+def engines_for(tmp_path: Path):
+    """A `make(num_clients=1, prefix_cache=False, **config)` that starts a sim engine (in a
+    thread) joined to a FakeFrontend of its own, with `prefix_cache` modelling one; a generator
+    for a fixture, which stops them all when the test ends."""
+    from types import SimpleNamespace
+
+    from vllm_pyfrontend.supervisor.sim.prefix_cache import attach_prefix_cache
+
+    started: list[tuple[FakeFrontend, EngineThread]] = []
+
+    def make(num_clients: int = 1, prefix_cache: bool = False, **overrides) -> tuple[FakeFrontend, EngineThread]:
+        path = tmp_path / f"fe{len(started)}"
+        path.mkdir()
+        fe = FakeFrontend(path, num_clients)
+        cfg = SimEngineConfig(handshake_address=fe.handshake_address, model=TOKENIZER_DIR,
+                              step_time=overrides.pop("step_time", 0.005), **overrides)
+        eng = EngineThread(cfg)
+        if prefix_cache:
+            attach_prefix_cache(eng.engine, SimpleNamespace(
+                kv_events_config=None, enable_prefix_caching=True, engine_index=cfg.engine_index,
+                max_num_batched_tokens=cfg.max_num_batched_tokens, block_size=cfg.block_size))
+        eng.start()
+        started.append((fe, eng))
+        fe.do_handshake()
+        return fe, eng
+
+    yield make
+    for fe, eng in started:
+        eng.stop()
+        fe.close()

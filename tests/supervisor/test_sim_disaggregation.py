@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import ormsgpack
@@ -18,16 +17,14 @@ from vllm_pyfrontend.engine import wire as fwire
 from vllm_pyfrontend.supervisor.engine_launch import split_sim_flags
 from vllm_pyfrontend.supervisor.sim import wire
 from vllm_pyfrontend.supervisor.sim.__main__ import build_parser, config_from_args
-from vllm_pyfrontend.supervisor.sim.engine import SimEngineConfig
 from vllm_pyfrontend.supervisor.sim.kv_transfer import KvTransferConfig
-from vllm_pyfrontend.supervisor.sim.prefix_cache import attach_prefix_cache
 from vllm_pyfrontend.supervisor.sim.scheduler import Scheduler
 from vllm_pyfrontend.supervisor.sim.tokens import TokenSource
 from tests.supervisor.sim_harness import (
     TOKENIZER_DIR,
-    EngineThread,
     FakeFrontend,
     add_request_array,
+    engines_for,
     sampling_params,
 )
 
@@ -68,28 +65,7 @@ def kv_config(role: str = "kv_both", policy: str | None = None, **extra: Any) ->
 @pytest.fixture()
 def make_engine(tmp_path):
     """A sim engine (in a thread) joined to a FakeFrontend; `prefix_cache=True` models one."""
-    started: list[tuple[FakeFrontend, EngineThread]] = []
-
-    def make(prefix_cache: bool = False, **overrides) -> tuple[FakeFrontend, EngineThread]:
-        path = tmp_path / f"fe{len(started)}"
-        path.mkdir()
-        fe = FakeFrontend(path, 1)
-        cfg = SimEngineConfig(handshake_address=fe.handshake_address, model=TOKENIZER_DIR,
-                              step_time=overrides.pop("step_time", 0.005), **overrides)
-        eng = EngineThread(cfg)
-        if prefix_cache:
-            attach_prefix_cache(eng.engine, SimpleNamespace(
-                kv_events_config=None, enable_prefix_caching=True, engine_index=cfg.engine_index,
-                max_num_batched_tokens=cfg.max_num_batched_tokens, block_size=cfg.block_size))
-        eng.start()
-        started.append((fe, eng))
-        fe.do_handshake()
-        return fe, eng
-
-    yield make
-    for fe, eng in started:
-        eng.stop()
-        fe.close()
+    yield from engines_for(tmp_path)
 
 
 @pytest.fixture(autouse=True)

@@ -13,13 +13,12 @@ import time
 import pytest
 from tokenizers import Tokenizer
 
-from vllm_pyfrontend.supervisor.sim.engine import SimEngineConfig
 from tests.supervisor.sim_harness import (
     EOS,
     TOKENIZER_DIR,
-    EngineThread,
     FakeFrontend,
     add_request_array,
+    engines_for,
     sampling_params,
 )
 
@@ -40,25 +39,7 @@ def tokenizer() -> Tokenizer:
 @pytest.fixture()
 def make_engine(tmp_path):
     """Start a sim engine (in a thread) joined to a FakeFrontend; stop both afterwards."""
-    started: list[tuple[FakeFrontend, EngineThread]] = []
-
-    def make(num_clients: int = 1, **overrides) -> tuple[FakeFrontend, EngineThread]:
-        fe = FakeFrontend(tmp_path, num_clients)
-        cfg = SimEngineConfig(
-            handshake_address=fe.handshake_address,
-            model=TOKENIZER_DIR,
-            step_time=overrides.pop("step_time", 0.005),
-            **overrides,
-        )
-        eng = EngineThread(cfg).start()
-        started.append((fe, eng))
-        fe.do_handshake()
-        return fe, eng
-
-    yield make
-    for fe, eng in started:
-        eng.stop()
-        fe.close()
+    yield from engines_for(tmp_path)
 
 
 def test_handshake_messages(make_engine):
